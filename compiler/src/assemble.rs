@@ -1,0 +1,569 @@
+//! From an evaluated declaration and the node record to a [`Generation`]: every rejection SPEC.md
+//! lists is made here, each pointing at the offending value's source span and naming both sides
+//! where there are two; then each file and container gets its state from the record.
+//!
+//! Pure: no I/O. Blobs are returned, not written.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+
+use ipnet::Ipv4Net;
+use mesh_lib::firewall::{base_ruleset, guard_ruleset};
+use mesh_lib::model::{
+    ContainerEntry, ContainerName, ContainerState, FileEntry, FileMode, FileState, FirewallRules,
+    Mode, ModuleName, ModuleState, NodeName, Opening, Port, PrivateNetwork, Protocol,
+    PublishedPort, Settings, Source as From, TrafficPath, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
+};
+use mesh_lib::{BlobHash, Generation, NodeRecord, TargetPath};
+use serde::Deserialize;
+
+use crate::diagnostic::{MeshDiagnostic, Span};
+use crate::eval::{show_pointer, Evaluation, Pointer, Step};
+
+#[derive(Deserialize)]
+struct NodeOut {
+    name: String,
+    settings: SettingsOut,
+    modules: Vec<ModuleOut>,
+}
+
+#[derive(Deserialize)]
+struct SettingsOut {
+    ports: BTreeMap<String, i64>,
+    private_network: NetworkOut,
+}
+
+#[derive(Deserialize)]
+struct NetworkOut {
+    range: String,
+    address: String,
+    hub: bool,
+}
+
+#[derive(Deserialize)]
+struct ModuleOut {
+    name: String,
+    files: Vec<FileOut>,
+    containers: Vec<ContainerOut>,
+    openings: Vec<OpeningOut>,
+}
+
+#[derive(Deserialize)]
+struct FileOut {
+    path: String,
+    content: String,
+    mode: String,
+    owner: String,
+    group: String,
+}
+
+#[derive(Deserialize)]
+struct ContainerOut {
+    name: String,
+    image: String,
+    command: Vec<String>,
+    environment: BTreeMap<String, String>,
+    publish: Vec<PublishOut>,
+    volumes: Vec<VolumeOut>,
+    labels: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct PublishOut {
+    host_port: i64,
+    container_port: i64,
+    protocol: Protocol,
+    host_ip: String,
+}
+
+#[derive(Deserialize)]
+struct VolumeOut {
+    source: String,
+    target: String,
+    read_only: bool,
+}
+
+#[derive(Deserialize)]
+struct OpeningOut {
+    port: i64,
+    protocol: Protocol,
+    paths: Vec<TrafficPath>,
+    from: String,
+}
+
+/// A blob the generation needs in the store.
+#[derive(Debug, Clone)]
+pub struct NewBlob {
+    /// Its digest.
+    pub hash: BlobHash,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Whether a file using it is not world-readable.
+    pub private: bool,
+}
+
+/// The compiler's result before it reaches the store.
+#[derive(Debug)]
+pub struct Assembled {
+    /// The generation.
+    pub generation: Generation,
+    /// The contents of its declared files.
+    pub blobs: Vec<NewBlob>,
+}
+
+/// Where the record came from, for diagnostics about it.
+pub struct RecordSource<'a> {
+    /// The record.
+    pub record: &'a NodeRecord,
+    /// Its file, as shown to the user; `None` when no record exists (a managed node).
+    pub name: Option<String>,
+}
+
+struct Ctx<'a> {
+    eval: &'a Evaluation,
+}
+
+impl Ctx<'_> {
+    fn reject(&self, at: &[Step], message: impl Into<String>, label: &str) -> MeshDiagnostic {
+        let message = message.into();
+        let mut d = MeshDiagnostic::new(message);
+        match self.eval.span_at(at, label) {
+            Some(span) => d = d.with_span(span),
+            None => {
+                d = d.with_help(format!(
+                    "at `{}` in the evaluated declaration",
+                    show_pointer(at)
+                ))
+            }
+        }
+        d
+    }
+
+    fn span(&self, at: &[Step], label: &str) -> Option<Span> {
+        self.eval.span_at(at, label)
+    }
+}
+
+fn at(steps: &[Step], more: &[Step]) -> Pointer {
+    steps.iter().chain(more).cloned().collect()
+}
+
+fn f(name: &str) -> Step {
+    Step::Field(name.to_owned())
+}
+
+/// Assembles the generation of `eval` for the node `record` describes.
+pub fn assemble(eval: &Evaluation, record: &RecordSource<'_>) -> Result<Assembled, MeshDiagnostic> {
+    let ctx = Ctx { eval };
+    let node: NodeOut = serde_json::from_value(eval.json.clone()).map_err(|e| {
+        MeshDiagnostic::new(format!("the declaration does not evaluate to a node: {e}")).with_help(
+            "a node declaration ends with `mesh.node { name = …, settings = …, modules = […] }`",
+        )
+    })?;
+
+    let node_name = NodeName::new(&node.name)
+        .map_err(|e| ctx.reject(&[f("name")], e.to_string(), "this name"))?;
+    let record_name = record.name.as_deref().unwrap_or("the node record");
+    if record.name.is_some() && record.record.node != node_name {
+        return Err(MeshDiagnostic::new(format!(
+            "{record_name} is the record of node `{}`, but the declaration is node `{node_name}`",
+            record.record.node
+        ))
+        .with_help("pass the record of this node with --record, or build with the state directory of that node"));
+    }
+    let settings = settings(&ctx, &node.settings)?;
+
+    // Modules: names valid and assigned once.
+    let mut modules: BTreeMap<ModuleName, ModuleState> = BTreeMap::new();
+    let mut module_names = Vec::new();
+    for (i, m) in node.modules.iter().enumerate() {
+        let here = [f("modules"), Step::Index(i), f("name")];
+        let name =
+            ModuleName::new(&m.name).map_err(|e| ctx.reject(&here, e.to_string(), "this name"))?;
+        let state = match record.record.mode {
+            Mode::Managed => ModuleState::Taken,
+            Mode::Adopted if record.record.taken.contains(&name) => ModuleState::Taken,
+            Mode::Adopted => ModuleState::Assigned,
+        };
+        if modules.insert(name.clone(), state).is_some() {
+            return Err(ctx.reject(
+                &here,
+                format!("module {name} is assigned twice"),
+                "assigned again here",
+            ));
+        }
+        module_names.push(name);
+    }
+    for taken in &record.record.taken {
+        if !modules.contains_key(taken) {
+            return Err(MeshDiagnostic::new(format!(
+                "{record_name} takes module {taken}, which is not assigned to node {node_name}"
+            ))
+            .with_help(format!(
+                "assign {taken} in the declaration, or remove it from the record's `taken`"
+            )));
+        }
+    }
+
+    let mut files: BTreeMap<mesh_lib::TargetPath, (FileEntry, Pointer)> = BTreeMap::new();
+    let mut blobs: BTreeMap<BlobHash, NewBlob> = BTreeMap::new();
+    let mut containers: BTreeMap<ContainerName, (ContainerEntry, Pointer)> = BTreeMap::new();
+    let mut host_ports: Vec<(PublishedPort, ModuleName, Pointer)> = Vec::new();
+    let mut openings = foundation_openings(&settings);
+
+    for (mi, (m, module)) in node.modules.iter().zip(&module_names).enumerate() {
+        let base = [f("modules"), Step::Index(mi)];
+        let taken = modules[module] == ModuleState::Taken;
+
+        for (fi, file) in m.files.iter().enumerate() {
+            let here = at(&base, &[f("files"), Step::Index(fi)]);
+            let path = TargetPath::new(&file.path).map_err(|e| {
+                ctx.reject(
+                    &at(&here, &[f("path")]),
+                    format!("module {module}: {e}"),
+                    "this path",
+                )
+            })?;
+            let mode = FileMode::parse(&file.mode).map_err(|e| {
+                ctx.reject(
+                    &at(&here, &[f("mode")]),
+                    format!("module {module}, {path}: {e}"),
+                    "this mode",
+                )
+            })?;
+            let bytes = file.content.as_bytes().to_vec();
+            let hash = BlobHash::of(&bytes);
+            let private = !mode.world_readable();
+            blobs
+                .entry(hash)
+                .and_modify(|b| b.private |= private)
+                .or_insert_with(|| NewBlob {
+                    hash,
+                    bytes: bytes.clone(),
+                    private,
+                });
+            let state = if taken {
+                FileState::Managed
+            } else {
+                match record.record.found.files.get(&path) {
+                    Some(found) => FileState::Held {
+                        original: found.hash,
+                    },
+                    None => FileState::Staged,
+                }
+            };
+            let entry = FileEntry {
+                module: module.clone(),
+                blob: hash,
+                size: bytes.len() as u64,
+                mode,
+                owner: file.owner.clone(),
+                group: file.group.clone(),
+                state,
+            };
+            if let Some((first, first_at)) = files.get(&path) {
+                let mut d = ctx.reject(
+                    &at(&here, &[f("path")]),
+                    format!(
+                        "{path} is declared by modules {} and {module}",
+                        first.module
+                    ),
+                    &format!("declared by {module}"),
+                );
+                if let Some(span) = ctx.span(
+                    &at(first_at, &[f("path")]),
+                    &format!("declared by {}", first.module),
+                ) {
+                    d = d.with_span(span);
+                }
+                return Err(d);
+            }
+            files.insert(path, (entry, here));
+        }
+
+        for (ci, c) in m.containers.iter().enumerate() {
+            let here = at(&base, &[f("containers"), Step::Index(ci)]);
+            let name = ContainerName::new(&c.name).map_err(|e| {
+                ctx.reject(
+                    &at(&here, &[f("name")]),
+                    format!("module {module}: {e}"),
+                    "this name",
+                )
+            })?;
+            let mut ports = Vec::new();
+            for (pi, p) in c.publish.iter().enumerate() {
+                let p_at = at(&here, &[f("publish"), Step::Index(pi)]);
+                let host_port = setting_port(
+                    &ctx,
+                    &settings,
+                    &at(&p_at, &[f("host_port")]),
+                    p.host_port,
+                    || format!("container {name} of module {module} publishes host port"),
+                )?;
+                let container_port = Port::new(p.container_port).map_err(|e| {
+                    ctx.reject(
+                        &at(&p_at, &[f("container_port")]),
+                        format!("container {name}: {e}"),
+                        "this port",
+                    )
+                })?;
+                let host_ip: IpAddr = p.host_ip.parse().map_err(|_| {
+                    ctx.reject(
+                        &at(&p_at, &[f("host_ip")]),
+                        format!("container {name}: `{}` is not an IP address", p.host_ip),
+                        "this address",
+                    )
+                })?;
+                let published = PublishedPort {
+                    host_ip,
+                    host_port,
+                    container_port,
+                    protocol: p.protocol,
+                };
+                if let Some((_, other, other_at)) =
+                    host_ports.iter().find(|(q, _, _)| collides(q, &published))
+                {
+                    let mut d = ctx.reject(
+                        &at(&p_at, &[f("host_port")]),
+                        format!(
+                            "host port {}/{} is published by modules {other} and {module}",
+                            host_port, published.protocol
+                        ),
+                        &format!("published by {module}"),
+                    );
+                    if let Some(span) = ctx.span(
+                        &at(other_at, &[f("host_port")]),
+                        &format!("published by {other}"),
+                    ) {
+                        d = d.with_span(span);
+                    }
+                    return Err(d);
+                }
+                host_ports.push((published.clone(), module.clone(), p_at));
+                ports.push(published);
+            }
+            ports.sort();
+            let mut volumes = Vec::new();
+            for (vi, v) in c.volumes.iter().enumerate() {
+                if !v.target.starts_with('/') {
+                    return Err(ctx.reject(
+                        &at(&here, &[f("volumes"), Step::Index(vi), f("target")]),
+                        format!(
+                            "container {name}: volume target `{}` is not an absolute path",
+                            v.target
+                        ),
+                        "this target",
+                    ));
+                }
+                volumes.push(Volume {
+                    source: v.source.clone(),
+                    target: v.target.clone(),
+                    read_only: v.read_only,
+                });
+            }
+            volumes.sort();
+            let state = if taken {
+                ContainerState::Managed
+            } else {
+                match record.record.found.containers.get(&name) {
+                    Some(found) => ContainerState::Held {
+                        original: found.spec,
+                    },
+                    None => ContainerState::Staged,
+                }
+            };
+            let entry = ContainerEntry {
+                module: module.clone(),
+                image: c.image.clone(),
+                command: c.command.clone(),
+                environment: c.environment.clone(),
+                ports,
+                volumes,
+                labels: c.labels.clone(),
+                state,
+            };
+            if let Some((first, first_at)) = containers.get(&name) {
+                let mut d = ctx.reject(
+                    &at(&here, &[f("name")]),
+                    format!(
+                        "container {name} is declared by modules {} and {module}",
+                        first.module
+                    ),
+                    &format!("declared by {module}"),
+                );
+                if let Some(span) = ctx.span(
+                    &at(first_at, &[f("name")]),
+                    &format!("declared by {}", first.module),
+                ) {
+                    d = d.with_span(span);
+                }
+                return Err(d);
+            }
+            containers.insert(name, (entry, here));
+        }
+
+        for (oi, o) in m.openings.iter().enumerate() {
+            let here = at(&base, &[f("openings"), Step::Index(oi)]);
+            let port = setting_port(&ctx, &settings, &at(&here, &[f("port")]), o.port, || {
+                format!("module {module} opens port")
+            })?;
+            let from = match o.from.as_str() {
+                "anywhere" => From::Anywhere,
+                "private" => From::Private,
+                cidr => From::Range(cidr.parse::<Ipv4Net>().map_err(|_| {
+                    ctx.reject(
+                        &at(&here, &[f("from")]),
+                        format!("module {module}: `{cidr}` is not \"anywhere\", \"private\" or an IPv4 range"),
+                        "this source",
+                    )
+                })?),
+            };
+            if o.paths.is_empty() {
+                return Err(ctx.reject(
+                    &at(&here, &[f("paths")]),
+                    format!(
+                        "module {module}: an opening needs at least one path (incoming, forwarded)"
+                    ),
+                    "no path",
+                ));
+            }
+            openings.push(Opening {
+                module: module.to_string(),
+                setting: settings
+                    .setting_of(port)
+                    .expect("checked to be a setting")
+                    .to_owned(),
+                port,
+                protocol: o.protocol,
+                paths: o.paths.iter().copied().collect(),
+                from,
+            });
+        }
+    }
+    openings.sort();
+    openings.dedup();
+
+    let mode = record.record.mode;
+    let firewall = FirewallRules {
+        guard: guard_ruleset(&settings),
+        base: (mode == Mode::Managed).then(|| base_ruleset(&settings, &openings)),
+    };
+    let generation = Generation {
+        format: FORMAT_VERSION,
+        node: node_name,
+        mode,
+        settings,
+        modules,
+        files: files.into_iter().map(|(p, (e, _))| (p, e)).collect(),
+        containers: containers.into_iter().map(|(n, (e, _))| (n, e)).collect(),
+        openings,
+        firewall,
+    };
+    Ok(Assembled {
+        generation,
+        blobs: blobs.into_values().collect(),
+    })
+}
+
+fn settings(ctx: &Ctx<'_>, s: &SettingsOut) -> Result<Settings, MeshDiagnostic> {
+    let mut ports = BTreeMap::new();
+    for (name, n) in &s.ports {
+        let here = [f("settings"), f("ports"), f(name)];
+        let port = Port::new(*n)
+            .map_err(|e| ctx.reject(&here, format!("setting ports.{name}: {e}"), "this port"))?;
+        ports.insert(name.clone(), port);
+    }
+    for required in FOUNDATION_PORTS {
+        if !ports.contains_key(required) {
+            return Err(ctx.reject(
+                &[f("settings"), f("ports")],
+                format!("the settings give no port for the foundation's {required}"),
+                "these ports",
+            ));
+        }
+    }
+    let net_at = [f("settings"), f("private_network")];
+    let range: Ipv4Net = s.private_network.range.parse().map_err(|_| {
+        ctx.reject(
+            &at(&net_at, &[f("range")]),
+            format!(
+                "private_network.range `{}` is not an IPv4 range like 10.77.0.0/24",
+                s.private_network.range
+            ),
+            "this range",
+        )
+    })?;
+    let address: Ipv4Addr = s.private_network.address.parse().map_err(|_| {
+        ctx.reject(
+            &at(&net_at, &[f("address")]),
+            format!(
+                "private_network.address `{}` is not an IPv4 address",
+                s.private_network.address
+            ),
+            "this address",
+        )
+    })?;
+    if !range.contains(&address) {
+        return Err(ctx.reject(
+            &at(&net_at, &[f("address")]),
+            format!(
+                "private_network.address {address} is not in the private network's range {range}"
+            ),
+            "outside the range",
+        ));
+    }
+    Ok(Settings {
+        ports,
+        private_network: PrivateNetwork {
+            range: range.trunc(),
+            address,
+            hub: s.private_network.hub,
+        },
+    })
+}
+
+/// A port used by a module must be one of the settings' values: a port is written once.
+fn setting_port(
+    ctx: &Ctx<'_>,
+    settings: &Settings,
+    here: &[Step],
+    n: i64,
+    what: impl Fn() -> String,
+) -> Result<Port, MeshDiagnostic> {
+    let port =
+        Port::new(n).map_err(|e| ctx.reject(here, format!("{}: {e}", what()), "this port"))?;
+    if settings.setting_of(port).is_none() {
+        return Err(ctx
+            .reject(here, format!("{} {port}, which is not a setting", what()), "not a setting")
+            .with_help("add the port to the node's settings.ports and read it from there (settings.ports.NAME)"));
+    }
+    Ok(port)
+}
+
+/// Two published ports collide when they bind the same port and protocol on the same address,
+/// or on any address when one of them binds every interface.
+fn collides(a: &PublishedPort, b: &PublishedPort) -> bool {
+    a.host_port == b.host_port
+        && a.protocol == b.protocol
+        && (a.host_ip == b.host_ip || a.host_ip.is_unspecified() || b.host_ip.is_unspecified())
+}
+
+/// The bus, the registry and the hub's port stay open to anywhere: a node enrols before it has a
+/// private address.
+fn foundation_openings(settings: &Settings) -> Vec<Opening> {
+    [
+        ("bus", Protocol::Tcp),
+        ("registry", Protocol::Tcp),
+        ("hub", Protocol::Udp),
+    ]
+    .into_iter()
+    .map(|(setting, protocol)| Opening {
+        module: "foundation".into(),
+        setting: setting.into(),
+        port: settings.ports[setting],
+        protocol,
+        paths: BTreeSet::from([TrafficPath::Incoming, TrafficPath::Forwarded]),
+        from: From::Anywhere,
+    })
+    .collect()
+}

@@ -1,0 +1,144 @@
+//! One diagnostic type for everything the compiler rejects, Nickel's errors and the mesh's own
+//! alike: a message, the source it points into, labelled spans, and help. Rendered by miette with
+//! the file, line and column, the way Nickel itself shows them.
+
+use std::fmt;
+use std::path::Path;
+
+use miette::{Diagnostic, LabeledSpan, NamedSource, SourceCode};
+
+/// A source a diagnostic points into: its display name and text.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The name shown to the user (a path relative to the working folder where possible).
+    pub name: String,
+    /// The full text.
+    pub text: String,
+}
+
+/// A labelled span in a [`Source`].
+#[derive(Debug, Clone)]
+pub struct Span {
+    /// The source it is in.
+    pub source: Source,
+    /// Byte range.
+    pub range: std::ops::Range<usize>,
+    /// What the span shows.
+    pub label: String,
+}
+
+/// A rejection, in the mesh's voice, with where it is.
+#[derive(Debug, Clone)]
+pub struct MeshDiagnostic {
+    /// What is wrong, naming the offending value (or both sides).
+    pub message: String,
+    /// Where: the primary span and, in the same source, secondary ones.
+    pub spans: Vec<Span>,
+    /// What to do about it.
+    pub help: Option<String>,
+    /// Spans in other sources, each shown as its own snippet.
+    pub related: Vec<MeshDiagnostic>,
+    named: Option<Box<NamedSource<String>>>,
+}
+
+impl MeshDiagnostic {
+    /// A diagnostic with a message only.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            spans: Vec::new(),
+            help: None,
+            related: Vec::new(),
+            named: None,
+        }
+    }
+
+    /// Adds a span. The first span's source is the diagnostic's source; spans in other sources
+    /// become related diagnostics.
+    pub fn with_span(mut self, span: Span) -> Self {
+        match self.spans.first() {
+            Some(first) if first.source.name != span.source.name => {
+                let label = span.label.clone();
+                self.related
+                    .push(MeshDiagnostic::new(label).with_span(span));
+            }
+            _ => {
+                if self.named.is_none() {
+                    self.named = Some(Box::new(NamedSource::new(
+                        span.source.name.clone(),
+                        span.source.text.clone(),
+                    )));
+                }
+                self.spans.push(span);
+            }
+        }
+        self
+    }
+
+    /// Adds help text.
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    /// "file:line:column" of the primary span, if any.
+    pub fn location(&self) -> Option<String> {
+        let span = self.spans.first()?;
+        let before = &span.source.text[..span.range.start.min(span.source.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        Some(format!("{}:{line}:{column}", span.source.name))
+    }
+}
+
+impl fmt::Display for MeshDiagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for MeshDiagnostic {}
+
+impl Diagnostic for MeshDiagnostic {
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.help
+            .as_ref()
+            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+    }
+
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        self.named.as_deref().map(|n| n as &dyn SourceCode)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        if self.spans.is_empty() {
+            return None;
+        }
+        Some(Box::new(self.spans.iter().enumerate().map(|(i, s)| {
+            let label = (!s.label.is_empty()).then(|| s.label.clone());
+            let len = s.range.end.saturating_sub(s.range.start);
+            if i == 0 {
+                LabeledSpan::new_primary_with_span(label, (s.range.start, len))
+            } else {
+                LabeledSpan::new_with_span(label, (s.range.start, len))
+            }
+        })))
+    }
+
+    fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn Diagnostic> + 'a>> {
+        if self.related.is_empty() {
+            return None;
+        }
+        Some(Box::new(self.related.iter().map(|d| d as &dyn Diagnostic)))
+    }
+}
+
+/// How a path is shown: relative to the working folder when it is under it.
+pub fn display_name(path: &Path) -> String {
+    if let Ok(cwd) = std::env::current_dir() {
+        if let Ok(rel) = path.strip_prefix(&cwd) {
+            return rel.display().to_string();
+        }
+    }
+    path.display().to_string()
+}

@@ -1,0 +1,200 @@
+//! Evaluating a node declaration with nickel-lang-core.
+//!
+//! The node record's pinned port settings enter the evaluation as overrides of
+//! `settings.ports.NAME` at the highest priority: `mesh.node` reads `settings` recursively, so a
+//! pinned port flows into every module that reads it, exactly as if the declaration said it.
+//!
+//! The evaluated value is kept (with Nickel's position table) so that a rejection found later, in
+//! Rust, can point at the source span of the offending value.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use nickel_lang_core::error::{Diagnostic, IntoDiagnostics, LabelStyle};
+use nickel_lang_core::eval::cache::CacheImpl;
+use nickel_lang_core::eval::value::NickelValue;
+use nickel_lang_core::files::{FileId, Files};
+use nickel_lang_core::identifier::LocIdent;
+use nickel_lang_core::program::{FieldOverride, FieldPath, Program, ProgramBuilder};
+use nickel_lang_core::term::MergePriority;
+
+use crate::diagnostic::{display_name, MeshDiagnostic, Source, Span};
+
+/// One step into an evaluated value: a field or an array index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A record field.
+    Field(String),
+    /// An array element.
+    Index(usize),
+}
+
+/// A location in the evaluated value, e.g. `modules[2].files[0].path`.
+pub type Pointer = Vec<Step>;
+
+/// Shows a pointer the way a person would write the field path.
+pub fn show_pointer(p: &[Step]) -> String {
+    let mut out = String::new();
+    for s in p {
+        match s {
+            Step::Field(f) if out.is_empty() => out.push_str(f),
+            Step::Field(f) => {
+                out.push('.');
+                out.push_str(f);
+            }
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// A finished evaluation: the exported value, and what is needed to point into its sources.
+pub struct Evaluation {
+    program: Program<CacheImpl>,
+    value: NickelValue,
+    /// The value as JSON (integers stay integers).
+    pub json: serde_json::Value,
+}
+
+/// A source file the evaluation read, and the blake3 of the text it read.
+pub type ReadSource = (PathBuf, [u8; 32]);
+
+/// Evaluates `node` with `library_dir` on the import path and `pinned` ports overriding the
+/// declaration's.
+pub fn evaluate(
+    node: &Path,
+    library_dir: &Path,
+    pinned: &BTreeMap<String, u16>,
+) -> Result<Evaluation, MeshDiagnostic> {
+    let overrides = pinned.iter().map(|(name, port)| FieldOverride {
+        path: FieldPath(vec![
+            LocIdent::from("settings"),
+            LocIdent::from("ports"),
+            LocIdent::from(name.as_str()),
+        ]),
+        value: port.to_string(),
+        priority: MergePriority::Top,
+    });
+    let mut program: Program<CacheImpl> = ProgramBuilder::new()
+        .add_path(node.as_os_str())
+        .add_import_paths([library_dir])
+        .add_overrides(overrides)
+        .build()
+        .map_err(|e| MeshDiagnostic::new(format!("cannot read {}: {e}", display_name(node))))?;
+    let value = match program.eval_full_for_export() {
+        Ok(v) => v,
+        Err(e) => {
+            let mut files = program.files();
+            let diagnostics = e.into_diagnostics(&mut files);
+            return Err(nickel_to_mesh(&files, diagnostics));
+        }
+    };
+    let json = serde_json::to_value(&value).map_err(|e| {
+        MeshDiagnostic::new(format!(
+            "{} does not evaluate to plain data: {e}",
+            display_name(node)
+        ))
+    })?;
+    Ok(Evaluation {
+        program,
+        value,
+        json,
+    })
+}
+
+impl Evaluation {
+    /// Every file on disk the evaluation read (the declaration, its imports, the library, text
+    /// imports), with the blake3 of exactly the text that was evaluated.
+    pub fn read_sources(&self) -> Vec<ReadSource> {
+        let files = self.program.files();
+        let count = files.filenames().count();
+        let first = files.stdlib_modules().count();
+        let mut out = Vec::new();
+        for index in first..count {
+            let Some(id) = file_id(index) else { continue };
+            let name = Path::new(files.name(id));
+            if name.is_absolute() && name.is_file() {
+                out.push((
+                    name.to_owned(),
+                    *blake3::hash(files.source(id).as_bytes()).as_bytes(),
+                ));
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The source span of the value at `pointer`, if Nickel kept one.
+    pub fn span_at(&self, pointer: &[Step], label: impl Into<String>) -> Option<Span> {
+        let mut v = &self.value;
+        for step in pointer {
+            v = match step {
+                Step::Field(f) => {
+                    let record = v.as_record()?.into_opt()?;
+                    record
+                        .fields
+                        .get(&LocIdent::from(f.as_str()))?
+                        .value
+                        .as_ref()?
+                }
+                Step::Index(i) => v.as_array()?.into_opt()?.array.get(*i)?,
+            };
+        }
+        let span = v.pos(self.program.pos_table()).into_opt()?;
+        let files = self.program.files();
+        Some(Span {
+            source: source_of(&files, span.src_id),
+            range: span.start.to_usize()..span.end.to_usize(),
+            label: label.into(),
+        })
+    }
+}
+
+/// `FileId` has no public constructor; it is serde-deserialisable from its index.
+fn file_id(index: usize) -> Option<FileId> {
+    serde_json::from_value(serde_json::Value::from(index)).ok()
+}
+
+fn source_of(files: &Files, id: FileId) -> Source {
+    let name = Path::new(files.name(id));
+    Source {
+        name: display_name(name),
+        text: files.source(id).to_owned(),
+    }
+}
+
+/// Nickel's diagnostics, in the mesh's voice: the first becomes the error, the rest follow it.
+fn nickel_to_mesh(files: &Files, diagnostics: Vec<Diagnostic<FileId>>) -> MeshDiagnostic {
+    let mut out: Option<MeshDiagnostic> = None;
+    for d in diagnostics {
+        let mut message = d
+            .message
+            .lines()
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(": ");
+        if out.is_none() {
+            message = format!("the declaration does not evaluate: {message}");
+        }
+        let mut m = MeshDiagnostic::new(message);
+        let mut labels = d.labels;
+        // The primary label first, so it picks the diagnostic's source.
+        labels.sort_by_key(|l| l.style != LabelStyle::Primary);
+        for l in labels {
+            m = m.with_span(Span {
+                source: source_of(files, l.file_id),
+                range: l.range,
+                label: l.message,
+            });
+        }
+        if !d.notes.is_empty() {
+            m = m.with_help(d.notes.join("\n"));
+        }
+        match &mut out {
+            None => out = Some(m),
+            Some(first) => first.related.push(m),
+        }
+    }
+    out.unwrap_or_else(|| MeshDiagnostic::new("the declaration does not evaluate"))
+}

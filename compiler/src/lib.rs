@@ -1,0 +1,139 @@
+//! The mesh's compiler: a Nickel node declaration plus the node record in, an immutable,
+//! content-addressed generation out.
+//!
+//! Invariants:
+//! - a generation is a function of the declaration's sources, the node record and the mesh's
+//!   format version only: not of the checkout's path, the time, the user, the host or any map's
+//!   order;
+//! - every rejection points at the source span of the offending value and names both sides where
+//!   there are two;
+//! - the only writes are to the store (blobs first, then the generation, then the cache entry), so
+//!   a generation in the store never references a missing blob.
+#![deny(missing_docs)]
+
+pub mod assemble;
+pub mod cache;
+pub mod diagnostic;
+pub mod eval;
+pub mod library;
+
+use std::path::{Path, PathBuf};
+
+use mesh_lib::store::StoreError;
+use mesh_lib::{Generation, GenerationId, NodeRecord, Store};
+
+pub use diagnostic::MeshDiagnostic;
+
+/// What to build.
+pub struct BuildRequest<'a> {
+    /// The node declaration.
+    pub node: &'a Path,
+    /// The node record and the file it came from; `None` for a node never adopted.
+    pub record: Option<(&'a NodeRecord, &'a Path)>,
+    /// The state directory (store, library, cache).
+    pub state_dir: &'a Path,
+    /// Whether the evaluation cache may be used.
+    pub use_cache: bool,
+}
+
+/// A generation built and in the store.
+#[derive(Debug)]
+pub struct Built {
+    /// Its id.
+    pub id: GenerationId,
+    /// The generation.
+    pub generation: Generation,
+    /// Whether the evaluation cache answered.
+    pub cached: bool,
+}
+
+/// Why a build failed.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum BuildError {
+    /// The declaration or the record is rejected: the user's to fix.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Rejected(#[from] MeshDiagnostic),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Other I/O failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Evaluates, assembles and stores the generation of `request`.
+pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
+    let node = std::fs::canonicalize(request.node).map_err(|_| {
+        MeshDiagnostic::new(format!(
+            "cannot read the node declaration {}: no such file",
+            request.node.display()
+        ))
+    })?;
+    let store = Store::open(request.state_dir)?;
+    let record_bytes = match request.record {
+        Some((r, _)) => Some(r.to_bytes().map_err(StoreError::Encode)?),
+        None => None,
+    };
+    let key = cache::CacheKey::new(&node, record_bytes.as_deref());
+    if request.use_cache {
+        if let Some(id) = cache::lookup(request.state_dir, &key) {
+            if store.has_generation(&id) {
+                let generation = store.generation(&id)?;
+                return Ok(Built {
+                    id,
+                    generation,
+                    cached: true,
+                });
+            }
+        }
+    }
+    let library_dir = library::install(request.state_dir).map_err(|source| BuildError::Io {
+        what: "installing the mesh library in",
+        path: request.state_dir.to_owned(),
+        source,
+    })?;
+    let default_record;
+    let (record, record_name) = match request.record {
+        Some((r, path)) => (r, Some(diagnostic::display_name(path))),
+        None => {
+            // A node never adopted: managed, nothing found. Its name is the declaration's.
+            default_record =
+                NodeRecord::managed(mesh_lib::model::NodeName::new("unnamed").expect("valid"));
+            (&default_record, None)
+        }
+    };
+    let pinned = record
+        .pinned
+        .iter()
+        .map(|(k, v)| (k.clone(), v.get()))
+        .collect();
+    let evaluation = eval::evaluate(&node, &library_dir, &pinned)?;
+    let assembled = assemble::assemble(
+        &evaluation,
+        &assemble::RecordSource {
+            record,
+            name: record_name,
+        },
+    )?;
+    for blob in &assembled.blobs {
+        store.put_blob(&blob.bytes, blob.private)?;
+    }
+    let id = store.put_generation(&assembled.generation)?;
+    if request.use_cache {
+        cache::store(request.state_dir, &key, id, &evaluation.read_sources());
+    }
+    Ok(Built {
+        id,
+        generation: assembled.generation,
+        cached: false,
+    })
+}

@@ -1,0 +1,28 @@
+//! The mesh's own Nickel library (`mesh.ncl`), shipped inside the binary and put on disk where
+//! Nickel can import it: `STATE/ncl/<digest>/mesh.ncl`. The folder is named by the library's
+//! digest, so a newer mesh never evaluates against an older library.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use mesh_lib::atomic;
+
+/// The library's source.
+pub const MESH_NCL: &str = include_str!("../ncl/mesh.ncl");
+
+/// The library's digest, part of every evaluation cache key.
+pub fn digest() -> blake3::Hash {
+    blake3::hash(MESH_NCL.as_bytes())
+}
+
+/// Ensures the library is on disk under `state_dir`; returns the folder to import it from.
+pub fn install(state_dir: &Path) -> io::Result<PathBuf> {
+    let dir = state_dir.join("ncl").join(&digest().to_hex()[..16]);
+    let file = dir.join("mesh.ncl");
+    let present = std::fs::read(&file).is_ok_and(|b| b == MESH_NCL.as_bytes());
+    if !present {
+        atomic::create_dir_all(&dir)?;
+        atomic::write_file(&file, MESH_NCL.as_bytes(), 0o444)?;
+    }
+    Ok(dir)
+}

@@ -1,0 +1,125 @@
+//! Content hashes as newtypes: a [`BlobHash`] names bytes in the store, a [`GenerationId`] names a
+//! generation. Both are blake3 digests, shown and serialised as `b3:<64 hex digits>`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The prefix every digest is shown with, so a hash says which function made it.
+pub const DIGEST_PREFIX: &str = "b3:";
+
+/// A digest string that is not `b3:` followed by 64 lowercase hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{input}` is not a digest: expected `b3:` followed by 64 hex digits")]
+pub struct DigestParseError {
+    /// What was given.
+    pub input: String,
+}
+
+macro_rules! digest_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name([u8; 32]);
+
+        impl $name {
+            /// The digest of `bytes`.
+            pub fn of(bytes: &[u8]) -> Self {
+                Self(*blake3::hash(bytes).as_bytes())
+            }
+
+            /// Wraps a raw 32-byte digest.
+            pub fn from_bytes(bytes: [u8; 32]) -> Self {
+                Self(bytes)
+            }
+
+            /// The 64 lowercase hex digits, without prefix (the name of the object on disk).
+            pub fn hex(&self) -> String {
+                hex::encode(self.0)
+            }
+
+            /// Parses 64 hex digits without the prefix.
+            pub fn from_hex(hex_digits: &str) -> Result<Self, DigestParseError> {
+                let err = || DigestParseError { input: hex_digits.to_owned() };
+                if hex_digits.len() != 64 || hex_digits.bytes().any(|b| b.is_ascii_uppercase()) {
+                    return Err(err());
+                }
+                let mut out = [0u8; 32];
+                hex::decode_to_slice(hex_digits, &mut out).map_err(|_| err())?;
+                Ok(Self(out))
+            }
+
+            /// A short form for people: the prefix and the first 12 digits.
+            pub fn short(&self) -> String {
+                format!("{DIGEST_PREFIX}{}", &self.hex()[..12])
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{DIGEST_PREFIX}{}", self.hex())
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({})", stringify!($name), self)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = DigestParseError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                let digits = s
+                    .strip_prefix(DIGEST_PREFIX)
+                    .ok_or_else(|| DigestParseError { input: s.to_owned() })?;
+                Self::from_hex(digits).map_err(|_| DigestParseError { input: s.to_owned() })
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+digest_type!(
+    /// The blake3 digest of a blob's bytes: the blob's name in the store.
+    BlobHash
+);
+digest_type!(
+    /// The blake3 digest of a generation's canonical encoding: the generation's name.
+    GenerationId
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A digest survives display and parse unchanged, and only the canonical form parses.
+    #[test]
+    fn digest_round_trips_and_rejects_other_forms() {
+        let h = BlobHash::of(b"hello");
+        let shown = h.to_string();
+        assert!(shown.starts_with("b3:"));
+        assert_eq!(shown.parse::<BlobHash>().unwrap(), h);
+        assert!(shown.to_uppercase().parse::<BlobHash>().is_err());
+        assert!(
+            h.hex().parse::<BlobHash>().is_err(),
+            "the prefix is required"
+        );
+        assert!("b3:abc".parse::<BlobHash>().is_err());
+        let json = serde_json::to_string(&h).unwrap();
+        assert_eq!(serde_json::from_str::<BlobHash>(&json).unwrap(), h);
+    }
+}

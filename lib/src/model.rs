@@ -1,0 +1,541 @@
+//! The generation model: what a node should be, as data. A [`Generation`] is immutable and named by
+//! the blake3 digest of its canonical encoding ([`Generation::id`]); it holds hashes of file
+//! contents, never the contents themselves (those are blobs in the store).
+//!
+//! Invariants, upheld by the compiler and checked again by [`Generation::validate`]:
+//! - every map is a `BTreeMap` and every list is sorted, so the encoding is a function of the
+//!   content alone;
+//! - every port a file, container or opening uses is a value of [`Settings::ports`];
+//! - a held item only exists on an adopted node, for a module that is not taken.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use serde::{Deserialize, Serialize};
+
+use crate::canonical::{to_canonical_json, CanonicalError};
+use crate::id::{BlobHash, GenerationId};
+use crate::path::TargetPath;
+
+/// The version of the generation format. Part of every generation's content, so a change of
+/// format is a change of every id: deliberate and visible.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The foundation's port settings, which every node has.
+pub const FOUNDATION_PORTS: [&str; 5] = ["store", "bus", "registry", "broker_management", "hub"];
+
+/// A TCP or UDP port, 1–65535.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "i64", into = "u16")]
+pub struct Port(u16);
+
+/// A number that is not a port.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is not a port: a port is an integer from 1 to 65535")]
+pub struct PortError(pub i64);
+
+impl Port {
+    /// Validates a port number.
+    pub fn new(n: i64) -> Result<Self, PortError> {
+        match u16::try_from(n) {
+            Ok(p) if p >= 1 => Ok(Self(p)),
+            _ => Err(PortError(n)),
+        }
+    }
+    /// The number.
+    pub fn get(self) -> u16 {
+        self.0
+    }
+}
+
+impl TryFrom<i64> for Port {
+    type Error = PortError;
+    fn try_from(n: i64) -> Result<Self, PortError> {
+        Port::new(n)
+    }
+}
+
+impl From<Port> for u16 {
+    fn from(p: Port) -> u16 {
+        p.0
+    }
+}
+
+impl fmt::Display for Port {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for Port {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Port({})", self.0)
+    }
+}
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates a name: 1–63 bytes of ASCII letters, digits, `-`, `_` and `.`,
+            /// starting with a letter or digit.
+            pub fn new(s: &str) -> Result<Self, NameError> {
+                let ok = !s.is_empty()
+                    && s.len() <= 63
+                    && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+                    && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+                if ok {
+                    Ok(Self(s.to_owned()))
+                } else {
+                    Err(NameError { what: $what, name: s.to_owned() })
+                }
+            }
+            /// The name.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                Self::new(&s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+/// A name that is not valid for its kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{name}` is not a valid {what} name: use 1-63 letters, digits, `-`, `_` or `.`, starting with a letter or digit")]
+pub struct NameError {
+    /// Which kind of name.
+    pub what: &'static str,
+    /// What was given.
+    pub name: String,
+}
+
+name_type!(
+    /// A module's name, unique in a catalogue.
+    ModuleName,
+    "module"
+);
+name_type!(
+    /// A node's name.
+    NodeName,
+    "node"
+);
+name_type!(
+    /// A container's name on the node (without Docker's leading `/`).
+    ContainerName,
+    "container"
+);
+
+/// A file mode's permission bits (at most `0o7777`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct FileMode(u32);
+
+/// A mode string that is not 3 or 4 octal digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a file mode: write 3 or 4 octal digits, e.g. \"0644\"")]
+pub struct ModeError(pub String);
+
+impl FileMode {
+    /// Parses `"0644"`-style octal text.
+    pub fn parse(s: &str) -> Result<Self, ModeError> {
+        if !(3..=4).contains(&s.len()) || !s.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            return Err(ModeError(s.to_owned()));
+        }
+        u32::from_str_radix(s, 8)
+            .map(Self)
+            .map_err(|_| ModeError(s.to_owned()))
+    }
+    /// From permission bits; anything above `0o7777` is refused.
+    pub fn from_bits(bits: u32) -> Result<Self, ModeError> {
+        if bits > 0o7777 {
+            return Err(ModeError(format!("{bits:o}")));
+        }
+        Ok(Self(bits))
+    }
+    /// The permission bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+    /// Whether "others" may read it. A blob of a file that is not world-readable is not
+    /// world-readable in the store either.
+    pub fn world_readable(self) -> bool {
+        self.0 & 0o004 != 0
+    }
+}
+
+impl TryFrom<String> for FileMode {
+    type Error = ModeError;
+    fn try_from(s: String) -> Result<Self, ModeError> {
+        FileMode::parse(&s)
+    }
+}
+
+impl From<FileMode> for String {
+    fn from(m: FileMode) -> String {
+        format!("{:04o}", m.0)
+    }
+}
+
+impl fmt::Display for FileMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04o}", self.0)
+    }
+}
+
+impl fmt::Debug for FileMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FileMode({self})")
+    }
+}
+
+/// Whether the mesh has full control of a node or is adopting it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Found items are held until their module is taken; the found firewall stays in force.
+    Adopted,
+    /// The mesh has full control: base ruleset, no held items.
+    Managed,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Adopted => "adopted",
+            Mode::Managed => "managed",
+        })
+    }
+}
+
+/// The node's private network: its range and the node's address in it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivateNetwork {
+    /// The private network's range, e.g. `10.77.0.0/24`.
+    pub range: Ipv4Net,
+    /// This node's address in it.
+    pub address: Ipv4Addr,
+    /// Whether this node is the private network's hub.
+    pub hub: bool,
+}
+
+/// The node's settings: every port number used anywhere in the generation, written once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Port settings by name. Always holds the [`FOUNDATION_PORTS`]; web and resolver ports and
+    /// application ports where assigned.
+    pub ports: BTreeMap<String, Port>,
+    /// The private network.
+    pub private_network: PrivateNetwork,
+}
+
+impl Settings {
+    /// The name of the setting that gives `port`, if any.
+    pub fn setting_of(&self, port: Port) -> Option<&str> {
+        self.ports
+            .iter()
+            .find(|(_, p)| **p == port)
+            .map(|(n, _)| n.as_str())
+    }
+}
+
+/// What the mesh does with a declared file on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum FileState {
+    /// Written and owned by the mesh.
+    Managed,
+    /// Of an assigned, not yet taken module on an adopted node, colliding with nothing: written.
+    Staged,
+    /// Found on an adopted node, its module not taken: kept as it is, in force.
+    Held {
+        /// The hash of the original content found at the path.
+        original: BlobHash,
+    },
+}
+
+impl FileState {
+    /// One word for people.
+    pub fn word(&self) -> &'static str {
+        match self {
+            FileState::Managed => "managed",
+            FileState::Staged => "staged",
+            FileState::Held { .. } => "held",
+        }
+    }
+}
+
+/// A declared file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    /// The module that declares it.
+    pub module: ModuleName,
+    /// The declared content.
+    pub blob: BlobHash,
+    /// The declared content's length in bytes.
+    pub size: u64,
+    /// Permission bits.
+    pub mode: FileMode,
+    /// Owner user name.
+    pub owner: String,
+    /// Owner group name.
+    pub group: String,
+    /// What the mesh does with it here.
+    pub state: FileState,
+}
+
+/// TCP or UDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+impl Protocol {
+    /// `tcp` or `udp`, as nft writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A container port published on the host.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedPort {
+    /// The host address it binds, `0.0.0.0` for every interface.
+    pub host_ip: std::net::IpAddr,
+    /// The host port: a setting.
+    pub host_port: Port,
+    /// The port inside the container.
+    pub container_port: Port,
+    /// TCP or UDP.
+    pub protocol: Protocol,
+}
+
+/// A volume mounted into a container.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Volume {
+    /// A named volume, or an absolute host path.
+    pub source: String,
+    /// The absolute path inside the container.
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// What the mesh does with a declared container on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum ContainerState {
+    /// Created, running and owned by the mesh.
+    Managed,
+    /// Of an assigned, not yet taken module on an adopted node, colliding with nothing: created,
+    /// not started.
+    Staged,
+    /// Found on an adopted node under the declared name, its module not taken: not stopped, not
+    /// restarted, not recreated.
+    Held {
+        /// The hash of the found container's recorded spec.
+        original: BlobHash,
+    },
+}
+
+impl ContainerState {
+    /// One word for people.
+    pub fn word(&self) -> &'static str {
+        match self {
+            ContainerState::Managed => "managed",
+            ContainerState::Staged => "staged",
+            ContainerState::Held { .. } => "held",
+        }
+    }
+}
+
+/// A declared container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerEntry {
+    /// The module that declares it.
+    pub module: ModuleName,
+    /// The image reference.
+    pub image: String,
+    /// The command, empty for the image's default.
+    pub command: Vec<String>,
+    /// Environment variables.
+    pub environment: BTreeMap<String, String>,
+    /// Published ports, sorted.
+    pub ports: Vec<PublishedPort>,
+    /// Mounted volumes, sorted.
+    pub volumes: Vec<Volume>,
+    /// Labels the declaration gives (the mesh adds its own when it creates the container).
+    pub labels: BTreeMap<String, String>,
+    /// What the mesh does with it here.
+    pub state: ContainerState,
+}
+
+/// Which path through the kernel a packet to an opening takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrafficPath {
+    /// To a socket on the node itself (the input hook).
+    Incoming,
+    /// To a container's published port, after DNAT (the forward hook).
+    Forwarded,
+}
+
+/// Who may reach an opening.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "range")]
+pub enum Source {
+    /// Anyone, IPv4 and IPv6.
+    Anywhere,
+    /// Only the node's private network.
+    Private,
+    /// Only this IPv4 range.
+    Range(Ipv4Net),
+}
+
+/// A port the mesh needs reachable.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Opening {
+    /// The module that needs it (`foundation` for the bus, registry and hub).
+    pub module: String,
+    /// The name of the setting that gives the port.
+    pub setting: String,
+    /// The port.
+    pub port: Port,
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// The paths it is opened on.
+    pub paths: BTreeSet<TrafficPath>,
+    /// Who may reach it.
+    pub from: Source,
+}
+
+/// A module assigned to the node, and whether it is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModuleState {
+    /// Assigned, not taken, on an adopted node: found items held, the rest staged.
+    Assigned,
+    /// Taken (on an adopted node) or simply managed (on a managed node).
+    Taken,
+}
+
+/// The firewall rules of a generation, as nftables JSON (the `nftables` crate's schema), ready
+/// for `nft -j -f`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirewallRules {
+    /// The guard: a refuse-only table at prerouting, on every node.
+    pub guard: nftables::schema::Nftables<'static>,
+    /// The base ruleset: default drop, declared openings accepted. Only on a managed node.
+    pub base: Option<nftables::schema::Nftables<'static>>,
+}
+
+/// A generation: everything the mesh wants a node to be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Generation {
+    /// [`FORMAT_VERSION`].
+    pub format: u32,
+    /// The node's name.
+    pub node: NodeName,
+    /// Adopted or managed.
+    pub mode: Mode,
+    /// Every port and the private network.
+    pub settings: Settings,
+    /// The assigned modules.
+    pub modules: BTreeMap<ModuleName, ModuleState>,
+    /// Declared files by path.
+    pub files: BTreeMap<TargetPath, FileEntry>,
+    /// Declared containers by name.
+    pub containers: BTreeMap<ContainerName, ContainerEntry>,
+    /// Openings, sorted. On an adopted node they are converged through the found firewall; on a
+    /// managed node the base ruleset accepts them.
+    pub openings: Vec<Opening>,
+    /// The guard and, on a managed node, the base ruleset.
+    pub firewall: FirewallRules,
+}
+
+impl Generation {
+    /// The canonical encoding (see [`crate::canonical`]).
+    pub fn canonical_bytes(&self) -> Result<Vec<u8>, CanonicalError> {
+        to_canonical_json(self)
+    }
+
+    /// The generation's id: the blake3 digest of its canonical encoding.
+    pub fn id(&self) -> Result<GenerationId, CanonicalError> {
+        Ok(GenerationId::of(&self.canonical_bytes()?))
+    }
+
+    /// Every blob the generation references: declared contents and held originals.
+    pub fn blobs(&self) -> BTreeSet<BlobHash> {
+        let mut out = BTreeSet::new();
+        for f in self.files.values() {
+            out.insert(f.blob);
+            if let FileState::Held { original } = f.state {
+                out.insert(original);
+            }
+        }
+        for c in self.containers.values() {
+            if let ContainerState::Held { original } = c.state {
+                out.insert(original);
+            }
+        }
+        out
+    }
+
+    /// How many files are in each state, as (managed, staged, held).
+    pub fn file_counts(&self) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        for f in self.files.values() {
+            match f.state {
+                FileState::Managed => counts.0 += 1,
+                FileState::Staged => counts.1 += 1,
+                FileState::Held { .. } => counts.2 += 1,
+            }
+        }
+        counts
+    }
+}

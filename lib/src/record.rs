@@ -1,0 +1,144 @@
+//! The node record: the machine-side facts the compiler needs — the node's mode, its pinned port
+//! settings, what was found on it, and which modules are taken.
+//!
+//! Stored as canonical JSON in its indented form (sorted keys, one field per line): versioned by
+//! [`RECORD_FORMAT`], diff-friendly, and exportable so that CI builds the very generation the
+//! node builds. An absent record means a managed node with nothing found.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::canonical::{to_canonical_pretty, CanonicalError};
+use crate::id::BlobHash;
+use crate::model::{ContainerName, FileMode, Mode, ModuleName, NodeName, Port};
+use crate::path::TargetPath;
+
+/// The record format this mesh reads and writes.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// A file found on the node at a declared path, with no record that the mesh wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FoundFile {
+    /// The original content's hash (the content itself is a blob in the store).
+    pub hash: BlobHash,
+    /// Its permission bits.
+    pub mode: FileMode,
+    /// Its owner's user name (or uid, when it has no name).
+    pub owner: String,
+    /// Its group's name (or gid).
+    pub group: String,
+}
+
+/// A container found under a declared name without the mesh's label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FoundContainer {
+    /// The hash of its recorded inspect data (a blob in the store).
+    pub spec: BlobHash,
+}
+
+/// The kind of firewall found in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FirewallKind {
+    /// Native nftables tables.
+    Nftables,
+    /// Rules made by `iptables` on its nft backend.
+    IptablesNft,
+}
+
+/// The firewall found in force at adoption.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FoundFirewall {
+    /// Which kind it is.
+    pub kind: FirewallKind,
+    /// The hash of its dump (a blob in the store), for a rollback after the flip.
+    pub dump: BlobHash,
+}
+
+/// Everything found on the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Found {
+    /// Found files by path.
+    #[serde(default)]
+    pub files: BTreeMap<TargetPath, FoundFile>,
+    /// Found containers by name.
+    #[serde(default)]
+    pub containers: BTreeMap<ContainerName, FoundContainer>,
+    /// The found firewall.
+    #[serde(default)]
+    pub firewall: Option<FoundFirewall>,
+}
+
+/// The node record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeRecord {
+    /// [`RECORD_FORMAT`].
+    pub format: u32,
+    /// The node it describes.
+    pub node: NodeName,
+    /// Adopted or managed.
+    pub mode: Mode,
+    /// Port settings pinned at genesis; they override the declaration's.
+    #[serde(default)]
+    pub pinned: BTreeMap<String, Port>,
+    /// What was found.
+    #[serde(default)]
+    pub found: Found,
+    /// Modules taken on this node.
+    #[serde(default)]
+    pub taken: BTreeSet<ModuleName>,
+}
+
+/// A record that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not JSON, or not a record.
+    #[error("not a node record: {0}")]
+    Parse(#[from] serde_json::Error),
+    /// Written by a newer mesh.
+    #[error("record format {found} is not one this mesh reads (it reads format {RECORD_FORMAT})")]
+    Format {
+        /// The format it claims.
+        found: u32,
+    },
+}
+
+impl NodeRecord {
+    /// The record of a node never adopted: managed, nothing found, nothing pinned.
+    pub fn managed(node: NodeName) -> Self {
+        Self {
+            format: RECORD_FORMAT,
+            node,
+            mode: Mode::Managed,
+            pinned: BTreeMap::new(),
+            found: Found::default(),
+            taken: BTreeSet::new(),
+        }
+    }
+
+    /// Parses a record, checking its format version first.
+    pub fn parse(bytes: &[u8]) -> Result<Self, RecordError> {
+        #[derive(Deserialize)]
+        struct Version {
+            format: u32,
+        }
+        let version: Version = serde_json::from_slice(bytes)?;
+        if version.format != RECORD_FORMAT {
+            return Err(RecordError::Format {
+                found: version.format,
+            });
+        }
+        Ok(serde_json::from_slice(bytes)?)
+    }
+
+    /// The canonical, indented bytes of the record.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, CanonicalError> {
+        to_canonical_pretty(self)
+    }
+}

@@ -1,0 +1,346 @@
+//! The content-addressed store under the state directory.
+//!
+//! ```text
+//! STATE/store/blobs/ab/abcdef…       a blob, named by the blake3 of its bytes (read-only)
+//! STATE/store/generations/abcdef…    a generation's canonical encoding, named by its id
+//! ```
+//!
+//! Invariants:
+//! - an object is written atomically ([`crate::atomic`]) and never modified afterwards;
+//! - every read checks the bytes against the name: a corrupted object is reported, never used;
+//! - a blob of a file that is not world-readable is stored with mode `0400`, others `0444`;
+//! - the store's folders are `0755`: not world-writable.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::atomic;
+use crate::id::{BlobHash, GenerationId};
+use crate::model::Generation;
+
+/// A store error. Each names the object and the file it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Reading or writing failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// An object's bytes do not match its name.
+    #[error("the store is corrupted: {path} should hash to {expected} but hashes to {actual}; it was not used (run `mesh verify`)")]
+    Corrupt {
+        /// The object's file.
+        path: PathBuf,
+        /// The name it is stored under.
+        expected: String,
+        /// What its bytes hash to.
+        actual: String,
+    },
+    /// No such blob.
+    #[error("blob {0} is not in the store")]
+    MissingBlob(BlobHash),
+    /// No such generation.
+    #[error("generation {0} is not in the store")]
+    MissingGeneration(String),
+    /// A prefix that matches several generations.
+    #[error("`{0}` matches more than one generation: give more digits")]
+    Ambiguous(String),
+    /// A stored generation that does not parse (a newer format, or damage the hash missed).
+    #[error("generation {id} cannot be read: {source}")]
+    Unreadable {
+        /// Its id.
+        id: GenerationId,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A generation that has no canonical encoding.
+    #[error("generation cannot be encoded: {0}")]
+    Encode(#[from] crate::canonical::CanonicalError),
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// What [`Store::verify`] found.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct VerifyReport {
+    /// Objects checked.
+    pub checked: usize,
+    /// Files whose bytes do not match their names.
+    pub corrupt: Vec<PathBuf>,
+}
+
+/// A content-addressed store rooted at `STATE/store`.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+}
+
+impl Store {
+    /// Opens the store of `state_dir`, creating its folders if needed.
+    pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
+        let root = state_dir.join("store");
+        for dir in [root.join("blobs"), root.join("generations")] {
+            atomic::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
+        }
+        Ok(Self { root })
+    }
+
+    /// The store's folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the blob `hash` lives.
+    pub fn blob_path(&self, hash: &BlobHash) -> PathBuf {
+        let hex = hash.hex();
+        self.root.join("blobs").join(&hex[..2]).join(hex)
+    }
+
+    fn generation_path(&self, id: &GenerationId) -> PathBuf {
+        self.root.join("generations").join(id.hex())
+    }
+
+    /// Adds `bytes` as a blob. `private` blobs (of files not world-readable) get mode `0400`; a
+    /// blob already present is checked, replaced if corrupted, and made private if asked.
+    pub fn put_blob(&self, bytes: &[u8], private: bool) -> Result<BlobHash, StoreError> {
+        let hash = BlobHash::of(bytes);
+        let path = self.blob_path(&hash);
+        let mode = if private { 0o400 } else { 0o444 };
+        match fs::read(&path) {
+            Ok(existing) if BlobHash::of(&existing) == hash => {
+                if private {
+                    let meta = fs::metadata(&path).map_err(io_err("reading", &path))?;
+                    if meta.permissions().mode() & 0o077 != 0 {
+                        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+                            .map_err(io_err("restricting", &path))?;
+                    }
+                }
+                return Ok(hash);
+            }
+            Ok(_) => {} // corrupted: replace it with the right bytes below
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("reading", &path)(e)),
+        }
+        let dir = path.parent().expect("blob paths have a parent");
+        atomic::create_dir_all(dir).map_err(io_err("creating", dir))?;
+        atomic::write_file(&path, bytes, mode).map_err(io_err("writing", &path))?;
+        Ok(hash)
+    }
+
+    /// Whether the blob is present (not checked: use [`Store::blob`] to read it).
+    pub fn has_blob(&self, hash: &BlobHash) -> bool {
+        self.blob_path(hash).is_file()
+    }
+
+    /// Reads a blob, checking its bytes against its name.
+    pub fn blob(&self, hash: &BlobHash) -> Result<Vec<u8>, StoreError> {
+        let path = self.blob_path(hash);
+        let bytes = fs::read(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => StoreError::MissingBlob(*hash),
+            _ => io_err("reading", &path)(e),
+        })?;
+        let actual = BlobHash::of(&bytes);
+        if actual != *hash {
+            return Err(StoreError::Corrupt {
+                path,
+                expected: hash.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Adds a generation; returns its id.
+    pub fn put_generation(&self, generation: &Generation) -> Result<GenerationId, StoreError> {
+        let bytes = generation.canonical_bytes()?;
+        let id = GenerationId::of(&bytes);
+        let path = self.generation_path(&id);
+        if let Ok(existing) = fs::read(&path) {
+            if GenerationId::of(&existing) == id {
+                return Ok(id);
+            }
+        }
+        atomic::write_file(&path, &bytes, 0o444).map_err(io_err("writing", &path))?;
+        Ok(id)
+    }
+
+    /// Whether a generation is present.
+    pub fn has_generation(&self, id: &GenerationId) -> bool {
+        self.generation_path(id).is_file()
+    }
+
+    /// Reads a generation, checking its bytes against its id.
+    pub fn generation(&self, id: &GenerationId) -> Result<Generation, StoreError> {
+        let path = self.generation_path(id);
+        let bytes = fs::read(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => StoreError::MissingGeneration(id.to_string()),
+            _ => io_err("reading", &path)(e),
+        })?;
+        let actual = GenerationId::of(&bytes);
+        if actual != *id {
+            return Err(StoreError::Corrupt {
+                path,
+                expected: id.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|source| StoreError::Unreadable { id: *id, source })
+    }
+
+    /// The ids of every stored generation, sorted.
+    pub fn generation_ids(&self) -> Result<Vec<GenerationId>, StoreError> {
+        let dir = self.root.join("generations");
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io_err("listing", &dir))? {
+            let entry = entry.map_err(io_err("listing", &dir))?;
+            if let Some(id) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| GenerationId::from_hex(n).ok())
+            {
+                ids.push(id);
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Resolves a full id (`b3:…`) or a unique prefix of one (at least 4 digits, with or
+    /// without `b3:`).
+    pub fn resolve_generation(&self, text: &str) -> Result<GenerationId, StoreError> {
+        if let Ok(id) = text.parse::<GenerationId>() {
+            return if self.has_generation(&id) {
+                Ok(id)
+            } else {
+                Err(StoreError::MissingGeneration(text.to_owned()))
+            };
+        }
+        let digits = text.strip_prefix(crate::id::DIGEST_PREFIX).unwrap_or(text);
+        if digits.len() < 4 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(StoreError::MissingGeneration(text.to_owned()));
+        }
+        let digits = digits.to_ascii_lowercase();
+        let mut matches = self
+            .generation_ids()?
+            .into_iter()
+            .filter(|id| id.hex().starts_with(&digits));
+        match (matches.next(), matches.next()) {
+            (Some(id), None) => Ok(id),
+            (None, _) => Err(StoreError::MissingGeneration(text.to_owned())),
+            (Some(_), Some(_)) => Err(StoreError::Ambiguous(text.to_owned())),
+        }
+    }
+
+    /// Checks every object's bytes against its name.
+    pub fn verify(&self) -> Result<VerifyReport, StoreError> {
+        let mut report = VerifyReport::default();
+        let blobs = self.root.join("blobs");
+        for shard in fs::read_dir(&blobs).map_err(io_err("listing", &blobs))? {
+            let shard = shard.map_err(io_err("listing", &blobs))?.path();
+            if !shard.is_dir() {
+                continue;
+            }
+            for entry in fs::read_dir(&shard).map_err(io_err("listing", &shard))? {
+                let path = entry.map_err(io_err("listing", &shard))?.path();
+                let Some(expected) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| BlobHash::from_hex(n).ok())
+                else {
+                    continue;
+                };
+                report.checked += 1;
+                let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
+                if BlobHash::of(&bytes) != expected {
+                    report.corrupt.push(path);
+                }
+            }
+        }
+        for id in self.generation_ids()? {
+            report.checked += 1;
+            let path = self.generation_path(&id);
+            let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
+            if GenerationId::of(&bytes) != id {
+                report.corrupt.push(path);
+            }
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A corrupted blob is detected on read and by verify, and never returned.
+    #[test]
+    fn corrupted_blob_is_detected_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let h = store.put_blob(b"original", false).unwrap();
+        assert_eq!(store.blob(&h).unwrap(), b"original");
+        let p = store.blob_path(&h);
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::write(&p, b"tampered").unwrap();
+        assert!(matches!(store.blob(&h), Err(StoreError::Corrupt { .. })));
+        assert_eq!(store.verify().unwrap().corrupt, vec![p.clone()]);
+        // Adding the same content again repairs it.
+        store.put_blob(b"original", false).unwrap();
+        assert_eq!(store.blob(&h).unwrap(), b"original");
+    }
+
+    /// Secrets stay secret in the store; folders are not world-writable.
+    #[test]
+    fn private_blobs_are_not_world_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let public = store.put_blob(b"motd", false).unwrap();
+        let secret = store.put_blob(b"password", true).unwrap();
+        assert_eq!(
+            fs::metadata(store.blob_path(&public)).unwrap().mode() & 0o777,
+            0o444
+        );
+        assert_eq!(
+            fs::metadata(store.blob_path(&secret)).unwrap().mode() & 0o777,
+            0o400
+        );
+        // The same content declared later as a secret becomes private.
+        store.put_blob(b"motd", true).unwrap();
+        assert_eq!(
+            fs::metadata(store.blob_path(&public)).unwrap().mode() & 0o777,
+            0o400
+        );
+        for entry in walk(store.root()) {
+            let m = fs::metadata(&entry).unwrap();
+            if m.is_dir() {
+                assert_eq!(m.mode() & 0o002, 0, "{} is world-writable", entry.display());
+            }
+        }
+    }
+
+    fn walk(p: &Path) -> Vec<PathBuf> {
+        let mut out = vec![p.to_owned()];
+        if p.is_dir() {
+            for e in fs::read_dir(p).unwrap() {
+                out.extend(walk(&e.unwrap().path()));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,198 @@
+//! Each command: resolve the environment (state directory, record), call the library, present.
+
+use std::path::{Path, PathBuf};
+
+use mesh_compiler::{build, BuildRequest, Built};
+use mesh_lib::{GenerationId, NodeRecord, Store};
+use serde_json::json;
+
+use crate::cli::{BuildArgs, Cli, Command, RecordCommand, ShowArgs};
+use crate::failure::{Exit, Failure};
+use crate::show;
+
+/// The state directory: the flag or `MESH_STATE_DIR`, else SPEC.md's default.
+fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, Failure> {
+    if let Some(dir) = flag {
+        return Ok(dir);
+    }
+    if rustix::process::geteuid().is_root() {
+        return Ok(PathBuf::from("/var/lib/mesh"));
+    }
+    if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").filter(|v| Path::new(v).is_absolute()) {
+        return Ok(PathBuf::from(xdg).join("mesh"));
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/state/mesh")),
+        None => Err(Failure::user(
+            "no state directory: set --state-dir, MESH_STATE_DIR or HOME",
+        )),
+    }
+}
+
+fn record_path(state: &Path) -> PathBuf {
+    state.join("record.json")
+}
+
+/// Reads a node record: the given file, else this node's in the state directory, else none.
+fn load_record(
+    state: &Path,
+    flag: Option<&Path>,
+) -> Result<Option<(NodeRecord, PathBuf)>, Failure> {
+    let path = match flag {
+        Some(p) => p.to_owned(),
+        None => {
+            let p = record_path(state);
+            if !p.exists() {
+                return Ok(None);
+            }
+            p
+        }
+    };
+    let bytes = std::fs::read(&path).map_err(|e| {
+        Failure::user(format!(
+            "cannot read the node record {}: {e}",
+            path.display()
+        ))
+    })?;
+    let record =
+        NodeRecord::parse(&bytes).map_err(|e| Failure::user(format!("{}: {e}", path.display())))?;
+    Ok(Some((record, path)))
+}
+
+pub fn run(cli: Cli) -> Result<(), Failure> {
+    let state = state_dir(cli.global.state_dir)?;
+    match cli.command {
+        Command::Build(args) => build_cmd(&state, args),
+        Command::Show(args) => show_cmd(&state, args),
+        Command::Verify(flag) => verify_cmd(&state, flag.json),
+        Command::Record {
+            command: RecordCommand::Export,
+        } => record_export(&state),
+    }
+}
+
+fn build_node(
+    state: &Path,
+    node: &Path,
+    record: Option<&Path>,
+    use_cache: bool,
+) -> Result<Built, Failure> {
+    let record = load_record(state, record)?;
+    let built = build(&BuildRequest {
+        node,
+        record: record.as_ref().map(|(r, p)| (r, p.as_path())),
+        state_dir: state,
+        use_cache,
+    })?;
+    Ok(built)
+}
+
+fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
+    // Validate what the user gave before any work.
+    let expected = match &args.check {
+        Some(text) => Some(
+            text.parse::<GenerationId>()
+                .map_err(|e| Failure::user(format!("--check: {e}")))?,
+        ),
+        None => None,
+    };
+    let built = build_node(state, &args.node, args.record.as_deref(), !args.no_cache)?;
+    let g = &built.generation;
+    if args.json {
+        let (managed, staged, held) = g.file_counts();
+        let out = json!({
+            "id": built.id,
+            "node": g.node,
+            "mode": g.mode,
+            "cached": built.cached,
+            "files": { "managed": managed, "staged": staged, "held": held },
+            "containers": g.containers.len(),
+            "openings": g.openings.len(),
+            "check": expected.map(|e| e == built.id),
+        });
+        println!("{out}");
+    } else {
+        println!("{}", show::summary(&built.id, g, built.cached));
+        println!("{}", built.id);
+    }
+    if let Some(expected) = expected {
+        if expected != built.id {
+            return Err(Failure::new(
+                Exit::Refused,
+                miette::miette!(
+                    help = "if the change is deliberate, commit the new id",
+                    "{} builds to {}, not the expected {}",
+                    args.node.display(),
+                    built.id,
+                    expected
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn show_cmd(state: &Path, args: ShowArgs) -> Result<(), Failure> {
+    let as_path = Path::new(&args.what);
+    let (id, generation) = if args.what.ends_with(".ncl") || as_path.is_file() {
+        let built = build_node(state, as_path, args.record.as_deref(), true)?;
+        (built.id, built.generation)
+    } else {
+        let store = Store::open(state)?;
+        let id = store.resolve_generation(&args.what)?;
+        (id, store.generation(&id)?)
+    };
+    if args.json {
+        let mut value = serde_json::to_value(&generation).map_err(Failure::system)?;
+        value["id"] = json!(id);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).map_err(Failure::system)?
+        );
+    } else {
+        print!("{}", show::generation(&id, &generation));
+    }
+    Ok(())
+}
+
+fn verify_cmd(state: &Path, json_out: bool) -> Result<(), Failure> {
+    let store = Store::open(state)?;
+    let report = store.verify()?;
+    if json_out {
+        println!(
+            "{}",
+            json!({ "checked": report.checked, "corrupt": report.corrupt })
+        );
+    } else {
+        println!(
+            "checked {} objects in {}",
+            report.checked,
+            store.root().display()
+        );
+        for p in &report.corrupt {
+            println!("corrupted: {}", p.display());
+        }
+    }
+    if report.corrupt.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::system(format!(
+            "{} object(s) in the store do not match their names",
+            report.corrupt.len()
+        )))
+    }
+}
+
+fn record_export(state: &Path) -> Result<(), Failure> {
+    match load_record(state, None)? {
+        Some((record, _)) => {
+            let bytes = record.to_bytes().map_err(Failure::system)?;
+            print!("{}", String::from_utf8_lossy(&bytes));
+            Ok(())
+        }
+        None => Err(Failure::user(format!(
+            "no node record in {}: this node was never adopted (a managed node with nothing found)",
+            state.display()
+        ))),
+    }
+}

@@ -1,0 +1,64 @@
+//! How a failure reaches the user: a miette report on stderr and the exit code SPEC.md gives.
+
+use std::process::ExitCode;
+
+use mesh_compiler::BuildError;
+use mesh_lib::store::StoreError;
+
+/// The exit codes of the command contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 1: a bad declaration or bad input.
+    User = 1,
+    /// 2: a conflict or a refusal.
+    Refused = 2,
+    /// 3: I/O, nft or Docker failed.
+    System = 3,
+}
+
+/// A failed command.
+pub struct Failure {
+    pub exit: Exit,
+    pub report: miette::Report,
+}
+
+impl Failure {
+    pub fn new(exit: Exit, report: impl Into<miette::Report>) -> Self {
+        Self {
+            exit,
+            report: report.into(),
+        }
+    }
+
+    pub fn user(message: impl std::fmt::Display) -> Self {
+        Self::new(Exit::User, miette::miette!("{message}"))
+    }
+
+    pub fn system(message: impl std::fmt::Display) -> Self {
+        Self::new(Exit::System, miette::miette!("{message}"))
+    }
+
+    pub fn report(self) -> ExitCode {
+        eprintln!("{:?}", self.report);
+        ExitCode::from(self.exit as u8)
+    }
+}
+
+impl From<BuildError> for Failure {
+    fn from(e: BuildError) -> Self {
+        let exit = match e {
+            BuildError::Rejected(_) => Exit::User,
+            BuildError::Store(StoreError::MissingGeneration(_) | StoreError::Ambiguous(_)) => {
+                Exit::User
+            }
+            BuildError::Store(_) | BuildError::Io { .. } => Exit::System,
+        };
+        Self::new(exit, e)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        BuildError::Store(e).into()
+    }
+}

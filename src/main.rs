@@ -1,0 +1,19 @@
+//! The `mesh` binary: argument parsing and presentation only. Every semantic lives in the
+//! `mesh-lib`, `mesh-compiler` and `mesh-activator` crates.
+
+mod cli;
+mod commands;
+mod failure;
+mod show;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match commands::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.report(),
+    }
+}

@@ -1,0 +1,168 @@
+//! Presenting a generation to a person.
+
+use std::fmt::Write as _;
+
+use mesh_lib::firewall::render_nft;
+use mesh_lib::model::{ContainerState, FileState, Mode, Source, TrafficPath};
+use mesh_lib::{Generation, GenerationId};
+
+/// Two lines about a build.
+pub fn summary(id: &GenerationId, g: &Generation, cached: bool) -> String {
+    let (managed, staged, held) = g.file_counts();
+    let containers = g.containers.values().fold((0, 0, 0), |mut acc, c| {
+        match c.state {
+            ContainerState::Managed => acc.0 += 1,
+            ContainerState::Staged => acc.1 += 1,
+            ContainerState::Held { .. } => acc.2 += 1,
+        }
+        acc
+    });
+    format!(
+        "built generation {} of node {} ({}){}\n  {} modules; files: {managed} managed, {staged} staged, {held} held; containers: {} managed, {} staged, {} held; {} openings",
+        id.short(),
+        g.node,
+        g.mode,
+        if cached { ", from the evaluation cache" } else { "" },
+        g.modules.len(),
+        containers.0,
+        containers.1,
+        containers.2,
+        g.openings.len()
+    )
+}
+
+/// The whole generation, readable.
+pub fn generation(id: &GenerationId, g: &Generation) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "generation {id}");
+    let _ = writeln!(o, "node {}, {}, format {}", g.node, g.mode, g.format);
+
+    let _ = writeln!(o, "\nsettings");
+    for (name, port) in &g.settings.ports {
+        let _ = writeln!(o, "  {name:<20} {port}");
+    }
+    let net = &g.settings.private_network;
+    let _ = writeln!(
+        o,
+        "  private network      {} (this node {}{})",
+        net.range,
+        net.address,
+        if net.hub { ", the hub" } else { "" }
+    );
+
+    let _ = writeln!(o, "\nmodules");
+    for (name, state) in &g.modules {
+        let word = match (g.mode, state) {
+            (Mode::Managed, _) => "managed",
+            (_, mesh_lib::model::ModuleState::Taken) => "taken",
+            (_, mesh_lib::model::ModuleState::Assigned) => "assigned, not taken",
+        };
+        let _ = writeln!(o, "  {name:<20} {word}");
+    }
+
+    let _ = writeln!(o, "\nfiles");
+    if g.files.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    for (path, f) in &g.files {
+        let _ = write!(
+            o,
+            "  {:<8} {path}  {} {}:{}  {} bytes  [{}]",
+            f.state.word(),
+            f.mode,
+            f.owner,
+            f.group,
+            f.size,
+            f.module
+        );
+        if let FileState::Held { original } = f.state {
+            let _ = write!(o, "  original {}", original.short());
+        }
+        o.push('\n');
+    }
+
+    let _ = writeln!(o, "\ncontainers");
+    if g.containers.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    for (name, c) in &g.containers {
+        let _ = writeln!(
+            o,
+            "  {:<8} {name}  {}  [{}]",
+            c.state.word(),
+            c.image,
+            c.module
+        );
+        for p in &c.ports {
+            let _ = writeln!(
+                o,
+                "             publish {}:{} -> {}/{}",
+                p.host_ip, p.host_port, p.container_port, p.protocol
+            );
+        }
+        for v in &c.volumes {
+            let _ = writeln!(
+                o,
+                "             volume  {} -> {}{}",
+                v.source,
+                v.target,
+                if v.read_only { " (read-only)" } else { "" }
+            );
+        }
+    }
+
+    let _ = writeln!(
+        o,
+        "\nopenings{}",
+        match g.mode {
+            Mode::Adopted => " (converged through the found firewall)",
+            Mode::Managed => " (accepted by the base ruleset)",
+        }
+    );
+    for op in &g.openings {
+        let paths: Vec<&str> = op
+            .paths
+            .iter()
+            .map(|p| match p {
+                TrafficPath::Incoming => "incoming",
+                TrafficPath::Forwarded => "forwarded",
+            })
+            .collect();
+        let from = match op.from {
+            Source::Anywhere => "anywhere".to_string(),
+            Source::Private => {
+                format!("the private network ({})", g.settings.private_network.range)
+            }
+            Source::Range(r) => r.to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "  {:>5}/{}  {:<18} from {from}, {}  [{}]",
+            op.port,
+            op.protocol,
+            op.setting,
+            paths.join(" and "),
+            op.module
+        );
+    }
+
+    let _ = writeln!(o, "\nfirewall: the guard");
+    o.push_str(&indent(&render_nft(&g.firewall.guard)));
+    match &g.firewall.base {
+        Some(base) => {
+            let _ = writeln!(o, "\nfirewall: the base ruleset");
+            o.push_str(&indent(&render_nft(base)));
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "\nfirewall: no base ruleset on an adopted node; the found firewall stays in force"
+            );
+        }
+    }
+    o
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
