@@ -5,6 +5,22 @@ use std::process::ExitCode;
 use mesh_compiler::BuildError;
 use mesh_lib::store::StoreError;
 
+/// Reports go to a person on a terminal (wrapped to its width) and to scripts and logs otherwise
+/// (one line per message, never wrapped, so a message can be searched for whole).
+pub fn install_report_handler() {
+    use std::io::IsTerminal;
+    let terminal = std::io::stderr().is_terminal();
+    let _already_installed = miette::set_hook(Box::new(move |_| {
+        let opts = miette::MietteHandlerOpts::new();
+        let opts = if terminal {
+            opts
+        } else {
+            opts.wrap_lines(false).color(false)
+        };
+        Box::new(opts.build())
+    }));
+}
+
 /// The exit codes of the command contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {

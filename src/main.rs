@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    failure::install_report_handler();
     let args = cli::Cli::parse();
     match commands::run(args) {
         Ok(()) => ExitCode::SUCCESS,

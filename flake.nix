@@ -1,0 +1,43 @@
+{
+  description = "mesh: a declarative configuration compiler with generation rollback, built to adopt machines that are in use";
+
+  inputs = {
+    nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
+    flake-utils.url = "github:numtide/flake-utils";
+  };
+
+  outputs = { self, nixpkgs, flake-utils }:
+    flake-utils.lib.eachDefaultSystem (system:
+      let
+        pkgs = nixpkgs.legacyPackages.${system};
+        mesh = pkgs.rustPlatform.buildRustPackage {
+          pname = "mesh";
+          version = "0.1.0";
+          src = ./.;
+          cargoLock.lockFile = ./Cargo.lock;
+          # The suite needs root, network namespaces and a Docker engine: the check below runs
+          # the parts that need none of them.
+          doCheck = false;
+          meta.mainProgram = "mesh";
+        };
+      in
+      {
+        packages.default = mesh;
+
+        devShells.default = pkgs.mkShell {
+          inputsFrom = [ mesh ];
+          packages = with pkgs; [ cargo rustc clippy rustfmt nftables iproute2 docker busybox ];
+        };
+
+        checks.tests = mesh.overrideAttrs (old: {
+          pname = "mesh-tests";
+          doCheck = true;
+          nativeCheckInputs = [ pkgs.nftables pkgs.iproute2 ];
+          checkPhase = ''
+            runHook preCheck
+            cargo test --workspace --locked --offline
+            runHook postCheck
+          '';
+        });
+      });
+}

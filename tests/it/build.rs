@@ -1,0 +1,217 @@
+//! `mesh build` of the bundled examples: every node builds, its id is pinned, and the id is the
+//! same from any folder, in any environment.
+
+use std::path::Path;
+
+use crate::support::{build_json, copy_tree, mesh, repo, run};
+
+/// The examples' generation ids. A change here is a change of the encoding or of the examples:
+/// deliberate and visible. `examples/ci/check-ids.sh` checks the same ids.
+pub const PINNED: [(&str, Option<&str>, &str); 3] = [
+    (
+        "control-node",
+        Some("control-node.record.json"),
+        "b3:5afc5e684e6f5dd236e7b50c48128a4a82fa84c454dbb8799ef4142d7b4a7fdd",
+    ),
+    (
+        "worker-1",
+        Some("worker-1.record.json"),
+        "b3:92877eb2fdd956b2b2d831d5e5491a84ac8af46de16c777a28bd8bff5c65b619",
+    ),
+    (
+        "fresh-node",
+        None,
+        "b3:43473e849c7dd6d395a316ccd2625ead6fe8ea2952f29d8fbd4c50ed2e3ee157",
+    ),
+];
+
+fn build_examples(examples: &Path, state: &Path, env: &[(&str, &str)]) -> Vec<String> {
+    PINNED
+        .iter()
+        .map(|(node, record, _)| {
+            let mut c = mesh(state);
+            c.arg("build")
+                .arg(examples.join("nodes").join(format!("{node}.ncl")))
+                .arg("--no-cache");
+            if let Some(r) = record {
+                c.arg("--record").arg(examples.join("nodes").join(r));
+            }
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            let ran = run(c);
+            assert_eq!(ran.code, 0, "{node}: {}", ran.stderr);
+            ran.last_line().to_owned()
+        })
+        .collect()
+}
+
+/// Every example node builds to its pinned id; the id is alone on the last line.
+#[test]
+fn every_example_builds_to_its_pinned_id() {
+    let state = tempfile::tempdir().unwrap();
+    let ids = build_examples(&repo().join("examples"), state.path(), &[]);
+    for ((node, _, pinned), id) in PINNED.iter().zip(&ids) {
+        assert_eq!(id, pinned, "{node} no longer builds to its pinned id");
+    }
+}
+
+/// The examples copied into two different folders, built with different environments (time
+/// zone, locale, user, HOME), give the same ids; building twice in one folder too.
+#[test]
+fn ids_do_not_depend_on_folder_or_environment() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::Builder::new()
+        .prefix("another-checkout")
+        .tempdir()
+        .unwrap();
+    copy_tree(&repo().join("examples"), &a.path().join("examples"));
+    copy_tree(&repo().join("examples"), &b.path().join("deeper/examples"));
+    let state_a = tempfile::tempdir().unwrap();
+    let state_b = tempfile::tempdir().unwrap();
+    let first = build_examples(&a.path().join("examples"), state_a.path(), &[]);
+    let again = build_examples(&a.path().join("examples"), state_a.path(), &[]);
+    let other = build_examples(
+        &b.path().join("deeper/examples"),
+        state_b.path(),
+        &[
+            ("TZ", "Pacific/Kiritimati"),
+            ("LANG", "de_DE.UTF-8"),
+            ("LC_ALL", "tr_TR.UTF-8"),
+            ("USER", "nobody"),
+            ("HOME", "/nonexistent"),
+        ],
+    );
+    assert_eq!(first, again);
+    assert_eq!(first, other);
+}
+
+/// `--check` passes with the right id and exits 2 naming both ids with a wrong one.
+#[test]
+fn check_gate_names_both_ids() {
+    let state = tempfile::tempdir().unwrap();
+    let node = repo().join("examples/nodes/fresh-node.ncl");
+    let id = build_json(state.path(), &node, None)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ok = mesh(state.path());
+    ok.arg("build").arg(&node).arg("--check").arg(&id);
+    assert_eq!(run(ok).code, 0);
+    let wrong = format!("b3:{}", "0".repeat(64));
+    let mut bad = mesh(state.path());
+    bad.arg("build").arg(&node).arg("--check").arg(&wrong);
+    let ran = run(bad);
+    assert_eq!(ran.code, 2);
+    assert!(
+        ran.stderr.contains(&id) && ran.stderr.contains(&wrong),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(
+        ran.last_line(),
+        id,
+        "the built id is still the last line of stdout"
+    );
+}
+
+/// `mesh show` prints files with their states, containers, ports and the firewall as nft text;
+/// by id (or prefix) and by declaration alike.
+#[test]
+fn show_prints_a_generation_for_a_person() {
+    let state = tempfile::tempdir().unwrap();
+    let nodes = repo().join("examples/nodes");
+    let built = build_json(
+        state.path(),
+        &nodes.join("control-node.ncl"),
+        Some(&nodes.join("control-node.record.json")),
+    );
+    let id = built["id"].as_str().unwrap();
+    let mut c = mesh(state.path());
+    c.arg("show").arg(&id[..12]);
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    for expected in [
+        "held     /etc/ssh/sshd_config.d/10-mesh.conf",
+        "managed  /etc/apt/apt.conf.d/50mesh",
+        "staged   /etc/caddy/Caddyfile",
+        "held     forge",
+        "publish 127.0.0.1:15673 -> 15672/tcp",
+        "table inet mesh_guard {",
+        "type filter hook prerouting priority -150; policy accept;",
+        "no base ruleset on an adopted node",
+    ] {
+        assert!(
+            ran.stdout.contains(expected),
+            "missing {expected:?} in:\n{}",
+            ran.stdout
+        );
+    }
+    let mut missing = mesh(state.path());
+    missing.arg("show").arg(format!("b3:{}", "f".repeat(64)));
+    let ran = run(missing);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert!(ran.stderr.contains("is not in the store"), "{}", ran.stderr);
+}
+
+/// A pinned port overrides the declaration's and reaches every use: the template of a file, the
+/// openings, the containers.
+#[test]
+fn pinned_port_reaches_templates_openings_and_containers() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = repo().join("examples/nodes");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(nodes.join("control-node.record.json")).unwrap())
+            .unwrap();
+    record["pinned"]["hub"] = 41820.into();
+    record["pinned"]["bus"] = 14222.into();
+    let record_path = dir.path().join("record.json");
+    std::fs::write(&record_path, serde_json::to_vec(&record).unwrap()).unwrap();
+    let mut c = mesh(state.path());
+    c.arg("show")
+        .arg(nodes.join("control-node.ncl"))
+        .arg("--record")
+        .arg(&record_path)
+        .arg("--json");
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let g: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(g["settings"]["ports"]["hub"], 41820);
+    let hub = g["openings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["setting"] == "hub")
+        .unwrap();
+    assert_eq!(hub["port"], 41820);
+    assert_eq!(g["containers"]["mesh-bus"]["ports"][0]["host_port"], 14222);
+    let blob: mesh_lib::BlobHash = g["files"]["/etc/wireguard/mesh0.conf"]["blob"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let store = mesh_lib::Store::open(state.path()).unwrap();
+    let text = String::from_utf8(store.blob(&blob).unwrap()).unwrap();
+    assert!(text.contains("ListenPort = 41820"), "{text}");
+    assert!(text.contains("Address = 10.77.0.1/24"), "{text}");
+}
+
+/// The CI example's committed ids (`examples/ci/ids.txt`) are the pinned ones.
+#[test]
+fn ci_example_ids_match_the_pins() {
+    let text = std::fs::read_to_string(repo().join("examples/ci/ids.txt")).unwrap();
+    let committed: Vec<(String, String)> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols[0].to_owned(), cols[2].to_owned())
+        })
+        .collect();
+    let pinned: Vec<(String, String)> = PINNED
+        .iter()
+        .map(|(n, _, id)| (n.to_string(), id.to_string()))
+        .collect();
+    assert_eq!(committed, pinned);
+}

@@ -1,0 +1,9 @@
+//! The mesh's integration tests: one binary, a module per capability. Each test gets its own
+//! state directory and works only in folders and namespaces it creates.
+
+mod build;
+mod cache;
+mod firewall_rules;
+mod held;
+mod rejections;
+mod support;

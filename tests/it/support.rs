@@ -1,0 +1,136 @@
+//! Helpers: running the `mesh` binary with a private state directory, copying the examples,
+//! and the rule that a test needing root tools fails rather than skips in CI.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A `mesh` command with `state` as its state directory and a predictable environment.
+pub fn mesh(state: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mesh"));
+    c.env("MESH_STATE_DIR", state)
+        .env("NO_COLOR", "1")
+        .env_remove("MESH_ROOT")
+        .env_remove("MESH_NETNS");
+    c
+}
+
+/// What a finished command said.
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    pub fn last_line(&self) -> &str {
+        self.stdout.lines().last().unwrap_or("")
+    }
+}
+
+pub fn run(mut c: Command) -> Ran {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = c.output().expect("the mesh binary runs");
+    Ran {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// `mesh build NODE [--record R] --json` in `state`; the parsed JSON, or a panic with stderr.
+pub fn build_json(state: &Path, node: &Path, record: Option<&Path>) -> serde_json::Value {
+    let mut c = mesh(state);
+    c.arg("build").arg(node).arg("--json");
+    if let Some(r) = record {
+        c.arg("--record").arg(r);
+    }
+    let ran = run(c);
+    assert_eq!(
+        ran.code,
+        0,
+        "build of {} failed:\n{}",
+        node.display(),
+        ran.stderr
+    );
+    serde_json::from_str(ran.last_line()).expect("--json prints one JSON object")
+}
+
+/// Copies a folder tree.
+pub fn copy_tree(from: &Path, to: &Path) {
+    for entry in walkdir::WalkDir::new(from) {
+        let entry = entry.unwrap();
+        let rel = entry.path().strip_prefix(from).unwrap();
+        let dest = to.join(rel);
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+        } else {
+            std::fs::copy(entry.path(), &dest).unwrap();
+        }
+    }
+}
+
+/// Whether the tools a test needs (root and the named commands) are here. In CI (`CI=true`)
+/// their absence is a failure, never a skip.
+pub fn have_root_tools(tools: &[&str]) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !on_path(t)).collect();
+    let ok = root && missing.is_empty();
+    if !ok {
+        let why = format!("needs root (have: {root}) and {missing:?} on PATH");
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("this test {why}, and CI must run it");
+        }
+        eprintln!("NOT RUN outside CI: this test {why}");
+    }
+    ok
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+                .any(|d| d.join(tool).is_file())
+        })
+        .unwrap_or(false)
+}
+
+/// A network namespace for one test, deleted when dropped (also when the test fails).
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Self {
+        let name = format!("mesh-{tag}-{}", std::process::id());
+        let status = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .expect("ip runs");
+        assert!(status.success(), "ip netns add {name}");
+        Self { name }
+    }
+
+    /// Runs a command inside the namespace.
+    pub fn exec(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).args(args);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
