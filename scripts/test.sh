@@ -33,7 +33,13 @@ nix-instantiate --parse flake.nix >/dev/null
 
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "checking the CI example: every example node builds to its committed id"
 examples/ci/check-ids.sh target/debug/mesh
+
+# One closing line for the whole suite, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -124,9 +124,12 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
             name: record_name,
         },
     )?;
-    for blob in &assembled.blobs {
-        store.put_blob(&blob.bytes, blob.private)?;
-    }
+    store.put_blobs(
+        assembled
+            .blobs
+            .iter()
+            .map(|b| (b.bytes.as_slice(), b.private)),
+    )?;
     let id = store.put_generation(&assembled.generation)?;
     if request.use_cache {
         cache::store(request.state_dir, &key, id, &evaluation.read_sources());

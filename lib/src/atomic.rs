@@ -11,8 +11,26 @@ use std::path::Path;
 /// The prefix of every temporary file the mesh creates in its own folders.
 pub const TEMP_PREFIX: &str = ".tmp-";
 
-/// Writes `bytes` to `path` atomically with permission bits `mode`.
+/// Writes `bytes` to `path` atomically with permission bits `mode`, durably: when it returns, the
+/// new file and its name survive a crash.
 pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write(path, bytes, mode, true)
+}
+
+/// Writes `bytes` to `path` atomically (readers see the old or the new file) but without waiting
+/// for the disk: for many files at once, made durable afterwards by one [`sync_filesystem`].
+pub fn write_file_unsynced(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write(path, bytes, mode, false)
+}
+
+/// Flushes everything written to the filesystem that holds `dir` (`syncfs(2)`): one wait for
+/// many writes.
+pub fn sync_filesystem(dir: &Path) -> io::Result<()> {
+    let d = File::open(dir)?;
+    rustix::fs::syncfs(&d).map_err(io::Error::from)
+}
+
+fn write(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| io::Error::other("path has no parent folder"))?;
@@ -24,9 +42,14 @@ pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     tmp.as_file()
         .set_permissions(Permissions::from_mode(mode))?;
     tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
+    if durable {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
-    sync_dir(dir)
+    if durable {
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// fsyncs a folder, so a rename or a new entry in it survives a crash.

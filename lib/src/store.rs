@@ -115,9 +115,45 @@ impl Store {
         self.root.join("generations").join(id.hex())
     }
 
-    /// Adds `bytes` as a blob. `private` blobs (of files not world-readable) get mode `0400`; a
-    /// blob already present is checked, replaced if corrupted, and made private if asked.
+    /// Adds `bytes` as a blob, durably. `private` blobs (of files not world-readable) get mode
+    /// `0400`; a blob already present is checked, replaced if corrupted, and made private if
+    /// asked.
     pub fn put_blob(&self, bytes: &[u8], private: bool) -> Result<BlobHash, StoreError> {
+        let (hash, written) = self.put_blob_unsynced(bytes, private)?;
+        if written {
+            let path = self.blob_path(&hash);
+            atomic::sync_dir(path.parent().expect("blob paths have a parent"))
+                .map_err(io_err("syncing", &path))?;
+        }
+        Ok(hash)
+    }
+
+    /// Adds many blobs, then waits for the disk once (`syncfs`) rather than once per blob: when it
+    /// returns, every blob is durable, so a generation written next never references a blob a
+    /// crash could lose.
+    pub fn put_blobs<'a>(
+        &self,
+        blobs: impl IntoIterator<Item = (&'a [u8], bool)>,
+    ) -> Result<Vec<BlobHash>, StoreError> {
+        let mut any_written = false;
+        let mut hashes = Vec::new();
+        for (bytes, private) in blobs {
+            let (hash, written) = self.put_blob_unsynced(bytes, private)?;
+            any_written |= written;
+            hashes.push(hash);
+        }
+        if any_written {
+            atomic::sync_filesystem(&self.root).map_err(io_err("syncing", &self.root))?;
+        }
+        Ok(hashes)
+    }
+
+    /// Adds a blob without waiting for the disk; says whether it had to be written.
+    fn put_blob_unsynced(
+        &self,
+        bytes: &[u8],
+        private: bool,
+    ) -> Result<(BlobHash, bool), StoreError> {
         let hash = BlobHash::of(bytes);
         let path = self.blob_path(&hash);
         let mode = if private { 0o400 } else { 0o444 };
@@ -130,7 +166,7 @@ impl Store {
                             .map_err(io_err("restricting", &path))?;
                     }
                 }
-                return Ok(hash);
+                return Ok((hash, false));
             }
             Ok(_) => {} // corrupted: replace it with the right bytes below
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -138,8 +174,8 @@ impl Store {
         }
         let dir = path.parent().expect("blob paths have a parent");
         atomic::create_dir_all(dir).map_err(io_err("creating", dir))?;
-        atomic::write_file(&path, bytes, mode).map_err(io_err("writing", &path))?;
-        Ok(hash)
+        atomic::write_file_unsynced(&path, bytes, mode).map_err(io_err("writing", &path))?;
+        Ok((hash, true))
     }
 
     /// Whether the blob is present (not checked: use [`Store::blob`] to read it).

@@ -215,3 +215,36 @@ fn ci_example_ids_match_the_pins() {
         .collect();
     assert_eq!(committed, pinned);
 }
+
+/// `mesh verify` finds a corrupted blob (exit 3, the file named); `mesh show` refuses to use it.
+#[test]
+fn verify_reports_a_corrupted_blob() {
+    use std::os::unix::fs::PermissionsExt;
+    let state = tempfile::tempdir().unwrap();
+    let built = build_json(
+        state.path(),
+        &repo().join("examples/nodes/fresh-node.ncl"),
+        None,
+    );
+    let mut ok = mesh(state.path());
+    ok.arg("verify");
+    assert_eq!(run(ok).code, 0);
+    let store = mesh_lib::Store::open(state.path()).unwrap();
+    let id: mesh_lib::GenerationId = built["id"].as_str().unwrap().parse().unwrap();
+    let blob = store
+        .generation(&id)
+        .unwrap()
+        .files
+        .values()
+        .next()
+        .unwrap()
+        .blob;
+    let path = store.blob_path(&blob);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&path, b"tampered").unwrap();
+    let mut bad = mesh(state.path());
+    bad.arg("verify");
+    let ran = run(bad);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(ran.stdout.contains(&blob.hex()), "{}", ran.stdout);
+}

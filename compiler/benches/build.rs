@@ -1,0 +1,161 @@
+//! `cargo bench -p mesh-compiler --bench build`: what a `mesh build` costs next to the bare Nickel
+//! evaluation of the same declaration (the reference a user would otherwise run), for the
+//! control-node example and a generated large node (200 modules, 2,000 files, each module a
+//! container and a port read from the settings). Prints one table; times are medians.
+//!
+//! Targets (issue 2): cold build within 1.3x the bare evaluation; a rebuild of unchanged inputs
+//! under 5% of the cold build.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mesh_compiler::{build, BuildRequest};
+use mesh_lib::NodeRecord;
+use nickel_lang_core::eval::cache::CacheImpl;
+use nickel_lang_core::program::{Program, ProgramBuilder};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn bare_eval(node: &Path, library: &Path) -> Duration {
+    let t = Instant::now();
+    let mut p: Program<CacheImpl> = ProgramBuilder::new()
+        .add_path(node.as_os_str())
+        .add_import_paths([library])
+        .build()
+        .unwrap();
+    let v = p
+        .eval_full_for_export()
+        .map_err(|_| "evaluation failed")
+        .unwrap();
+    std::hint::black_box(v);
+    t.elapsed()
+}
+
+struct Row {
+    name: String,
+    bare: Duration,
+    cold: Duration,
+    rebuild: Duration,
+}
+
+fn measure(name: &str, node: &Path, record: Option<(&NodeRecord, &Path)>, runs: usize) -> Row {
+    let lib_state = tempfile::tempdir().unwrap();
+    let library = mesh_compiler::library::install(lib_state.path()).unwrap();
+    bare_eval(node, &library); // warm the page cache
+    let bare = median((0..runs).map(|_| bare_eval(node, &library)).collect());
+    let cold = median(
+        (0..runs)
+            .map(|_| {
+                let state = tempfile::tempdir().unwrap();
+                let t = Instant::now();
+                let built = build(&BuildRequest {
+                    node,
+                    record,
+                    state_dir: state.path(),
+                    use_cache: true,
+                })
+                .unwrap();
+                let d = t.elapsed();
+                assert!(!built.cached);
+                d
+            })
+            .collect(),
+    );
+    let state = tempfile::tempdir().unwrap();
+    let request = BuildRequest {
+        node,
+        record,
+        state_dir: state.path(),
+        use_cache: true,
+    };
+    let first = build(&request).unwrap();
+    let rebuild = median(
+        (0..runs * 4)
+            .map(|_| {
+                let t = Instant::now();
+                let again = build(&request).unwrap();
+                let d = t.elapsed();
+                assert!(again.cached && again.id == first.id);
+                d
+            })
+            .collect(),
+    );
+    Row {
+        name: name.into(),
+        bare,
+        cold,
+        rebuild,
+    }
+}
+
+/// Writes a node with `modules` modules of `files_per_module` files, each module with a container
+/// publishing its own port setting.
+fn generate_large(dir: &Path, modules: usize, files_per_module: usize) -> PathBuf {
+    let mut catalogue = String::from("{\n");
+    for m in 0..modules {
+        let mut files = String::new();
+        for f in 0..files_per_module {
+            files.push_str(&format!(
+                "{{ path = \"/etc/app{m}/conf{f}.conf\", content = \"# app {m} file {f}\\nlisten = %{{std.to_string s.ports.app{m}}}\\n\" }},"
+            ));
+        }
+        catalogue.push_str(&format!(
+            "  app{m} = {{ name = \"app{m}\", config = fun s => {{ files = [{files}], containers = [{{ name = \"app{m}\", image = \"example/app:{m}\", publish = [{{ host_port = s.ports.app{m}, container_port = 8080 }}], volumes = [{{ source = \"app{m}-data\", target = \"/data\" }}] }}], openings = [{{ port = s.ports.app{m}, paths = ['forwarded] }}] }} }},\n"
+        ));
+    }
+    catalogue.push_str("}\n");
+    std::fs::write(dir.join("catalogue.ncl"), catalogue).unwrap();
+    let ports: String = (0..modules)
+        .map(|m| format!("app{m} = {}, ", 20000 + m))
+        .collect();
+    let assigned: String = (0..modules).map(|m| format!("c.app{m}, ")).collect();
+    let node = format!(
+        "let mesh = import \"mesh.ncl\" in\nlet c = import \"catalogue.ncl\" in\nmesh.node {{\n  name = \"large\",\n  settings = {{\n    ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820, {ports} }},\n    private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.9\" }},\n  }},\n  modules = [{assigned}],\n}}\n"
+    );
+    let path = dir.join("large.ncl");
+    std::fs::write(&path, node).unwrap();
+    path
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let nodes = root.join("examples/nodes");
+    let record_path = nodes.join("control-node.record.json");
+    let record = NodeRecord::parse(&std::fs::read(&record_path).unwrap()).unwrap();
+    let large_dir = tempfile::tempdir().unwrap();
+    let large = generate_large(large_dir.path(), 200, 10);
+
+    let rows = [
+        measure(
+            "control-node (example)",
+            &nodes.join("control-node.ncl"),
+            Some((&record, &record_path)),
+            15,
+        ),
+        measure("large: 200 modules, 2000 files", &large, None, 5),
+    ];
+    println!();
+    println!(
+        "{:<32} {:>12} {:>12} {:>12} {:>14} {:>16}",
+        "node", "bare nickel", "cold build", "rebuild", "cold / bare", "rebuild / cold"
+    );
+    for r in &rows {
+        println!(
+            "{:<32} {:>12} {:>12} {:>12} {:>13.2}x {:>15.1}%",
+            r.name,
+            ms(r.bare),
+            ms(r.cold),
+            ms(r.rebuild),
+            r.cold.as_secs_f64() / r.bare.as_secs_f64(),
+            100.0 * r.rebuild.as_secs_f64() / r.cold.as_secs_f64()
+        );
+    }
+    println!("\ntargets: cold / bare <= 1.30x; rebuild / cold < 5%");
+}
