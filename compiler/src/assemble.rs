@@ -111,12 +111,12 @@ pub struct Assembled {
     pub blobs: Vec<NewBlob>,
 }
 
-/// Where the record came from, for diagnostics about it.
+/// The node record and where it came from, for diagnostics about it.
 pub struct RecordSource<'a> {
     /// The record.
     pub record: &'a NodeRecord,
-    /// Its file, as shown to the user; `None` when no record exists (a managed node).
-    pub name: Option<String>,
+    /// Its file, as shown to the user.
+    pub name: String,
 }
 
 struct Ctx<'a> {
@@ -153,7 +153,10 @@ fn f(name: &str) -> Step {
 }
 
 /// Assembles the generation of `eval` for the node `record` describes.
-pub fn assemble(eval: &Evaluation, record: &RecordSource<'_>) -> Result<Assembled, MeshDiagnostic> {
+pub fn assemble(
+    eval: &Evaluation,
+    record: Option<&RecordSource<'_>>,
+) -> Result<Assembled, MeshDiagnostic> {
     let ctx = Ctx { eval };
     let node: NodeOut = serde_json::from_value(eval.json.clone()).map_err(|e| {
         MeshDiagnostic::new(format!("the declaration does not evaluate to a node: {e}")).with_help(
@@ -163,11 +166,19 @@ pub fn assemble(eval: &Evaluation, record: &RecordSource<'_>) -> Result<Assemble
 
     let node_name = NodeName::new(&node.name)
         .map_err(|e| ctx.reject(&[f("name")], e.to_string(), "this name"))?;
-    let record_name = record.name.as_deref().unwrap_or("the node record");
-    if record.name.is_some() && record.record.node != node_name {
+    // No record: a node never adopted, managed, with nothing found.
+    let never_adopted;
+    let (record, record_name) = match record {
+        Some(source) => (source.record, source.name.as_str()),
+        None => {
+            never_adopted = NodeRecord::managed(node_name.clone());
+            (&never_adopted, "the node record")
+        }
+    };
+    if record.node != node_name {
         return Err(MeshDiagnostic::new(format!(
             "{record_name} is the record of node `{}`, but the declaration is node `{node_name}`",
-            record.record.node
+            record.node
         ))
         .with_help("pass the record of this node with --record, or build with the state directory of that node"));
     }
@@ -180,9 +191,9 @@ pub fn assemble(eval: &Evaluation, record: &RecordSource<'_>) -> Result<Assemble
         let here = [f("modules"), Step::Index(i), f("name")];
         let name =
             ModuleName::new(&m.name).map_err(|e| ctx.reject(&here, e.to_string(), "this name"))?;
-        let state = match record.record.mode {
+        let state = match record.mode {
             Mode::Managed => ModuleState::Taken,
-            Mode::Adopted if record.record.taken.contains(&name) => ModuleState::Taken,
+            Mode::Adopted if record.taken.contains(&name) => ModuleState::Taken,
             Mode::Adopted => ModuleState::Assigned,
         };
         if modules.insert(name.clone(), state).is_some() {
@@ -194,7 +205,7 @@ pub fn assemble(eval: &Evaluation, record: &RecordSource<'_>) -> Result<Assemble
         }
         module_names.push(name);
     }
-    for taken in &record.record.taken {
+    for taken in &record.taken {
         if !modules.contains_key(taken) {
             return Err(MeshDiagnostic::new(format!(
                 "{record_name} takes module {taken}, which is not assigned to node {node_name}"
@@ -245,7 +256,7 @@ pub fn assemble(eval: &Evaluation, record: &RecordSource<'_>) -> Result<Assemble
             let state = if taken {
                 FileState::Managed
             } else {
-                match record.record.found.files.get(&path) {
+                match record.found.files.get(&path) {
                     Some(found) => FileState::Held {
                         original: found.hash,
                     },
@@ -365,7 +376,7 @@ pub fn assemble(eval: &Evaluation, record: &RecordSource<'_>) -> Result<Assemble
             let state = if taken {
                 ContainerState::Managed
             } else {
-                match record.record.found.containers.get(&name) {
+                match record.found.containers.get(&name) {
                     Some(found) => ContainerState::Held {
                         original: found.spec,
                     },
@@ -443,7 +454,7 @@ pub fn assemble(eval: &Evaluation, record: &RecordSource<'_>) -> Result<Assemble
     openings.sort();
     openings.dedup();
 
-    let mode = record.record.mode;
+    let mode = record.mode;
     let firewall = FirewallRules {
         guard: guard_ruleset(&settings),
         base: (mode == Mode::Managed).then(|| base_ruleset(&settings, &openings)),

@@ -101,29 +101,22 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         path: request.state_dir.to_owned(),
         source,
     })?;
-    let default_record;
-    let (record, record_name) = match request.record {
-        Some((r, path)) => (r, Some(diagnostic::display_name(path))),
-        None => {
-            // A node never adopted: managed, nothing found. Its name is the declaration's.
-            default_record =
-                NodeRecord::managed(mesh_lib::model::NodeName::new("unnamed").expect("valid"));
-            (&default_record, None)
-        }
-    };
+    let record = request.record.map(|(record, path)| assemble::RecordSource {
+        record,
+        name: diagnostic::display_name(path),
+    });
     let pinned = record
-        .pinned
-        .iter()
-        .map(|(k, v)| (k.clone(), v.get()))
-        .collect();
+        .as_ref()
+        .map(|r| {
+            r.record
+                .pinned
+                .iter()
+                .map(|(k, v)| (k.clone(), v.get()))
+                .collect()
+        })
+        .unwrap_or_default();
     let evaluation = eval::evaluate(&node, &library_dir, &pinned)?;
-    let assembled = assemble::assemble(
-        &evaluation,
-        &assemble::RecordSource {
-            record,
-            name: record_name,
-        },
-    )?;
+    let assembled = assemble::assemble(&evaluation, record.as_ref())?;
     store.put_blobs(
         assembled
             .blobs
