@@ -158,7 +158,7 @@ pub fn assemble(
     record: Option<&RecordSource<'_>>,
 ) -> Result<Assembled, MeshDiagnostic> {
     let ctx = Ctx { eval };
-    let node: NodeOut = serde_json::from_value(eval.json.clone()).map_err(|e| {
+    let node: NodeOut = eval.deserialize().map_err(|e| {
         MeshDiagnostic::new(format!("the declaration does not evaluate to a node: {e}")).with_help(
             "a node declaration ends with `mesh.node { name = …, settings = …, modules = […] }`",
         )

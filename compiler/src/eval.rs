@@ -52,8 +52,6 @@ pub fn show_pointer(p: &[Step]) -> String {
 pub struct Evaluation {
     program: Program<CacheImpl>,
     value: NickelValue,
-    /// The value as JSON (integers stay integers).
-    pub json: serde_json::Value,
 }
 
 /// A source file the evaluation read, and the blake3 of the text it read.
@@ -89,20 +87,16 @@ pub fn evaluate(
             return Err(nickel_to_mesh(&files, diagnostics));
         }
     };
-    let json = serde_json::to_value(&value).map_err(|e| {
-        MeshDiagnostic::new(format!(
-            "{} does not evaluate to plain data: {e}",
-            display_name(node)
-        ))
-    })?;
-    Ok(Evaluation {
-        program,
-        value,
-        json,
-    })
+    Ok(Evaluation { program, value })
 }
 
 impl Evaluation {
+    /// The value as a typed structure (Nickel's values deserialise directly; integers stay
+    /// integers).
+    pub fn deserialize<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
+        T::deserialize(self.value.clone()).map_err(|e| e.to_string())
+    }
+
     /// Every file on disk the evaluation read (the declaration, its imports, the library, text
     /// imports), with the blake3 of exactly the text that was evaluated.
     pub fn read_sources(&self) -> Vec<ReadSource> {

@@ -7,8 +7,9 @@
 //!   order;
 //! - every rejection points at the source span of the offending value and names both sides where
 //!   there are two;
-//! - the only writes are to the store (blobs first, then the generation, then the cache entry), so
-//!   a generation in the store never references a missing blob.
+//! - the only writes are to the store: blobs first (not waited for: they can be made again), then
+//!   the generation, then the cache entry. A blob a crash lost is detected when read and
+//!   replaced by the next build that needs it.
 #![deny(missing_docs)]
 
 pub mod assemble;
@@ -117,7 +118,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         .unwrap_or_default();
     let evaluation = eval::evaluate(&node, &library_dir, &pinned)?;
     let assembled = assemble::assemble(&evaluation, record.as_ref())?;
-    store.put_blobs(
+    store.put_blobs_deferred(
         assembled
             .blobs
             .iter()

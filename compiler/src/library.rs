@@ -19,7 +19,9 @@ pub fn digest() -> blake3::Hash {
 pub fn install(state_dir: &Path) -> io::Result<PathBuf> {
     let dir = state_dir.join("ncl").join(&digest().to_hex()[..16]);
     let file = dir.join("mesh.ncl");
-    let present = std::fs::read(&file).is_ok_and(|b| b == MESH_NCL.as_bytes());
+    // The folder is named by the content's digest and the file written atomically: a file of
+    // the right length there is this library.
+    let present = std::fs::metadata(&file).is_ok_and(|m| m.len() == MESH_NCL.len() as u64);
     if !present {
         atomic::create_dir_all(&dir)?;
         atomic::write_file(&file, MESH_NCL.as_bytes(), 0o444)?;

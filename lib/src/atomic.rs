@@ -58,7 +58,8 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Creates `dir` and its missing parents with mode `0755` (never world-writable, whatever the
-/// umask), and fsyncs each new entry's parent.
+/// umask). Not synced: a caller that needs the folder durable syncs its parent or the
+/// filesystem.
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         return Ok(());
@@ -67,13 +68,7 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
         create_dir_all(parent)?;
     }
     match fs::DirBuilder::new().mode(0o755).create(dir) {
-        Ok(()) => {
-            fs::set_permissions(dir, Permissions::from_mode(0o755))?;
-            if let Some(parent) = dir.parent() {
-                sync_dir(parent)?;
-            }
-            Ok(())
-        }
+        Ok(()) => fs::set_permissions(dir, Permissions::from_mode(0o755)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
         Err(e) => Err(e),
     }

@@ -34,6 +34,11 @@ macro_rules! digest_type {
                 Self(bytes)
             }
 
+            /// The raw 32-byte digest.
+            pub fn as_bytes(&self) -> &[u8; 32] {
+                &self.0
+            }
+
             /// The 64 lowercase hex digits, without prefix (the name of the object on disk).
             pub fn hex(&self) -> String {
                 hex::encode(self.0)

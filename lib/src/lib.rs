@@ -14,6 +14,7 @@ pub mod canonical;
 pub mod firewall;
 pub mod id;
 pub mod model;
+pub mod pack;
 pub mod path;
 pub mod record;
 pub mod store;

@@ -1,7 +1,8 @@
 //! The content-addressed store under the state directory.
 //!
 //! ```text
-//! STATE/store/blobs/ab/abcdef…       a blob, named by the blake3 of its bytes (read-only)
+//! STATE/store/blobs/ab/abcdef…       a loose blob, named by the blake3 of its bytes (read-only)
+//! STATE/store/packs/abcdef….pack     many blobs of one build in one file (see [`crate::pack`])
 //! STATE/store/generations/abcdef…    a generation's canonical encoding, named by its id
 //! ```
 //!
@@ -11,14 +12,17 @@
 //! - a blob of a file that is not world-readable is stored with mode `0400`, others `0444`;
 //! - the store's folders are `0755`: not world-writable.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::atomic;
 use crate::id::{BlobHash, GenerationId};
 use crate::model::Generation;
+use crate::pack;
 
 /// A store error. Each names the object and the file it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -84,20 +88,81 @@ pub struct VerifyReport {
     pub corrupt: Vec<PathBuf>,
 }
 
+/// Where every packed blob is: digest → (pack file, entry).
+type PackIndex = BTreeMap<BlobHash, (PathBuf, pack::Entry)>;
+
 /// A content-addressed store rooted at `STATE/store`.
 #[derive(Debug, Clone)]
 pub struct Store {
     root: PathBuf,
+    /// Loaded on first use: a build answered by the evaluation cache never reads it.
+    packs: Arc<Mutex<Option<PackIndex>>>,
+}
+
+/// Where a blob is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A file of its own.
+    Loose(PathBuf),
+    /// In a pack.
+    Packed {
+        /// The pack file.
+        pack: PathBuf,
+        /// Its place in the pack.
+        entry: pack::Entry,
+    },
 }
 
 impl Store {
     /// Opens the store of `state_dir`, creating its folders if needed.
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
         let root = state_dir.join("store");
-        for dir in [root.join("blobs"), root.join("generations")] {
+        for dir in [
+            root.join("blobs"),
+            root.join("packs"),
+            root.join("generations"),
+        ] {
             atomic::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
         }
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            packs: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    fn with_packs<T>(&self, f: impl FnOnce(&mut PackIndex) -> T) -> Result<T, StoreError> {
+        let mut guard = self
+            .packs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if guard.is_none() {
+            let dir = self.root.join("packs");
+            let mut index = PackIndex::new();
+            for entry in fs::read_dir(&dir).map_err(io_err("listing", &dir))? {
+                let path = entry.map_err(io_err("listing", &dir))?.path();
+                if path.extension().is_some_and(|e| e == "pack") {
+                    for (hash, e) in pack::read_index(&path).map_err(io_err("reading", &path))? {
+                        index.entry(hash).or_insert((path.clone(), e));
+                    }
+                }
+            }
+            *guard = Some(index);
+        }
+        Ok(f(guard.as_mut().expect("loaded above")))
+    }
+
+    /// Where a blob is, if it is in the store.
+    pub fn locate(&self, hash: &BlobHash) -> Result<Option<Location>, StoreError> {
+        let loose = self.blob_path(hash);
+        if loose.is_file() {
+            return Ok(Some(Location::Loose(loose)));
+        }
+        self.with_packs(|index| {
+            index.get(hash).map(|(pack, entry)| Location::Packed {
+                pack: pack.clone(),
+                entry: *entry,
+            })
+        })
     }
 
     /// The store's folder.
@@ -119,13 +184,7 @@ impl Store {
     /// `0400`; a blob already present is checked, replaced if corrupted, and made private if
     /// asked.
     pub fn put_blob(&self, bytes: &[u8], private: bool) -> Result<BlobHash, StoreError> {
-        let (hash, written) = self.put_blob_unsynced(bytes, private)?;
-        if written {
-            let path = self.blob_path(&hash);
-            atomic::sync_dir(path.parent().expect("blob paths have a parent"))
-                .map_err(io_err("syncing", &path))?;
-        }
-        Ok(hash)
+        Ok(self.put_blobs([(bytes, private)])?[0])
     }
 
     /// Adds many blobs, then waits for the disk once (`syncfs`) rather than once per blob: when it
@@ -146,6 +205,68 @@ impl Store {
             atomic::sync_filesystem(&self.root).map_err(io_err("syncing", &self.root))?;
         }
         Ok(hashes)
+    }
+
+    /// Adds many blobs without waiting for the disk: the build's way. A build's blobs can be made
+    /// again from the declaration, so a crash that loses one costs a rebuild, never data: the
+    /// lost blob is detected on read (its bytes do not match its name) and replaced by the next
+    /// build that needs it. Whatever the mesh cannot make again (a found original) goes through
+    /// [`Store::put_blobs`]; a switch makes the blobs it activates durable first
+    /// ([`Store::sync`]).
+    ///
+    /// The blobs not yet in the store go into one new pack; the pack is private (`0400`) if any
+    /// of them is.
+    pub fn put_blobs_deferred<'a>(
+        &self,
+        blobs: impl IntoIterator<Item = (&'a [u8], bool)>,
+    ) -> Result<Vec<BlobHash>, StoreError> {
+        let mut hashes = Vec::new();
+        let mut missing: Vec<(BlobHash, &[u8])> = Vec::new();
+        let mut private_pack = false;
+        for (bytes, private) in blobs {
+            let hash = BlobHash::of(bytes);
+            hashes.push(hash);
+            match self.locate(&hash)? {
+                None => {
+                    missing.push((hash, bytes));
+                    private_pack |= private;
+                }
+                Some(Location::Loose(path)) if private => self.restrict(&path)?,
+                Some(Location::Packed { pack, .. }) if private => self.restrict(&pack)?,
+                Some(_) => {}
+            }
+        }
+        if missing.is_empty() {
+            return Ok(hashes);
+        }
+        let bytes = pack::encode(&missing);
+        let path = self
+            .root
+            .join("packs")
+            .join(format!("{}.pack", BlobHash::of(&bytes).hex()));
+        atomic::write_file_unsynced(&path, &bytes, if private_pack { 0o400 } else { 0o444 })
+            .map_err(io_err("writing", &path))?;
+        let index = pack::read_index(&path).map_err(io_err("reading", &path))?;
+        self.with_packs(|packs| {
+            for (hash, entry) in index {
+                packs.entry(hash).or_insert((path.clone(), entry));
+            }
+        })?;
+        Ok(hashes)
+    }
+
+    fn restrict(&self, path: &Path) -> Result<(), StoreError> {
+        let meta = fs::metadata(path).map_err(io_err("reading", path))?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            fs::set_permissions(path, fs::Permissions::from_mode(0o400))
+                .map_err(io_err("restricting", path))?;
+        }
+        Ok(())
+    }
+
+    /// Waits until everything written to the store is on disk (`syncfs`).
+    pub fn sync(&self) -> Result<(), StoreError> {
+        atomic::sync_filesystem(&self.root).map_err(io_err("syncing", &self.root))
     }
 
     /// Adds a blob without waiting for the disk; says whether it had to be written.
@@ -180,16 +301,22 @@ impl Store {
 
     /// Whether the blob is present (not checked: use [`Store::blob`] to read it).
     pub fn has_blob(&self, hash: &BlobHash) -> bool {
-        self.blob_path(hash).is_file()
+        matches!(self.locate(hash), Ok(Some(_)))
     }
 
     /// Reads a blob, checking its bytes against its name.
     pub fn blob(&self, hash: &BlobHash) -> Result<Vec<u8>, StoreError> {
-        let path = self.blob_path(hash);
-        let bytes = fs::read(&path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => StoreError::MissingBlob(*hash),
-            _ => io_err("reading", &path)(e),
-        })?;
+        let (path, bytes) = match self.locate(hash)? {
+            None => return Err(StoreError::MissingBlob(*hash)),
+            Some(Location::Loose(path)) => {
+                let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
+                (path, bytes)
+            }
+            Some(Location::Packed { pack, entry }) => {
+                let bytes = pack::read_entry(&pack, entry).map_err(io_err("reading", &pack))?;
+                (pack, bytes)
+            }
+        };
         let actual = BlobHash::of(&bytes);
         if actual != *hash {
             return Err(StoreError::Corrupt {
@@ -201,7 +328,7 @@ impl Store {
         Ok(bytes)
     }
 
-    /// Adds a generation; returns its id.
+    /// Adds a generation (not waited for); returns its id.
     pub fn put_generation(&self, generation: &Generation) -> Result<GenerationId, StoreError> {
         let bytes = generation.canonical_bytes()?;
         let id = GenerationId::of(&bytes);
@@ -211,7 +338,9 @@ impl Store {
                 return Ok(id);
             }
         }
-        atomic::write_file(&path, &bytes, 0o444).map_err(io_err("writing", &path))?;
+        // Not waited for, like a build's blobs: a generation can be built again. A switch makes
+        // what it activates durable ([`Store::sync`]) before it commits.
+        atomic::write_file_unsynced(&path, &bytes, 0o444).map_err(io_err("writing", &path))?;
         Ok(id)
     }
 
@@ -305,6 +434,22 @@ impl Store {
                 if BlobHash::of(&bytes) != expected {
                     report.corrupt.push(path);
                 }
+            }
+        }
+        let packs = self.root.join("packs");
+        for entry in fs::read_dir(&packs).map_err(io_err("listing", &packs))? {
+            let path = entry.map_err(io_err("listing", &packs))?.path();
+            let Some(name) = path
+                .file_stem()
+                .and_then(|n| n.to_str())
+                .and_then(|n| BlobHash::from_hex(n).ok())
+            else {
+                continue;
+            };
+            report.checked += 1;
+            let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
+            if BlobHash::of(&bytes) != name {
+                report.corrupt.push(path);
             }
         }
         for id in self.generation_ids()? {

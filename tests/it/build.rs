@@ -239,12 +239,66 @@ fn verify_reports_a_corrupted_blob() {
         .next()
         .unwrap()
         .blob;
-    let path = store.blob_path(&blob);
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    std::fs::write(&path, b"tampered").unwrap();
+    // A build's blobs are packed: damage this one's bytes inside its pack.
+    let Some(mesh_lib::store::Location::Packed { pack, entry }) = store.locate(&blob).unwrap()
+    else {
+        panic!("a build's blob is packed");
+    };
+    std::fs::set_permissions(&pack, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    bytes[entry.offset as usize] ^= 0xff;
+    std::fs::write(&pack, bytes).unwrap();
+    assert!(matches!(
+        store.blob(&blob),
+        Err(mesh_lib::store::StoreError::Corrupt { .. })
+    ));
     let mut bad = mesh(state.path());
     bad.arg("verify");
     let ran = run(bad);
     assert_eq!(ran.code, 3, "{}", ran.stderr);
-    assert!(ran.stdout.contains(&blob.hex()), "{}", ran.stdout);
+    assert!(
+        ran.stdout.contains(&pack.display().to_string()),
+        "{}",
+        ran.stdout
+    );
+}
+
+/// A file declared with a mode that is not world-readable (the hub's key-bearing configuration,
+/// 0600) is not world-readable in the store either; the store's folders are not world-writable.
+#[test]
+fn secret_stays_secret_in_the_store() {
+    use std::os::unix::fs::MetadataExt;
+    let state = tempfile::tempdir().unwrap();
+    let nodes = repo().join("examples/nodes");
+    let built = build_json(
+        state.path(),
+        &nodes.join("control-node.ncl"),
+        Some(&nodes.join("control-node.record.json")),
+    );
+    let store = mesh_lib::Store::open(state.path()).unwrap();
+    let id: mesh_lib::GenerationId = built["id"].as_str().unwrap().parse().unwrap();
+    let secret = store.generation(&id).unwrap().files
+        [&mesh_lib::TargetPath::new("/etc/wireguard/mesh0.conf").unwrap()]
+        .blob;
+    let file = match store.locate(&secret).unwrap().expect("stored") {
+        mesh_lib::store::Location::Loose(p) => p,
+        mesh_lib::store::Location::Packed { pack, .. } => pack,
+    };
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().mode() & 0o077,
+        0,
+        "{} is readable by others",
+        file.display()
+    );
+    for entry in walkdir::WalkDir::new(state.path().join("store")) {
+        let entry = entry.unwrap();
+        if entry.file_type().is_dir() {
+            assert_eq!(
+                entry.metadata().unwrap().mode() & 0o002,
+                0,
+                "{} is world-writable",
+                entry.path().display()
+            );
+        }
+    }
 }
