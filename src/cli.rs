@@ -26,6 +26,15 @@ pub struct Global {
     /// $XDG_STATE_HOME/mesh or ~/.local/state/mesh otherwise.
     #[arg(long, global = true, env = "MESH_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The filesystem root declared files are written under.
+    #[arg(
+        long,
+        global = true,
+        env = "MESH_ROOT",
+        value_name = "DIR",
+        default_value = "/"
+    )]
+    pub root: PathBuf,
 }
 
 #[derive(Subcommand, Debug)]
@@ -37,6 +46,25 @@ pub enum Command {
     Show(ShowArgs),
     /// Check every object in the store against its name.
     Verify(JsonFlag),
+    /// Switch the node to a generation: build the declaration (or take a stored generation),
+    /// plan against what is on the machine, apply atomically, and commit it as the current one.
+    Switch(SwitchArgs),
+    /// Switch to the previous generation (or generation NUMBER), as a new entry in the log.
+    Rollback(RollbackArgs),
+    /// List the profile's generations, the current one marked.
+    Generations(JsonFlag),
+    /// What changes between two generations (numbers or ids); default previous -> current.
+    Diff(DiffArgs),
+    /// Start adopting this node: record every found file of the assigned modules, hold them, and
+    /// switch.
+    Adopt(AdoptArgs),
+    /// The cutover of one module: its held files are replaced by the declared ones; their
+    /// originals stay in the store.
+    Take(TakeArgs),
+    /// Mode, current generation, held and taken counts, and drift.
+    Status(JsonFlag),
+    /// Remove old generations and every blob nothing references.
+    Gc(GcArgs),
     /// The node record.
     Record {
         #[command(subcommand)]
@@ -72,6 +100,76 @@ pub struct BuildArgs {
     #[arg(long)]
     pub no_cache: bool,
     /// Print one JSON object (with at least `id`) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SwitchArgs {
+    /// The node declaration to build and switch to.
+    #[arg(required_unless_present = "generation", conflicts_with = "generation")]
+    pub node: Option<PathBuf>,
+    /// A generation already in the store (e.g. built by CI) to switch to.
+    #[arg(long, value_name = "ID")]
+    pub generation: Option<String>,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RollbackArgs {
+    /// The generation number to go to (see `mesh generations`).
+    #[arg(long, value_name = "NUMBER")]
+    pub to: Option<u64>,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// From: a generation number or id. Default: the one before TO.
+    pub from: Option<String>,
+    /// To: a generation number or id. Default: the current one.
+    pub to: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct AdoptArgs {
+    /// The node declaration.
+    pub node: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TakeArgs {
+    /// The module to take.
+    pub module: String,
+    /// The node declaration. Default: the one the current generation was built from.
+    pub node: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// How many of the newest generations to keep (the current one is always kept).
+    #[arg(long, default_value_t = 5)]
+    pub keep: usize,
+    /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
 }

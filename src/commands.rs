@@ -6,6 +6,7 @@ use mesh_compiler::{build, BuildRequest, Built};
 use mesh_lib::{GenerationId, NodeRecord, Store};
 use serde_json::json;
 
+use crate::activate;
 use crate::cli::{BuildArgs, Cli, Command, RecordCommand, ShowArgs};
 use crate::failure::{Exit, Failure};
 use crate::show;
@@ -29,10 +30,6 @@ fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, Failure> {
     }
 }
 
-fn record_path(state: &Path) -> PathBuf {
-    state.join("record.json")
-}
-
 /// Reads a node record: the given file, else this node's in the state directory, else none.
 fn load_record(
     state: &Path,
@@ -41,7 +38,7 @@ fn load_record(
     let path = match flag {
         Some(p) => p.to_owned(),
         None => {
-            let p = record_path(state);
+            let p = mesh_lib::record::record_path(state);
             if !p.exists() {
                 return Ok(None);
             }
@@ -68,6 +65,14 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Record {
             command: RecordCommand::Export,
         } => record_export(&state),
+        Command::Switch(args) => activate::switch(&state, &cli.global.root, args),
+        Command::Rollback(args) => activate::rollback(&state, &cli.global.root, args),
+        Command::Generations(flag) => activate::generations(&state, &cli.global.root, flag.json),
+        Command::Diff(args) => activate::diff(&state, &cli.global.root, args),
+        Command::Adopt(args) => activate::adopt(&state, &cli.global.root, args),
+        Command::Take(args) => activate::take(&state, &cli.global.root, args),
+        Command::Status(flag) => activate::status(&state, &cli.global.root, flag.json),
+        Command::Gc(args) => activate::gc(&state, &cli.global.root, args),
     }
 }
 

@@ -78,3 +78,29 @@ impl From<StoreError> for Failure {
         BuildError::Store(e).into()
     }
 }
+
+impl From<mesh_activator::ActivateError> for Failure {
+    fn from(e: mesh_activator::ActivateError) -> Self {
+        let exit = match e.kind() {
+            mesh_activator::Kind::User => Exit::User,
+            mesh_activator::Kind::Refused => Exit::Refused,
+            mesh_activator::Kind::System => Exit::System,
+        };
+        Self::new(exit, miette::Report::msg(error_chain(&e)))
+    }
+}
+
+/// An error and its causes on one line: "what failed: why".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}

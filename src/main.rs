@@ -1,6 +1,7 @@
 //! The `mesh` binary: argument parsing and presentation only. Every semantic lives in the
 //! `mesh-lib`, `mesh-compiler` and `mesh-activator` crates.
 
+mod activate;
 mod cli;
 mod commands;
 mod failure;

@@ -166,3 +166,139 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
+
+/// What a switch did (or, for a dry run, would do).
+pub fn switched(s: &mesh_activator::Switched) -> String {
+    use mesh_activator::plan::Action;
+    let mut o = String::new();
+    let verb = if s.dry_run {
+        "would switch"
+    } else {
+        "switched"
+    };
+    let changes = s
+        .plan
+        .actions
+        .iter()
+        .filter(|a| a.changes_machine())
+        .count();
+    let held = s
+        .plan
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Hold { .. }))
+        .count();
+    match (s.dry_run, s.number) {
+        (false, None) => {
+            let _ = writeln!(o, "already at {}: {changes} file(s) changed", s.id.short());
+        }
+        (false, Some(n)) => {
+            let _ = writeln!(
+                o,
+                "{verb} to generation {n} ({}): {changes} file(s) changed, {held} held",
+                s.id.short()
+            );
+        }
+        (true, _) => {
+            let _ = writeln!(
+                o,
+                "{verb} to {}: {changes} file(s) would change, {held} held; nothing was changed",
+                s.id.short()
+            );
+        }
+    }
+    for a in &s.plan.actions {
+        let _ = writeln!(o, "  {a}");
+    }
+    o
+}
+
+/// A diff, readable.
+pub fn diff(from: &GenerationId, to: &GenerationId, d: &mesh_lib::diff::Diff) -> String {
+    use mesh_lib::diff::FileChange;
+    let mut o = String::new();
+    let _ = writeln!(o, "from {}\nto   {}", from.short(), to.short());
+    if d.is_empty() {
+        let _ = writeln!(o, "no differences");
+        return o;
+    }
+    if let Some((a, b)) = d.mode {
+        let _ = writeln!(o, "mode: {a} -> {b}");
+    }
+    for (name, a, b) in &d.settings {
+        let show = |p: &Option<u16>| p.map_or("-".to_string(), |p| p.to_string());
+        let _ = writeln!(o, "setting ports.{name}: {} -> {}", show(a), show(b));
+    }
+    for (name, a, b) in &d.modules {
+        let _ = writeln!(
+            o,
+            "module {name}: {} -> {}",
+            a.as_deref().unwrap_or("-"),
+            b.as_deref().unwrap_or("-")
+        );
+    }
+    for (path, c) in &d.files {
+        let _ = match c {
+            FileChange::Added { state } => writeln!(o, "+ {path} ({state})"),
+            FileChange::Removed => writeln!(o, "- {path}"),
+            FileChange::Changed { what } => writeln!(o, "~ {path}: {}", what.join(", ")),
+        };
+    }
+    for (name, what) in &d.containers {
+        let _ = writeln!(o, "container {name}: {what}");
+    }
+    if d.firewall {
+        let _ = writeln!(o, "firewall rules or openings change (see `mesh show`)");
+    }
+    o
+}
+
+/// `mesh status`, readable.
+pub fn status(s: &mesh_activator::Status) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "mode: {}", s.mode);
+    match s.current {
+        Some((n, id)) => {
+            let _ = writeln!(o, "current: generation {n} ({id})");
+        }
+        None => {
+            let _ = writeln!(o, "current: none yet");
+        }
+    }
+    let _ = writeln!(
+        o,
+        "files: {} managed, {} staged, {} held",
+        s.managed, s.staged, s.held
+    );
+    let _ = writeln!(
+        o,
+        "modules taken: {}",
+        if s.taken.is_empty() {
+            "none".to_string()
+        } else {
+            s.taken.join(", ")
+        }
+    );
+    if !s.not_taken.is_empty() {
+        let _ = writeln!(o, "modules not taken: {}", s.not_taken.join(", "));
+    }
+    if s.drift.is_empty() {
+        let _ = writeln!(o, "drift: none");
+    } else {
+        let _ = writeln!(
+            o,
+            "drift: {} file(s) changed behind the mesh's back",
+            s.drift.len()
+        );
+        for (p, what) in &s.drift {
+            let _ = writeln!(o, "  {p}: {what}");
+        }
+    }
+    if s.interrupted {
+        let _ = writeln!(
+            o,
+            "an interrupted switch waits to be finished: run `mesh switch` or `mesh rollback`"
+        );
+    }
+    o
+}

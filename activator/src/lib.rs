@@ -9,6 +9,17 @@
 //! - a switch commits by atomically moving the profile's `current` link, so a crash leaves the
 //!   old or the new generation, never a mix.
 //!
-//! This crate is being built by the `mesh switch`, firewall and container issues; the compiler
-//! and the store it reads from are complete.
+//! Files are done; the firewall and containers take their place in the same plan in the issues
+//! that build them.
 #![deny(missing_docs)]
+
+pub mod crash;
+pub mod host;
+pub mod lock;
+pub mod plan;
+pub mod profile;
+pub mod root;
+pub mod switch;
+pub mod users;
+
+pub use switch::{ActivateError, Kind, Node, Status, Switched};

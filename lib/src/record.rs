@@ -109,6 +109,11 @@ pub enum RecordError {
     },
 }
 
+/// Where a node's record lives in its state directory.
+pub fn record_path(state: &std::path::Path) -> std::path::PathBuf {
+    state.join("record.json")
+}
+
 impl NodeRecord {
     /// The record of a node never adopted: managed, nothing found, nothing pinned.
     pub fn managed(node: NodeName) -> Self {
@@ -135,6 +140,16 @@ impl NodeRecord {
             });
         }
         Ok(serde_json::from_slice(bytes)?)
+    }
+
+    /// Every blob the record references: found originals, container specs, the firewall dump.
+    pub fn blobs(&self) -> impl Iterator<Item = BlobHash> + '_ {
+        self.found
+            .files
+            .values()
+            .map(|f| f.hash)
+            .chain(self.found.containers.values().map(|c| c.spec))
+            .chain(self.found.firewall.iter().map(|f| f.dump))
     }
 
     /// The canonical, indented bytes of the record.

@@ -79,6 +79,17 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Sto
     }
 }
 
+/// What [`Store::gc`] removed.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct GcReport {
+    /// Generations removed.
+    pub generations: usize,
+    /// Blobs removed (loose or from packs).
+    pub blobs: usize,
+    /// Packs rewritten without their unreferenced blobs.
+    pub packs_rewritten: usize,
+}
+
 /// What [`Store::verify`] found.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct VerifyReport {
@@ -409,6 +420,87 @@ impl Store {
             (None, _) => Err(StoreError::MissingGeneration(text.to_owned())),
             (Some(_), Some(_)) => Err(StoreError::Ambiguous(text.to_owned())),
         }
+    }
+
+    /// Removes every generation not in `keep_generations` and every blob not in `keep_blobs`.
+    /// A pack that holds some kept blobs is rewritten with those only: the new pack is on disk
+    /// before the old one goes, so a crash leaves a copy too many, never one too few.
+    pub fn gc(
+        &self,
+        keep_generations: &std::collections::BTreeSet<GenerationId>,
+        keep_blobs: &std::collections::BTreeSet<BlobHash>,
+    ) -> Result<GcReport, StoreError> {
+        let mut report = GcReport::default();
+        for id in self.generation_ids()? {
+            if !keep_generations.contains(&id) {
+                let path = self.generation_path(&id);
+                fs::remove_file(&path).map_err(io_err("removing", &path))?;
+                report.generations += 1;
+            }
+        }
+        let blobs = self.root.join("blobs");
+        for shard in fs::read_dir(&blobs).map_err(io_err("listing", &blobs))? {
+            let shard = shard.map_err(io_err("listing", &blobs))?.path();
+            if !shard.is_dir() {
+                continue;
+            }
+            for entry in fs::read_dir(&shard).map_err(io_err("listing", &shard))? {
+                let path = entry.map_err(io_err("listing", &shard))?.path();
+                let name = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| BlobHash::from_hex(n).ok());
+                if name.is_some_and(|h| !keep_blobs.contains(&h)) {
+                    fs::remove_file(&path).map_err(io_err("removing", &path))?;
+                    report.blobs += 1;
+                }
+            }
+        }
+        let packs = self.root.join("packs");
+        for entry in fs::read_dir(&packs).map_err(io_err("listing", &packs))? {
+            let path = entry.map_err(io_err("listing", &packs))?.path();
+            if path.extension().is_none_or(|e| e != "pack") {
+                continue;
+            }
+            let index = pack::read_index(&path).map_err(io_err("reading", &path))?;
+            let kept: Vec<_> = index
+                .iter()
+                .filter(|(h, _)| keep_blobs.contains(h))
+                .collect();
+            if kept.len() == index.len() {
+                continue;
+            }
+            report.blobs += index.len() - kept.len();
+            if !kept.is_empty() {
+                let mut contents = Vec::new();
+                for (hash, e) in &kept {
+                    let bytes = pack::read_entry(&path, *e).map_err(io_err("reading", &path))?;
+                    if BlobHash::of(&bytes) != *hash {
+                        return Err(StoreError::Corrupt {
+                            path: path.clone(),
+                            expected: hash.to_string(),
+                            actual: BlobHash::of(&bytes).to_string(),
+                        });
+                    }
+                    contents.push((*hash, bytes));
+                }
+                let refs: Vec<(BlobHash, &[u8])> =
+                    contents.iter().map(|(h, b)| (*h, b.as_slice())).collect();
+                let bytes = pack::encode(&refs);
+                let mode = fs::metadata(&path)
+                    .map_err(io_err("reading", &path))?
+                    .permissions()
+                    .mode()
+                    & 0o777;
+                let new = packs.join(format!("{}.pack", BlobHash::of(&bytes).hex()));
+                atomic::write_file(&new, &bytes, mode).map_err(io_err("writing", &new))?;
+                report.packs_rewritten += 1;
+            }
+            fs::remove_file(&path).map_err(io_err("removing", &path))?;
+        }
+        *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.sync()?;
+        Ok(report)
     }
 
     /// Checks every object's bytes against its name.

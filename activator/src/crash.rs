@@ -1,0 +1,49 @@
+//! Named crash-injection points, compiled in with the `crash-points` feature only.
+//!
+//! With `MESH_CRASH_AT=NAME` (or `NAME:K`, the K-th time the point is reached) the process aborts
+//! at that point, as a power cut would stop it: no destructor runs, no buffer is flushed. The
+//! crash-safety test runs a switch, a take and a rollback once per point in [`POINTS`].
+
+/// Every crash point, in the order a switch reaches them.
+pub const POINTS: &[&str] = &[
+    "record-written",
+    "originals-recorded",
+    "journal-written",
+    "file-written-before-rename",
+    "file-applied",
+    "file-removed",
+    "host-store-written",
+    "profile-link-created",
+    "current-switched",
+    "log-appended",
+];
+
+/// Aborts here if asked to.
+#[cfg(feature = "crash-points")]
+pub fn point(name: &'static str) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+    static TARGET: OnceLock<Option<(String, usize)>> = OnceLock::new();
+    static HITS: AtomicUsize = AtomicUsize::new(0);
+    debug_assert!(
+        POINTS.contains(&name),
+        "crash point {name} is not listed in POINTS"
+    );
+    let target = TARGET.get_or_init(|| {
+        let spec = std::env::var("MESH_CRASH_AT").ok()?;
+        match spec.split_once(':') {
+            Some((n, k)) => Some((n.to_owned(), k.parse().unwrap_or(1))),
+            None => Some((spec, 1)),
+        }
+    });
+    if let Some((target, k)) = target {
+        if target == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *k {
+            std::process::abort();
+        }
+    }
+}
+
+/// Crash points are compiled out.
+#[cfg(not(feature = "crash-points"))]
+#[inline(always)]
+pub fn point(_name: &'static str) {}

@@ -1,0 +1,385 @@
+//! The plan: a pure function of the target generation, the host store, the node record and what
+//! was observed at each path. It says, per path, what a switch will do — and refuses before
+//! anything is done when the machine is not in a state the switch may touch.
+//!
+//! Invariants:
+//! - a held file (found, its module not taken) is never written: it is held, or — when the mesh's
+//!   own content stands in its place after a take — restored to the original;
+//! - before content the mesh did not write is replaced or removed, a [`Action::Keep`] records it;
+//! - a found file the generation does not hold is never overwritten on an adopted node.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use mesh_lib::model::{FileMode, FileState, Mode};
+use mesh_lib::{BlobHash, Generation, NodeRecord, TargetPath};
+use serde::Serialize;
+
+use crate::host::{HostStore, Why};
+use crate::root::{FileFacts, Observed};
+use crate::users::Ids;
+
+/// Why a file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// Nothing was there.
+    Create,
+    /// The mesh's own content is replaced.
+    Update,
+    /// A found file is replaced by the declared one (its module is taken).
+    Take,
+    /// A found original comes back in place of the mesh's content (rollback across a take).
+    Restore,
+}
+
+/// One step of a switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub enum Action {
+    /// Record the content now at `path` in the store before anything changes.
+    Keep {
+        /// The path.
+        path: TargetPath,
+        /// Its content hash.
+        hash: BlobHash,
+        /// Why it is recorded.
+        why: Why,
+    },
+    /// Write `blob` at `path`.
+    Write {
+        /// The path.
+        path: TargetPath,
+        /// The content.
+        blob: BlobHash,
+        /// Permission bits.
+        mode: FileMode,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+        /// Why.
+        reason: Reason,
+    },
+    /// Remove the mesh's file at `path`.
+    Remove {
+        /// The path.
+        path: TargetPath,
+    },
+    /// A found file stays as it is.
+    Hold {
+        /// The path.
+        path: TargetPath,
+    },
+    /// The file already is as declared; the host store records it as the mesh's.
+    Claim {
+        /// The path.
+        path: TargetPath,
+    },
+}
+
+impl Action {
+    /// The path the step concerns.
+    pub fn path(&self) -> &TargetPath {
+        match self {
+            Action::Keep { path, .. }
+            | Action::Write { path, .. }
+            | Action::Remove { path }
+            | Action::Hold { path }
+            | Action::Claim { path } => path,
+        }
+    }
+
+    /// Whether the step changes the machine.
+    pub fn changes_machine(&self) -> bool {
+        matches!(self, Action::Write { .. } | Action::Remove { .. })
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Keep { path, hash, why } => write!(
+                f,
+                "record   {path}  ({} content {})",
+                match why {
+                    Why::Found => "found",
+                    Why::Drift => "drifted",
+                },
+                hash.short()
+            ),
+            Action::Write {
+                path,
+                blob,
+                mode,
+                uid,
+                gid,
+                reason,
+            } => write!(
+                f,
+                "{:<8} {path}  {} {mode} {uid}:{gid}",
+                match reason {
+                    Reason::Create => "create",
+                    Reason::Update => "update",
+                    Reason::Take => "take",
+                    Reason::Restore => "restore",
+                },
+                blob.short()
+            ),
+            Action::Remove { path } => write!(f, "remove   {path}"),
+            Action::Hold { path } => write!(f, "hold     {path}  (found, module not taken)"),
+            Action::Claim { path } => write!(f, "claim    {path}  (already as declared)"),
+        }
+    }
+}
+
+/// A plan that cannot be made: the switch is refused before it changes anything.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A found file the generation does not hold would be overwritten.
+    #[error("{path} was found on this adopted node and the generation does not hold it: switching would overwrite it (adopt it with `mesh switch NODE.ncl`, which records and holds it, or take its module)")]
+    FoundNotHeld {
+        /// The path.
+        path: TargetPath,
+    },
+    /// A symlink at or above a declared path.
+    #[error("{path}: a symlink is in the way (at the path or in one of its folders); the mesh never writes through a symlink")]
+    Symlink {
+        /// The path.
+        path: TargetPath,
+    },
+    /// A folder, socket or device where a file is declared.
+    #[error("{path}: {what} is where a file is declared")]
+    InTheWay {
+        /// The path.
+        path: TargetPath,
+        /// What is there.
+        what: &'static str,
+    },
+    /// An owner or group this machine does not know.
+    #[error("{path}: {kind} `{name}` does not exist on this machine")]
+    UnknownId {
+        /// The path.
+        path: TargetPath,
+        /// `owner` or `group`.
+        kind: &'static str,
+        /// The name.
+        name: String,
+    },
+}
+
+/// What a plan is made from.
+pub struct PlanInput<'a> {
+    /// The generation to switch to.
+    pub target: &'a Generation,
+    /// The generation in force, if any.
+    pub current: Option<&'a Generation>,
+    /// What the mesh wrote and kept.
+    pub host: &'a HostStore,
+    /// The node record (the found originals' metadata).
+    pub record: &'a NodeRecord,
+    /// What is at every path of the target, the current generation and the host store.
+    pub observed: &'a BTreeMap<TargetPath, Observed>,
+    /// Owner and group names.
+    pub ids: &'a Ids,
+}
+
+/// The plan of a switch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// The steps, in order: every keep first, then per path.
+    pub actions: Vec<Action>,
+}
+
+impl Plan {
+    /// Whether applying it changes the machine.
+    pub fn changes_machine(&self) -> bool {
+        self.actions.iter().any(Action::changes_machine)
+    }
+}
+
+/// The paths whose state a plan needs observed.
+pub fn paths_to_observe(
+    target: &Generation,
+    current: Option<&Generation>,
+    host: &HostStore,
+) -> BTreeSet<TargetPath> {
+    target
+        .files
+        .keys()
+        .chain(current.into_iter().flat_map(|g| g.files.keys()))
+        .chain(host.written.keys())
+        .cloned()
+        .collect()
+}
+
+fn ids_for(
+    ids: &Ids,
+    path: &TargetPath,
+    owner: &str,
+    group: &str,
+) -> Result<(u32, u32), PlanError> {
+    let uid = ids.uid(owner).ok_or_else(|| PlanError::UnknownId {
+        path: path.clone(),
+        kind: "owner",
+        name: owner.into(),
+    })?;
+    let gid = ids.gid(group).ok_or_else(|| PlanError::UnknownId {
+        path: path.clone(),
+        kind: "group",
+        name: group.into(),
+    })?;
+    Ok((uid, gid))
+}
+
+/// Makes the plan.
+pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
+    let mut keeps = Vec::new();
+    let mut steps = Vec::new();
+    let absent = Observed::Absent;
+    for (path, want) in &input.target.files {
+        let observed = input.observed.get(path).unwrap_or(&absent);
+        let facts = match observed {
+            Observed::Absent => None,
+            Observed::File(f) => Some(f),
+            Observed::Symlink => return Err(PlanError::Symlink { path: path.clone() }),
+            Observed::Folder => {
+                return Err(PlanError::InTheWay {
+                    path: path.clone(),
+                    what: "a folder",
+                })
+            }
+            Observed::Special => {
+                return Err(PlanError::InTheWay {
+                    path: path.clone(),
+                    what: "a special file",
+                })
+            }
+        };
+        let written = input.host.written.get(path);
+        let ours = |f: &FileFacts| written.is_some_and(|w| w.hash == f.hash);
+        match want.state {
+            FileState::Held { original } => {
+                let restore = match facts {
+                    Some(f) if f.hash == original => false,
+                    Some(f) if ours(f) => true,
+                    Some(_) => false, // the predecessor changed its own file: still its
+                    None => true,
+                };
+                if restore {
+                    let found = input.record.found.files.get(path);
+                    let (mode, uid, gid) = match found {
+                        Some(fm) => {
+                            let (uid, gid) = ids_for(input.ids, path, &fm.owner, &fm.group)?;
+                            (fm.mode, uid, gid)
+                        }
+                        None => {
+                            let (uid, gid) = ids_for(input.ids, path, &want.owner, &want.group)?;
+                            (want.mode, uid, gid)
+                        }
+                    };
+                    steps.push(Action::Write {
+                        path: path.clone(),
+                        blob: original,
+                        mode,
+                        uid,
+                        gid,
+                        reason: Reason::Restore,
+                    });
+                } else {
+                    steps.push(Action::Hold { path: path.clone() });
+                }
+            }
+            FileState::Managed | FileState::Staged => {
+                let (uid, gid) = ids_for(input.ids, path, &want.owner, &want.group)?;
+                let write = |reason| Action::Write {
+                    path: path.clone(),
+                    blob: want.blob,
+                    mode: want.mode,
+                    uid,
+                    gid,
+                    reason,
+                };
+                match facts {
+                    None => steps.push(write(Reason::Create)),
+                    Some(f) => {
+                        let as_declared = f.hash == want.blob
+                            && f.mode == want.mode
+                            && f.uid == uid
+                            && f.gid == gid;
+                        let found_here = written.is_none();
+                        if found_here {
+                            let recorded = input.record.found.files.get(path);
+                            if recorded.is_none()
+                                && input.record.mode == Mode::Adopted
+                                && !as_declared
+                            {
+                                return Err(PlanError::FoundNotHeld { path: path.clone() });
+                            }
+                            if recorded.is_none_or(|r| r.hash != f.hash) && f.hash != want.blob {
+                                keeps.push(Action::Keep {
+                                    path: path.clone(),
+                                    hash: f.hash,
+                                    why: Why::Found,
+                                });
+                            }
+                            steps.push(if as_declared {
+                                Action::Claim { path: path.clone() }
+                            } else {
+                                write(Reason::Take)
+                            });
+                        } else if as_declared {
+                            if written.is_some_and(|w| {
+                                w.hash != f.hash
+                                    || w.mode != f.mode
+                                    || w.uid != f.uid
+                                    || w.gid != f.gid
+                            }) {
+                                steps.push(Action::Claim { path: path.clone() });
+                            }
+                        } else {
+                            if !ours(f) {
+                                keeps.push(Action::Keep {
+                                    path: path.clone(),
+                                    hash: f.hash,
+                                    why: Why::Drift,
+                                });
+                            }
+                            steps.push(write(Reason::Update));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Paths the target no longer declares: the mesh's own files go; anything else stays.
+    let gone: BTreeSet<&TargetPath> = input
+        .current
+        .into_iter()
+        .flat_map(|g| g.files.keys())
+        .chain(input.host.written.keys())
+        .filter(|p| !input.target.files.contains_key(*p))
+        .collect();
+    for path in gone {
+        let Some(written) = input.host.written.get(path) else {
+            continue;
+        };
+        match input.observed.get(path).unwrap_or(&absent) {
+            Observed::File(f) => {
+                if f.hash != written.hash {
+                    keeps.push(Action::Keep {
+                        path: path.clone(),
+                        hash: f.hash,
+                        why: Why::Drift,
+                    });
+                }
+                steps.push(Action::Remove { path: path.clone() });
+            }
+            Observed::Absent => steps.push(Action::Remove { path: path.clone() }),
+            // Not a file any more: not the mesh's to remove.
+            _ => {}
+        }
+    }
+    keeps.extend(steps);
+    Ok(Plan { actions: keeps })
+}

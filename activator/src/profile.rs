@@ -1,0 +1,214 @@
+//! The node's profile: numbered generation links, the `current` pointer and the log of switches.
+//!
+//! ```text
+//! STATE/profile/generation-7 -> ../store/generations/<hex>
+//! STATE/profile/current      -> generation-7
+//! STATE/profile.log          one JSON object a line: number, id, time, trigger, declaration
+//! ```
+//!
+//! A link is created under a temporary name and renamed into place, then the folder is fsynced:
+//! `current` always names a complete generation. The new numbered link is added before `current`
+//! moves, so a crash leaves an extra link, never a dangling `current`. Time lives in the log only,
+//! never in a generation.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use mesh_lib::{atomic, GenerationId};
+use serde::{Deserialize, Serialize};
+
+/// What caused a switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    /// `mesh switch` of a declaration or a generation.
+    Build,
+    /// `mesh adopt`.
+    Adopt,
+    /// `mesh take`.
+    Take,
+    /// `mesh rollback`.
+    Rollback,
+    /// `mesh flip`.
+    Flip,
+    /// Written after a crash: the switch committed but did not get to log itself.
+    Recovered,
+}
+
+/// One line of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The generation's number in the profile.
+    pub number: u64,
+    /// Its id.
+    pub id: GenerationId,
+    /// When (RFC 3339, UTC).
+    pub time: String,
+    /// What caused it.
+    pub trigger: Trigger,
+    /// The declaration it was built from, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declaration: Option<PathBuf>,
+}
+
+/// The profile of the node whose state directory is `state`.
+pub struct Profile {
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+fn link_name(number: u64) -> String {
+    format!("generation-{number}")
+}
+
+impl Profile {
+    /// Opens (creating) the profile.
+    pub fn open(state: &Path) -> io::Result<Self> {
+        let dir = state.join("profile");
+        atomic::create_dir_all(&dir)?;
+        Ok(Self {
+            dir,
+            log: state.join("profile.log"),
+        })
+    }
+
+    /// The numbers and ids of every generation link, in order.
+    pub fn generations(&self) -> io::Result<Vec<(u64, GenerationId)>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(n) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("generation-"))
+                .and_then(|n| n.parse().ok())
+            else {
+                continue;
+            };
+            if let Some(id) = link_target_id(&entry.path()) {
+                out.push((n, id));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The current generation's number and id, if the node has one.
+    pub fn current(&self) -> io::Result<Option<(u64, GenerationId)>> {
+        let current = self.dir.join("current");
+        let target = match fs::read_link(&current) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let number = target
+            .to_str()
+            .and_then(|t| t.strip_prefix("generation-"))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "{} points at {}",
+                    current.display(),
+                    target.display()
+                ))
+            })?;
+        let id = link_target_id(&self.dir.join(&target)).ok_or_else(|| {
+            io::Error::other(format!("{} is not a generation link", target.display()))
+        })?;
+        Ok(Some((number, id)))
+    }
+
+    fn replace_link(&self, name: &str, target: &Path) -> io::Result<()> {
+        let tmp = self.dir.join(format!("{}{name}", atomic::TEMP_PREFIX));
+        let _stale = fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp)?;
+        fs::rename(&tmp, self.dir.join(name))?;
+        atomic::sync_dir(&self.dir)
+    }
+
+    /// Adds generation `id` as the next number and makes it current; appends to the log.
+    pub fn commit(
+        &self,
+        id: GenerationId,
+        trigger: Trigger,
+        declaration: Option<&Path>,
+    ) -> io::Result<u64> {
+        let number = self.generations()?.last().map_or(1, |(n, _)| n + 1);
+        self.replace_link(
+            &link_name(number),
+            &Path::new("../store/generations").join(id.hex()),
+        )?;
+        crate::crash::point("profile-link-created");
+        self.replace_link("current", Path::new(&link_name(number)))?;
+        crate::crash::point("current-switched");
+        self.append(&Entry {
+            number,
+            id,
+            time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            trigger,
+            declaration: declaration.map(Path::to_owned),
+        })?;
+        crate::crash::point("log-appended");
+        Ok(number)
+    }
+
+    fn append(&self, entry: &Entry) -> io::Result<()> {
+        let mut line = serde_json::to_vec(entry).map_err(io::Error::other)?;
+        line.push(b'\n');
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        f.write_all(&line)?;
+        f.sync_all()
+    }
+
+    /// Logs the current generation if a crash kept its switch from doing so.
+    pub fn repair_log(&self) -> io::Result<()> {
+        let Some((number, id)) = self.current()? else {
+            return Ok(());
+        };
+        if self.log()?.iter().any(|e| e.number == number) {
+            return Ok(());
+        }
+        self.append(&Entry {
+            number,
+            id,
+            time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            trigger: Trigger::Recovered,
+            declaration: None,
+        })
+    }
+
+    /// The log, oldest first. A line a crash cut short is skipped.
+    pub fn log(&self) -> io::Result<Vec<Entry>> {
+        match fs::read_to_string(&self.log) {
+            Ok(text) => Ok(text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes generation links not in `keep` (never the current one).
+    pub fn remove_links(&self, keep: &[u64]) -> io::Result<Vec<u64>> {
+        let current = self.current()?.map(|(n, _)| n);
+        let mut removed = Vec::new();
+        for (n, _) in self.generations()? {
+            if !keep.contains(&n) && Some(n) != current {
+                fs::remove_file(self.dir.join(link_name(n)))?;
+                removed.push(n);
+            }
+        }
+        atomic::sync_dir(&self.dir)?;
+        Ok(removed)
+    }
+}
+
+fn link_target_id(link: &Path) -> Option<GenerationId> {
+    let target = fs::read_link(link).ok()?;
+    GenerationId::from_hex(target.file_name()?.to_str()?).ok()
+}

@@ -1,0 +1,342 @@
+//! The filesystem under `--root`, reached only through file descriptors resolved with `openat2`
+//! (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`): a symlink anywhere in a
+//! declared path is refused, and nothing outside the root is ever opened.
+//!
+//! A file is written as a temp file in its folder (`.NAME.mesh-tmp`, a fixed name so a crash's
+//! leftover is found and removed), created with its final mode and owner, written, fsynced,
+//! renamed over the target, then the folder is fsynced.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use mesh_lib::model::FileMode;
+use mesh_lib::{BlobHash, TargetPath};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+/// A filesystem error, naming the declared path.
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    /// A symlink at or above a declared path.
+    #[error("{path}: a symlink is in the way (at the path or in one of its folders); the mesh never writes through a symlink")]
+    Symlink {
+        /// The declared path.
+        path: TargetPath,
+    },
+    /// A folder where a file is declared.
+    #[error("{path}: a folder is where a file is declared")]
+    Folder {
+        /// The declared path.
+        path: TargetPath,
+    },
+    /// A file where a folder is needed.
+    #[error("{path}: one of its parents is not a folder")]
+    NotAFolder {
+        /// The declared path.
+        path: TargetPath,
+    },
+    /// Something other than a regular file (a socket, a device).
+    #[error("{path}: not a regular file")]
+    Special {
+        /// The declared path.
+        path: TargetPath,
+    },
+    /// The root itself.
+    #[error("cannot open the root {path}: {source}")]
+    OpenRoot {
+        /// The root.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Any other failure.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The declared path.
+        path: TargetPath,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What is at a declared path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// Nothing.
+    Absent,
+    /// A regular file.
+    File(FileFacts),
+    /// A folder.
+    Folder,
+    /// A symlink at the path or above it.
+    Symlink,
+    /// A socket, a device, a fifo.
+    Special,
+}
+
+/// A regular file's content hash and metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileFacts {
+    /// The content's blake3.
+    pub hash: BlobHash,
+    /// Permission bits.
+    pub mode: FileMode,
+    /// Owner uid.
+    pub uid: u32,
+    /// Group gid.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// The root every declared path is resolved beneath.
+pub struct Root {
+    dir: OwnedFd,
+    path: PathBuf,
+}
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+fn temp_name(name: &str) -> String {
+    format!(".{name}.mesh-tmp")
+}
+
+fn split(path: &TargetPath) -> (Vec<&str>, &str) {
+    let mut parts: Vec<&str> = path.components().collect();
+    let name = parts.pop().expect("a target path has a file name");
+    (parts, name)
+}
+
+impl Root {
+    /// Opens the root folder.
+    pub fn open(path: &Path) -> Result<Self, RootError> {
+        let dir = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| RootError::OpenRoot {
+            path: path.to_owned(),
+            source: e.into(),
+        })?;
+        Ok(Self {
+            dir,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The root's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn io<'a>(op: &'static str, path: &'a TargetPath) -> impl FnOnce(Errno) -> RootError + 'a {
+        move |e| match e {
+            Errno::LOOP | Errno::XDEV => RootError::Symlink { path: path.clone() },
+            Errno::NOTDIR => RootError::NotAFolder { path: path.clone() },
+            Errno::ISDIR => RootError::Folder { path: path.clone() },
+            other => RootError::Io {
+                op,
+                path: path.clone(),
+                source: other.into(),
+            },
+        }
+    }
+
+    /// Opens the folder holding `path`, creating missing folders (mode 0755) when `create`.
+    fn parent(&self, path: &TargetPath, create: bool) -> Result<Option<OwnedFd>, RootError> {
+        let (folders, _) = split(path);
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if folders.is_empty() {
+            return rustix::fs::openat(&self.dir, ".", flags, Mode::empty())
+                .map(Some)
+                .map_err(Self::io("opening the root for", path));
+        }
+        match rustix::fs::openat2(&self.dir, folders.join("/"), flags, Mode::empty(), RESOLVE) {
+            Ok(fd) => return Ok(Some(fd)),
+            Err(Errno::NOENT) if !create => return Ok(None),
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(Self::io("opening the folder of", path)(e)),
+        }
+        let mut current = rustix::fs::openat(&self.dir, ".", flags, Mode::empty())
+            .map_err(Self::io("opening the root for", path))?;
+        for folder in folders {
+            match rustix::fs::mkdirat(&current, folder, Mode::from_raw_mode(0o755)) {
+                Ok(()) => rustix::fs::fsync(&current)
+                    .map_err(Self::io("syncing a new folder of", path))?,
+                Err(Errno::EXIST) => {}
+                Err(e) => return Err(Self::io("creating a folder of", path)(e)),
+            }
+            current = rustix::fs::openat2(&current, folder, flags, Mode::empty(), RESOLVE)
+                .map_err(Self::io("opening a folder of", path))?;
+        }
+        Ok(Some(current))
+    }
+
+    /// What is at `path`; the content too when it is a regular file.
+    pub fn observe(&self, path: &TargetPath) -> Result<(Observed, Option<Vec<u8>>), RootError> {
+        let relative: Vec<&str> = path.components().collect();
+        let fd = match rustix::fs::openat2(
+            &self.dir,
+            relative.join("/"),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+            RESOLVE,
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok((Observed::Absent, None)),
+            Err(Errno::LOOP | Errno::XDEV) => return Ok((Observed::Symlink, None)),
+            Err(Errno::NXIO) => return Ok((Observed::Special, None)),
+            Err(e) => return Err(Self::io("reading", path)(e)),
+        };
+        let stat = rustix::fs::fstat(&fd).map_err(Self::io("reading", path))?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Directory => return Ok((Observed::Folder, None)),
+            _ => return Ok((Observed::Special, None)),
+        }
+        let mut bytes = Vec::with_capacity(stat.st_size as usize);
+        File::from(fd)
+            .read_to_end(&mut bytes)
+            .map_err(|source| RootError::Io {
+                op: "reading",
+                path: path.clone(),
+                source,
+            })?;
+        let facts = FileFacts {
+            hash: BlobHash::of(&bytes),
+            mode: FileMode::from_bits(stat.st_mode & 0o7777).expect("masked to permission bits"),
+            uid: stat.st_uid,
+            gid: stat.st_gid,
+            size: bytes.len() as u64,
+        };
+        Ok((Observed::File(facts), Some(bytes)))
+    }
+
+    /// Writes `bytes` at `path` atomically with its final mode and owner.
+    pub fn write(
+        &self,
+        path: &TargetPath,
+        bytes: &[u8],
+        mode: FileMode,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(), RootError> {
+        let parent = self.parent(path, true)?.expect("created");
+        let (_, name) = split(path);
+        match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+                FileType::RegularFile => {}
+                FileType::Directory => return Err(RootError::Folder { path: path.clone() }),
+                FileType::Symlink => return Err(RootError::Symlink { path: path.clone() }),
+                _ => return Err(RootError::Special { path: path.clone() }),
+            },
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(Self::io("inspecting", path)(e)),
+        }
+        let tmp = temp_name(name);
+        let create = || {
+            rustix::fs::openat(
+                &parent,
+                tmp.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(mode.bits() & 0o777),
+            )
+        };
+        let fd = match create() {
+            Err(Errno::EXIST) => {
+                // A leftover of an interrupted write: ours by its name.
+                rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty())
+                    .map_err(Self::io("removing a leftover temp file of", path))?;
+                create()
+            }
+            other => other,
+        }
+        .map_err(Self::io("creating a temp file for", path))?;
+        let result = (|| {
+            rustix::fs::fchown(
+                &fd,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            )
+            .map_err(Self::io("setting the owner of", path))?;
+            // After chown, which clears set-id bits.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode.bits()))
+                .map_err(Self::io("setting the mode of", path))?;
+            let mut file = File::from(fd);
+            file.write_all(bytes).map_err(|source| RootError::Io {
+                op: "writing",
+                path: path.clone(),
+                source,
+            })?;
+            file.sync_all().map_err(|source| RootError::Io {
+                op: "syncing",
+                path: path.clone(),
+                source,
+            })?;
+            crate::crash::point("file-written-before-rename");
+            rustix::fs::renameat(&parent, tmp.as_str(), &parent, name)
+                .map_err(Self::io("renaming into place", path))?;
+            Ok(())
+        })();
+        if result.is_err() {
+            let _best_effort = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
+        }
+        result?;
+        rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))
+    }
+
+    /// Removes the file at `path` (a missing file is already removed).
+    pub fn remove(&self, path: &TargetPath) -> Result<(), RootError> {
+        let Some(parent) = self.parent(path, false)? else {
+            return Ok(());
+        };
+        let (_, name) = split(path);
+        match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                return Err(RootError::Folder { path: path.clone() })
+            }
+            Ok(_) => {}
+            Err(Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(Self::io("inspecting", path)(e)),
+        }
+        rustix::fs::unlinkat(&parent, name, AtFlags::empty())
+            .map_err(Self::io("removing", path))?;
+        rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))
+    }
+
+    /// Removes the temp file an interrupted write of `path` may have left; says whether one was.
+    pub fn remove_leftover(&self, path: &TargetPath) -> Result<bool, RootError> {
+        let Some(parent) = self.parent(path, false).or_else(|e| match e {
+            RootError::Symlink { .. } | RootError::NotAFolder { .. } => Ok(None),
+            e => Err(e),
+        })?
+        else {
+            return Ok(false);
+        };
+        let (_, name) = split(path);
+        match rustix::fs::unlinkat(&parent, temp_name(name).as_str(), AtFlags::empty()) {
+            Ok(()) => {
+                rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))?;
+                Ok(true)
+            }
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(Self::io("removing a leftover temp file of", path)(e)),
+        }
+    }
+
+    /// Free bytes for an unprivileged writer, and whether the filesystem is mounted read-only.
+    pub fn space(&self) -> io::Result<(u64, bool)> {
+        let st = rustix::fs::fstatvfs(self.dir.as_fd())?;
+        let read_only = st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY);
+        Ok((st.f_bavail.saturating_mul(st.f_frsize), read_only))
+    }
+}

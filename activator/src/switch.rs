@@ -1,0 +1,786 @@
+//! A node under the activator's hand: the lock held, the root, the store, the host store and the
+//! profile. [`Node::switch`] observes, plans, and — unless it is a dry run — applies and commits.
+//!
+//! The order of a switch, and why:
+//! 1. an interrupted switch is finished first ([`Node::recover`]), from its journal;
+//! 2. every blob to write is read and checked before anything changes (a corrupted blob stops the
+//!    switch with nothing done), and the space and writability of the root are checked;
+//! 3. content the mesh did not write is recorded in the store (durably) before it is replaced;
+//! 4. the journal names every path about to change and what it will hold;
+//! 5. each file is replaced atomically; if one fails, the ones already changed are put back;
+//! 6. the host store records what the mesh wrote; the profile's `current` moves; the journal
+//!    goes.
+//!
+//! A crash anywhere leaves, after the next switch or rollback, the old or the new generation.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use mesh_lib::model::{FileState, Mode};
+use mesh_lib::record::{record_path, FoundFile};
+use mesh_lib::store::StoreError;
+use mesh_lib::{atomic, BlobHash, Generation, GenerationId, NodeRecord, Store, TargetPath};
+use serde::{Deserialize, Serialize};
+
+use crate::host::{HostError, HostStore, Kept, Written};
+use crate::lock::{LockError, StateLock};
+use crate::plan::{self, Action, Plan, PlanError, PlanInput, Reason};
+use crate::profile::{Profile, Trigger};
+use crate::root::{Observed, Root, RootError};
+use crate::users::Ids;
+
+/// How a failure is to be reported: the binary maps these to exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Bad input (exit 1).
+    User,
+    /// A conflict or refusal (exit 2).
+    Refused,
+    /// The system failed (exit 3).
+    System,
+}
+
+/// Why an activation failed. Each says what was changed: nothing, unless it says otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivateError {
+    /// Another switch holds the lock.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The plan refused.
+    #[error("{0}; nothing was changed")]
+    Plan(#[from] PlanError),
+    /// The store failed (a corrupted blob among others).
+    #[error("{0}; nothing was changed")]
+    Store(#[from] StoreError),
+    /// The filesystem under the root failed.
+    #[error("{0}")]
+    Root(#[from] RootError),
+    /// The host store failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// Not enough space under the root.
+    #[error("not enough space under {root}: the switch writes {need} bytes, {free} are free; nothing was changed")]
+    NoSpace {
+        /// The root.
+        root: PathBuf,
+        /// Bytes needed (with a margin per file).
+        need: u64,
+        /// Bytes free.
+        free: u64,
+    },
+    /// The root is mounted read-only.
+    #[error("{root} is mounted read-only; nothing was changed")]
+    ReadOnly {
+        /// The root.
+        root: PathBuf,
+    },
+    /// A file operation failed midway; what had changed was put back.
+    #[error("{source}; the files already changed were put back, the node is still at its previous generation")]
+    RolledBack {
+        /// What failed.
+        #[source]
+        source: RootError,
+    },
+    /// A file operation failed and putting back failed too: the journal stays for the next run.
+    #[error("{source}; putting the changed files back failed too ({undo}); run the switch again to finish")]
+    Interrupted {
+        /// What failed.
+        #[source]
+        source: RootError,
+        /// Why putting back failed.
+        undo: RootError,
+    },
+    /// The generation is of another node.
+    #[error("generation {id} is of node {theirs}, but this node is {ours}")]
+    WrongNode {
+        /// The generation.
+        id: GenerationId,
+        /// Its node.
+        theirs: String,
+        /// This node.
+        ours: String,
+    },
+    /// Nothing to roll back to, or no such generation number.
+    #[error("{0}")]
+    NoSuchGeneration(String),
+    /// Any other I/O in the state directory.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ActivateError {
+    /// How to report it.
+    pub fn kind(&self) -> Kind {
+        match self {
+            ActivateError::Lock(LockError::Held { .. }) => Kind::Refused,
+            ActivateError::Plan(PlanError::UnknownId { .. }) => Kind::User,
+            ActivateError::Plan(_) => Kind::Refused,
+            ActivateError::Root(
+                RootError::Symlink { .. } | RootError::Folder { .. } | RootError::NotAFolder { .. },
+            ) => Kind::Refused,
+            ActivateError::Store(StoreError::MissingGeneration(_) | StoreError::Ambiguous(_)) => {
+                Kind::User
+            }
+            ActivateError::WrongNode { .. } | ActivateError::NoSuchGeneration(_) => Kind::User,
+            _ => Kind::System,
+        }
+    }
+}
+
+fn io_err<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> ActivateError + 'a {
+    move |source| ActivateError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One path the journal says is changing, and what it will hold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct JournalOp {
+    path: TargetPath,
+    /// The content it will hold; `None` for a removal.
+    hash: Option<BlobHash>,
+    /// Whether that content is a found original coming back (then it is not the mesh's).
+    restore: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Journal {
+    target: GenerationId,
+    ops: Vec<JournalOp>,
+}
+
+/// What a switch did, or would do.
+#[derive(Debug, Serialize)]
+pub struct Switched {
+    /// The generation switched to.
+    pub id: GenerationId,
+    /// Its number in the profile (`None` for a dry run or when it already was current).
+    pub number: Option<u64>,
+    /// The plan.
+    pub plan: Plan,
+    /// Whether it was only planned.
+    pub dry_run: bool,
+}
+
+/// What `mesh status` reports.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// Adopted or managed.
+    pub mode: Mode,
+    /// The current generation's number and id.
+    pub current: Option<(u64, GenerationId)>,
+    /// Files held (found, module not taken).
+    pub held: usize,
+    /// Files staged.
+    pub staged: usize,
+    /// Files managed.
+    pub managed: usize,
+    /// Taken modules.
+    pub taken: Vec<String>,
+    /// Modules assigned, not taken.
+    pub not_taken: Vec<String>,
+    /// Managed files changed behind the mesh's back: path and what is there now.
+    pub drift: Vec<(TargetPath, String)>,
+    /// Whether an interrupted switch is waiting to be finished.
+    pub interrupted: bool,
+}
+
+/// A node, its lock held.
+pub struct Node {
+    state: PathBuf,
+    root: Root,
+    /// The content-addressed store.
+    pub store: Store,
+    /// The profile.
+    pub profile: Profile,
+    ids: Ids,
+    _lock: Option<StateLock>,
+}
+
+/// What is at each path, and the bytes of each regular file there.
+type Observations = (
+    BTreeMap<TargetPath, Observed>,
+    BTreeMap<TargetPath, Vec<u8>>,
+);
+
+fn journal_path(state: &Path) -> PathBuf {
+    state.join("journal.json")
+}
+
+impl Node {
+    /// Takes the state directory's lock (failing at once if it is held) and opens the node.
+    pub fn open(state: &Path, root: &Path) -> Result<Self, ActivateError> {
+        let lock = StateLock::take(state)?;
+        Self::open_with(state, root, Some(lock))
+    }
+
+    /// Opens the node to look at it, without the lock: for commands that change nothing.
+    pub fn inspect(state: &Path, root: &Path) -> Result<Self, ActivateError> {
+        Self::open_with(state, root, None)
+    }
+
+    fn open_with(
+        state: &Path,
+        root: &Path,
+        lock: Option<StateLock>,
+    ) -> Result<Self, ActivateError> {
+        let store = Store::open(state)?;
+        let profile = Profile::open(state).map_err(io_err("opening the profile in", state))?;
+        Ok(Self {
+            state: state.to_owned(),
+            root: Root::open(root)?,
+            store,
+            profile,
+            ids: Ids::load(),
+            _lock: lock,
+        })
+    }
+
+    /// The node record, if the node was ever adopted.
+    pub fn record(&self) -> Result<Option<NodeRecord>, ActivateError> {
+        let path = record_path(&self.state);
+        match std::fs::read(&path) {
+            Ok(bytes) => NodeRecord::parse(&bytes)
+                .map(Some)
+                .map_err(|e| ActivateError::Io {
+                    what: "reading the node record",
+                    path,
+                    source: std::io::Error::other(e),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("reading", &path)(e)),
+        }
+    }
+
+    /// Writes the node record, durably.
+    pub fn save_record(&self, record: &NodeRecord) -> Result<(), ActivateError> {
+        let path = record_path(&self.state);
+        let bytes = record
+            .to_bytes()
+            .map_err(|e| io_err("encoding", &path)(std::io::Error::other(e)))?;
+        atomic::write_file(&path, &bytes, 0o644).map_err(io_err("writing", &path))?;
+        crate::crash::point("record-written");
+        Ok(())
+    }
+
+    /// The current generation.
+    pub fn current(&self) -> Result<Option<(u64, GenerationId, Generation)>, ActivateError> {
+        match self
+            .profile
+            .current()
+            .map_err(io_err("reading the profile in", &self.state))?
+        {
+            Some((n, id)) => Ok(Some((n, id, self.store.generation(&id)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Finishes the bookkeeping of a switch a crash interrupted: removes its temp files and
+    /// records in the host store what it had written. Says whether there was one.
+    pub fn recover(&self) -> Result<bool, ActivateError> {
+        let path = journal_path(&self.state);
+        let journal: Journal = match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(j) => j,
+                // Cut short by the crash before it was renamed into place cannot happen (it is
+                // written atomically); anything else unreadable is not ours to guess at.
+                Err(e) => {
+                    return Err(io_err("reading the journal", &path)(std::io::Error::other(
+                        e,
+                    )))
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err("reading", &path)(e)),
+        };
+        let mut host = HostStore::load(&self.state)?;
+        for op in &journal.ops {
+            self.root.remove_leftover(&op.path)?;
+            let (observed, _) = self.root.observe(&op.path)?;
+            match (op.hash, observed) {
+                (Some(hash), Observed::File(f)) if f.hash == hash => {
+                    if op.restore {
+                        host.written.remove(&op.path);
+                    } else {
+                        host.written.insert(op.path.clone(), Written::from(&f));
+                    }
+                }
+                (None, Observed::Absent) => {
+                    host.written.remove(&op.path);
+                }
+                _ => {}
+            }
+        }
+        host.save(&self.state)?;
+        std::fs::remove_file(&path).map_err(io_err("removing", &path))?;
+        atomic::sync_dir(&self.state).map_err(io_err("syncing", &self.state))?;
+        self.profile
+            .repair_log()
+            .map_err(io_err("repairing the log in", &self.state))?;
+        Ok(true)
+    }
+
+    /// Records every found file of `generation` that it does not hold yet: present at a declared
+    /// path of a module not taken, with no record in the host store that the mesh wrote it. The
+    /// content goes into the store (durably), the hash, mode and owner into `record`. The caller
+    /// saves the record and builds again, so the generation holds them.
+    pub fn record_found(
+        &self,
+        generation: &Generation,
+        record: &mut NodeRecord,
+    ) -> Result<Vec<TargetPath>, ActivateError> {
+        if record.mode != Mode::Adopted {
+            return Ok(Vec::new());
+        }
+        let host = HostStore::load(&self.state)?;
+        let mut found = Vec::new();
+        for (path, file) in &generation.files {
+            if file.state != FileState::Staged
+                || host.written.contains_key(path)
+                || record.found.files.contains_key(path)
+            {
+                continue;
+            }
+            if let (Observed::File(f), Some(bytes)) = self.root.observe(path)? {
+                self.store.put_blob(&bytes, !f.mode.world_readable())?;
+                record.found.files.insert(
+                    path.clone(),
+                    FoundFile {
+                        hash: f.hash,
+                        mode: f.mode,
+                        owner: self.ids.user_name(f.uid),
+                        group: self.ids.group_name(f.gid),
+                    },
+                );
+                found.push(path.clone());
+            }
+        }
+        Ok(found)
+    }
+
+    fn observe_all(
+        &self,
+        target: &Generation,
+        current: Option<&Generation>,
+        host: &HostStore,
+    ) -> Result<Observations, ActivateError> {
+        let mut observed = BTreeMap::new();
+        let mut contents = BTreeMap::new();
+        for path in plan::paths_to_observe(target, current, host) {
+            let (o, bytes) = self.root.observe(&path)?;
+            if let Some(b) = bytes {
+                contents.insert(path.clone(), b);
+            }
+            observed.insert(path, o);
+        }
+        Ok((observed, contents))
+    }
+
+    /// Switches to `target` (or only plans it, for a dry run) and commits it as the next
+    /// generation of the profile.
+    pub fn switch(
+        &self,
+        id: GenerationId,
+        target: &Generation,
+        trigger: Trigger,
+        declaration: Option<&Path>,
+        dry_run: bool,
+    ) -> Result<Switched, ActivateError> {
+        if !dry_run {
+            self.recover()?;
+        }
+        let record = self
+            .record()?
+            .unwrap_or_else(|| NodeRecord::managed(target.node.clone()));
+        if record.node != target.node {
+            return Err(ActivateError::WrongNode {
+                id,
+                theirs: target.node.to_string(),
+                ours: record.node.to_string(),
+            });
+        }
+        let current = self.current()?;
+        let mut host = HostStore::load(&self.state)?;
+        let (observed, contents) =
+            self.observe_all(target, current.as_ref().map(|c| &c.2), &host)?;
+        let plan = plan::plan(&PlanInput {
+            target,
+            current: current.as_ref().map(|c| &c.2),
+            host: &host,
+            record: &record,
+            observed: &observed,
+            ids: &self.ids,
+        })?;
+        let already = current.as_ref().is_some_and(|c| c.1 == id);
+        let bookkeeping = plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Claim { .. } | Action::Keep { .. }));
+        if dry_run || (already && !plan.changes_machine() && !bookkeeping) {
+            return Ok(Switched {
+                id,
+                number: None,
+                plan,
+                dry_run,
+            });
+        }
+
+        // Everything that will be written, read and checked before anything changes.
+        let mut blobs: BTreeMap<BlobHash, Vec<u8>> = BTreeMap::new();
+        for action in &plan.actions {
+            if let Action::Write { blob, .. } = action {
+                if !blobs.contains_key(blob) {
+                    blobs.insert(*blob, self.store.blob(blob)?);
+                }
+            }
+        }
+        if plan.changes_machine() {
+            let (free, read_only) = self
+                .root
+                .space()
+                .map_err(io_err("inspecting", self.root.path()))?;
+            if read_only {
+                return Err(ActivateError::ReadOnly {
+                    root: self.root.path().to_owned(),
+                });
+            }
+            let need: u64 = plan
+                .actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Write { blob, .. } => Some(blobs[blob].len() as u64 + 4096),
+                    _ => None,
+                })
+                .sum();
+            if need > free {
+                return Err(ActivateError::NoSpace {
+                    root: self.root.path().to_owned(),
+                    need,
+                    free,
+                });
+            }
+        }
+
+        // What the mesh did not write is recorded before it is replaced or removed.
+        let keeps: Vec<(&TargetPath, BlobHash, crate::host::Why)> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Keep { path, hash, why } => Some((path, *hash, *why)),
+                _ => None,
+            })
+            .collect();
+        if !keeps.is_empty() {
+            let mut batch = Vec::new();
+            for (path, _, _) in &keeps {
+                let private = match &observed[*path] {
+                    Observed::File(f) => !f.mode.world_readable(),
+                    _ => true,
+                };
+                batch.push((contents[*path].as_slice(), private));
+            }
+            self.store.put_blobs(batch)?;
+            for (path, hash, why) in &keeps {
+                if let Observed::File(f) = &observed[*path] {
+                    host.keep(
+                        path,
+                        Kept {
+                            hash: *hash,
+                            mode: f.mode,
+                            uid: f.uid,
+                            gid: f.gid,
+                            why: *why,
+                        },
+                    );
+                }
+            }
+            host.save(&self.state)?;
+            crate::crash::point("originals-recorded");
+        }
+        // The generation and its blobs were written by a build without waiting for the disk.
+        self.store.sync()?;
+
+        let ops: Vec<JournalOp> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Write {
+                    path, blob, reason, ..
+                } => Some(JournalOp {
+                    path: path.clone(),
+                    hash: Some(*blob),
+                    restore: *reason == Reason::Restore,
+                }),
+                Action::Remove { path } => Some(JournalOp {
+                    path: path.clone(),
+                    hash: None,
+                    restore: false,
+                }),
+                _ => None,
+            })
+            .collect();
+        let journal = journal_path(&self.state);
+        if !ops.is_empty() {
+            let bytes = serde_json::to_vec(&Journal { target: id, ops })
+                .map_err(|e| io_err("encoding", &journal)(e.into()))?;
+            atomic::write_file(&journal, &bytes, 0o600).map_err(io_err("writing", &journal))?;
+            crate::crash::point("journal-written");
+        }
+
+        let mut applied: Vec<&Action> = Vec::new();
+        for action in &plan.actions {
+            let result = match action {
+                Action::Write {
+                    path,
+                    blob,
+                    mode,
+                    uid,
+                    gid,
+                    ..
+                } => self
+                    .root
+                    .write(path, &blobs[blob], *mode, *uid, *gid)
+                    .map(|()| {
+                        crate::crash::point("file-applied");
+                    }),
+                Action::Remove { path } => self.root.remove(path).map(|()| {
+                    crate::crash::point("file-removed");
+                }),
+                _ => continue,
+            };
+            if let Err(source) = result {
+                return Err(match self.put_back(&applied, &observed, &contents) {
+                    Ok(()) => {
+                        let _done = std::fs::remove_file(&journal);
+                        ActivateError::RolledBack { source }
+                    }
+                    Err(undo) => ActivateError::Interrupted { source, undo },
+                });
+            }
+            applied.push(action);
+        }
+
+        for action in &plan.actions {
+            match action {
+                Action::Write {
+                    path,
+                    reason: Reason::Restore,
+                    ..
+                }
+                | Action::Remove { path } => {
+                    host.written.remove(path);
+                }
+                Action::Write {
+                    path,
+                    blob,
+                    mode,
+                    uid,
+                    gid,
+                    ..
+                } => {
+                    host.written.insert(
+                        path.clone(),
+                        Written {
+                            hash: *blob,
+                            mode: *mode,
+                            uid: *uid,
+                            gid: *gid,
+                        },
+                    );
+                }
+                Action::Claim { path } => {
+                    if let Observed::File(f) = &observed[path] {
+                        host.written.insert(path.clone(), Written::from(f));
+                    }
+                }
+                Action::Keep { .. } | Action::Hold { .. } => {}
+            }
+        }
+        host.save(&self.state)?;
+        crate::crash::point("host-store-written");
+
+        let number = if already {
+            None
+        } else {
+            Some(
+                self.profile
+                    .commit(id, trigger, declaration)
+                    .map_err(io_err("committing the profile in", &self.state))?,
+            )
+        };
+        if journal.exists() {
+            std::fs::remove_file(&journal).map_err(io_err("removing", &journal))?;
+            atomic::sync_dir(&self.state).map_err(io_err("syncing", &self.state))?;
+        }
+        Ok(Switched {
+            id,
+            number,
+            plan,
+            dry_run: false,
+        })
+    }
+
+    /// Puts back what `applied` changed: the content observed before, or nothing where there was
+    /// nothing.
+    fn put_back(
+        &self,
+        applied: &[&Action],
+        observed: &BTreeMap<TargetPath, Observed>,
+        contents: &BTreeMap<TargetPath, Vec<u8>>,
+    ) -> Result<(), RootError> {
+        for action in applied.iter().rev() {
+            let path = action.path();
+            match observed.get(path) {
+                Some(Observed::File(f)) => {
+                    self.root
+                        .write(path, &contents[path], f.mode, f.uid, f.gid)?
+                }
+                Some(Observed::Absent) | None => self.root.remove(path)?,
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The generation `mesh rollback` goes to: number `to`, or the newest one before the current
+    /// whose content differs from it.
+    pub fn rollback_target(&self, to: Option<u64>) -> Result<(u64, GenerationId), ActivateError> {
+        let generations = self
+            .profile
+            .generations()
+            .map_err(io_err("reading the profile in", &self.state))?;
+        let current = self
+            .profile
+            .current()
+            .map_err(io_err("reading the profile in", &self.state))?;
+        match to {
+            Some(n) => generations
+                .into_iter()
+                .find(|(m, _)| *m == n)
+                .ok_or_else(|| {
+                    ActivateError::NoSuchGeneration(format!(
+                        "there is no generation {n} (see `mesh generations`)"
+                    ))
+                }),
+            None => {
+                let (cn, cid) = current.ok_or_else(|| {
+                    ActivateError::NoSuchGeneration("this node has no generation yet".into())
+                })?;
+                generations
+                    .into_iter()
+                    .rev()
+                    .find(|(n, id)| *n < cn && *id != cid)
+                    .ok_or_else(|| {
+                        ActivateError::NoSuchGeneration(format!(
+                            "generation {cn} is the first: there is nothing to roll back to"
+                        ))
+                    })
+            }
+        }
+    }
+
+    /// Removes generation links but the newest `keep` and the current one, then every generation
+    /// and blob nothing references: never a blob of a kept generation, of the node record or of
+    /// the host store.
+    pub fn gc(&self, keep: usize) -> Result<(Vec<u64>, mesh_lib::store::GcReport), ActivateError> {
+        self.recover()?;
+        let err = |e| io_err("collecting garbage in", &self.state)(e);
+        let generations = self.profile.generations().map_err(err)?;
+        let keep_numbers: Vec<u64> = generations
+            .iter()
+            .rev()
+            .take(keep)
+            .map(|(n, _)| *n)
+            .collect();
+        let removed = self.profile.remove_links(&keep_numbers).map_err(err)?;
+        let kept: std::collections::BTreeSet<GenerationId> = self
+            .profile
+            .generations()
+            .map_err(err)?
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        let mut blobs = std::collections::BTreeSet::new();
+        for id in &kept {
+            blobs.extend(self.store.generation(id)?.blobs());
+        }
+        if let Some(record) = self.record()? {
+            blobs.extend(record.blobs());
+        }
+        blobs.extend(HostStore::load(&self.state)?.blobs());
+        let report = self.store.gc(&kept, &blobs)?;
+        Ok((removed, report))
+    }
+
+    /// Mode, current generation, counts and drift.
+    pub fn status(&self) -> Result<Status, ActivateError> {
+        let record = self.record()?;
+        let current = self.current()?;
+        let host = HostStore::load(&self.state)?;
+        let mut status = Status {
+            mode: record.as_ref().map_or(Mode::Managed, |r| r.mode),
+            current: current.as_ref().map(|(n, id, _)| (*n, *id)),
+            held: 0,
+            staged: 0,
+            managed: 0,
+            taken: Vec::new(),
+            not_taken: Vec::new(),
+            drift: Vec::new(),
+            interrupted: journal_path(&self.state).exists(),
+        };
+        if let Some((_, _, g)) = &current {
+            for (name, state) in &g.modules {
+                match state {
+                    mesh_lib::model::ModuleState::Taken => status.taken.push(name.to_string()),
+                    mesh_lib::model::ModuleState::Assigned => {
+                        status.not_taken.push(name.to_string())
+                    }
+                }
+            }
+            for (path, f) in &g.files {
+                match f.state {
+                    FileState::Held { .. } => {
+                        status.held += 1;
+                        continue;
+                    }
+                    FileState::Staged => status.staged += 1,
+                    FileState::Managed => status.managed += 1,
+                }
+                let what = match (self.root.observe(path)?.0, host.written.get(path)) {
+                    (Observed::File(o), Some(w))
+                        if o.hash == w.hash
+                            && o.mode == w.mode
+                            && o.uid == w.uid
+                            && o.gid == w.gid =>
+                    {
+                        None
+                    }
+                    (Observed::File(o), Some(w)) if o.hash == w.hash => Some(format!(
+                        "mode or owner changed to {} {}:{}",
+                        o.mode, o.uid, o.gid
+                    )),
+                    (Observed::File(o), _) => Some(format!("content changed ({})", o.hash.short())),
+                    (Observed::Absent, _) => Some("removed".to_string()),
+                    (other, _) => Some(format!("replaced by {other:?}")),
+                };
+                if let Some(what) = what {
+                    status.drift.push((path.clone(), what));
+                }
+            }
+        }
+        Ok(status)
+    }
+}

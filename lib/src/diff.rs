@@ -1,0 +1,138 @@
+//! What changes from one generation to another, for `mesh diff`.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::model::{Generation, Mode, ModuleState};
+
+/// How one path changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "change", rename_all = "lowercase")]
+pub enum FileChange {
+    /// Declared only in the newer generation.
+    Added {
+        /// Its state there.
+        state: String,
+    },
+    /// Declared only in the older one.
+    Removed,
+    /// Declared in both; content, metadata or state differ.
+    Changed {
+        /// What differs, in words (`content`, `mode 0644 -> 0600`, `held -> managed`).
+        what: Vec<String>,
+    },
+}
+
+/// The differences between two generations.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Diff {
+    /// The node's mode, when it changes.
+    pub mode: Option<(Mode, Mode)>,
+    /// Port settings that change: name, before, after.
+    pub settings: Vec<(String, Option<u16>, Option<u16>)>,
+    /// Modules that are assigned, unassigned, or taken: name, before, after.
+    pub modules: Vec<(String, Option<String>, Option<String>)>,
+    /// Files that change.
+    pub files: Vec<(String, FileChange)>,
+    /// Containers that are added, removed or change.
+    pub containers: Vec<(String, String)>,
+    /// Whether the firewall rules change.
+    pub firewall: bool,
+}
+
+impl Diff {
+    /// Whether nothing changes.
+    pub fn is_empty(&self) -> bool {
+        *self == Diff::default()
+    }
+}
+
+fn module_word(s: ModuleState) -> String {
+    match s {
+        ModuleState::Assigned => "assigned".into(),
+        ModuleState::Taken => "taken".into(),
+    }
+}
+
+/// From `a` to `b`.
+pub fn diff(a: &Generation, b: &Generation) -> Diff {
+    let mut d = Diff {
+        mode: (a.mode != b.mode).then_some((a.mode, b.mode)),
+        ..Diff::default()
+    };
+    let names: BTreeSet<&String> = a
+        .settings
+        .ports
+        .keys()
+        .chain(b.settings.ports.keys())
+        .collect();
+    for name in names {
+        let (x, y) = (
+            a.settings.ports.get(name).map(|p| p.get()),
+            b.settings.ports.get(name).map(|p| p.get()),
+        );
+        if x != y {
+            d.settings.push((name.clone(), x, y));
+        }
+    }
+    let modules: BTreeSet<_> = a.modules.keys().chain(b.modules.keys()).collect();
+    for m in modules {
+        let (x, y) = (
+            a.modules.get(m).copied().map(module_word),
+            b.modules.get(m).copied().map(module_word),
+        );
+        if x != y {
+            d.modules.push((m.to_string(), x, y));
+        }
+    }
+    let paths: BTreeSet<_> = a.files.keys().chain(b.files.keys()).collect();
+    for p in paths {
+        let change = match (a.files.get(p), b.files.get(p)) {
+            (None, Some(f)) => Some(FileChange::Added {
+                state: f.state.word().into(),
+            }),
+            (Some(_), None) => Some(FileChange::Removed),
+            (Some(x), Some(y)) => {
+                let mut what = Vec::new();
+                if x.blob != y.blob {
+                    what.push("content".to_string());
+                }
+                if x.mode != y.mode {
+                    what.push(format!("mode {} -> {}", x.mode, y.mode));
+                }
+                if (&x.owner, &x.group) != (&y.owner, &y.group) {
+                    what.push(format!(
+                        "owner {}:{} -> {}:{}",
+                        x.owner, x.group, y.owner, y.group
+                    ));
+                }
+                if x.state.word() != y.state.word() {
+                    what.push(format!("{} -> {}", x.state.word(), y.state.word()));
+                }
+                (!what.is_empty()).then_some(FileChange::Changed { what })
+            }
+            (None, None) => None,
+        };
+        if let Some(c) = change {
+            d.files.push((p.to_string(), c));
+        }
+    }
+    let names: BTreeSet<_> = a.containers.keys().chain(b.containers.keys()).collect();
+    for n in names {
+        let what = match (a.containers.get(n), b.containers.get(n)) {
+            (None, Some(c)) => Some(format!("added ({})", c.state.word())),
+            (Some(_), None) => Some("removed".to_string()),
+            (Some(x), Some(y)) if x.state.word() != y.state.word() => {
+                Some(format!("{} -> {}", x.state.word(), y.state.word()))
+            }
+            (Some(x), Some(y)) if x != y => Some("spec changed".to_string()),
+            _ => None,
+        };
+        if let Some(w) = what {
+            d.containers.push((n.to_string(), w));
+        }
+    }
+    d.firewall = a.firewall != b.firewall || a.openings != b.openings;
+    d
+}

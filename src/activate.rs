@@ -1,0 +1,306 @@
+//! The commands that change the node: switch, adopt, take, rollback, gc; and the ones that look
+//! at it: generations, diff, status. Glue only: building is the compiler's, planning and applying
+//! the activator's.
+
+use std::path::{Path, PathBuf};
+
+use mesh_activator::profile::Trigger;
+use mesh_activator::{Node, Switched};
+use mesh_compiler::{build, BuildRequest, Built};
+use mesh_lib::model::{Mode, ModuleName, ModuleState};
+use mesh_lib::record::record_path;
+use mesh_lib::{Generation, GenerationId, NodeRecord};
+use serde_json::json;
+
+use crate::cli::{AdoptArgs, DiffArgs, GcArgs, RollbackArgs, SwitchArgs, TakeArgs};
+use crate::failure::{Exit, Failure};
+use crate::show;
+
+/// Builds `decl` with `record` (kept in memory: the caller saves it).
+fn build_with(state: &Path, decl: &Path, record: Option<&NodeRecord>) -> Result<Built, Failure> {
+    let path = record_path(state);
+    Ok(build(&BuildRequest {
+        node: decl,
+        record: record.map(|r| (r, path.as_path())),
+        state_dir: state,
+        use_cache: true,
+    })?)
+}
+
+/// Builds the declaration, records and holds what is newly found on an adopted node, and
+/// switches to the result.
+fn switch_declaration(
+    node: &Node,
+    state: &Path,
+    decl: &Path,
+    mut record: Option<NodeRecord>,
+    trigger: Trigger,
+    dry_run: bool,
+) -> Result<Switched, Failure> {
+    let decl = std::fs::canonicalize(decl).map_err(|_| {
+        Failure::user(format!(
+            "cannot read the node declaration {}: no such file",
+            decl.display()
+        ))
+    })?;
+    let mut built = build_with(state, &decl, record.as_ref())?;
+    if let Some(r) = record.as_mut() {
+        if !node.record_found(&built.generation, r)?.is_empty() {
+            if !dry_run {
+                node.save_record(r)?;
+            }
+            built = build_with(state, &decl, Some(r))?;
+        }
+    }
+    Ok(node.switch(built.id, &built.generation, trigger, Some(&decl), dry_run)?)
+}
+
+fn report(switched: &Switched, json_out: bool) {
+    if json_out {
+        println!("{}", serde_json::to_string(switched).unwrap_or_default());
+    } else {
+        print!("{}", show::switched(switched));
+    }
+}
+
+pub fn switch(state: &Path, root: &Path, args: SwitchArgs) -> Result<(), Failure> {
+    let node = Node::open(state, root)?;
+    let switched = match (&args.node, &args.generation) {
+        (Some(decl), _) => switch_declaration(
+            &node,
+            state,
+            decl,
+            node.record()?,
+            Trigger::Build,
+            args.dry_run,
+        )?,
+        (None, Some(text)) => {
+            let id = node.store.resolve_generation(text)?;
+            let generation = node.store.generation(&id)?;
+            node.switch(id, &generation, Trigger::Build, None, args.dry_run)?
+        }
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    report(&switched, args.json);
+    Ok(())
+}
+
+pub fn adopt(state: &Path, root: &Path, args: AdoptArgs) -> Result<(), Failure> {
+    let node = Node::open(state, root)?;
+    let mut record = match node.record()? {
+        Some(r) => r,
+        None => {
+            // The record is named after the node: learn its name from a build with none.
+            let built = build_with(state, &args.node, None)?;
+            NodeRecord::managed(built.generation.node.clone())
+        }
+    };
+    record.mode = Mode::Adopted;
+    node.save_record(&record)?;
+    let switched = switch_declaration(
+        &node,
+        state,
+        &args.node,
+        Some(record),
+        Trigger::Adopt,
+        false,
+    )?;
+    report(&switched, args.json);
+    Ok(())
+}
+
+/// The declaration the current generation was built from, for commands that rebuild it.
+fn last_declaration(node: &Node) -> Result<PathBuf, Failure> {
+    let log = node
+        .profile
+        .log()
+        .map_err(|e| Failure::system(format!("reading the profile log: {e}")))?;
+    log.iter()
+        .rev()
+        .find_map(|e| e.declaration.clone())
+        .ok_or_else(|| Failure::user("no declaration to build from: give NODE.ncl"))
+}
+
+pub fn take(state: &Path, root: &Path, args: TakeArgs) -> Result<(), Failure> {
+    let node = Node::open(state, root)?;
+    let module = ModuleName::new(&args.module).map_err(Failure::user)?;
+    let mut record = node
+        .record()?
+        .filter(|r| r.mode == Mode::Adopted)
+        .ok_or_else(|| {
+            Failure::user("this node is not adopted: there is nothing to take (see `mesh adopt`)")
+        })?;
+    if record.taken.contains(&module) {
+        return Err(Failure::new(
+            Exit::Refused,
+            miette::miette!("module {module} is already taken on node {}", record.node),
+        ));
+    }
+    let decl = match args.node {
+        Some(d) => d,
+        None => last_declaration(&node)?,
+    };
+    record.taken.insert(module);
+    // Built before the record is saved: a take of a module that is not assigned changes nothing.
+    build_with(state, &decl, Some(&record))?;
+    node.save_record(&record)?;
+    let switched = switch_declaration(&node, state, &decl, Some(record), Trigger::Take, false)?;
+    report(&switched, args.json);
+    Ok(())
+}
+
+pub fn rollback(state: &Path, root: &Path, args: RollbackArgs) -> Result<(), Failure> {
+    let node = Node::open(state, root)?;
+    node.recover()?;
+    let (_, id) = node.rollback_target(args.to)?;
+    let generation = node.store.generation(&id)?;
+    let switched = node.switch(id, &generation, Trigger::Rollback, None, args.dry_run)?;
+    if !args.dry_run {
+        // The record follows what is in force, so the next build agrees with it.
+        if let Some(mut record) = node.record()? {
+            let taken = generation
+                .modules
+                .iter()
+                .filter(|(_, s)| **s == ModuleState::Taken)
+                .map(|(m, _)| m.clone());
+            let taken = if generation.mode == Mode::Adopted {
+                taken.collect()
+            } else {
+                record.taken.clone()
+            };
+            if record.taken != taken || record.mode != generation.mode {
+                record.taken = taken;
+                record.mode = generation.mode;
+                node.save_record(&record)?;
+            }
+        }
+    }
+    report(&switched, args.json);
+    Ok(())
+}
+
+pub fn generations(state: &Path, root: &Path, json_out: bool) -> Result<(), Failure> {
+    let node = Node::inspect(state, root)?;
+    let read = |e: std::io::Error| Failure::system(format!("reading the profile: {e}"));
+    let links = node.profile.generations().map_err(read)?;
+    let current = node.profile.current().map_err(read)?.map(|(n, _)| n);
+    let log = node.profile.log().map_err(read)?;
+    let rows: Vec<serde_json::Value> = links
+        .iter()
+        .map(|(n, id)| {
+            let entry = log.iter().rev().find(|e| e.number == *n);
+            json!({
+                "number": n,
+                "id": id,
+                "current": Some(*n) == current,
+                "time": entry.map(|e| e.time.clone()),
+                "trigger": entry.map(|e| e.trigger),
+            })
+        })
+        .collect();
+    if json_out {
+        println!("{}", json!({ "generations": rows }));
+    } else if rows.is_empty() {
+        println!("no generations yet: `mesh switch NODE.ncl` makes the first");
+    } else {
+        for r in &rows {
+            println!(
+                "{} {:>4}  {}  {}  {}",
+                if r["current"] == true { "*" } else { " " },
+                r["number"],
+                r["time"].as_str().unwrap_or("-"),
+                r["trigger"].as_str().unwrap_or("-"),
+                r["id"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A generation number of the profile, or an id (or unique prefix) in the store.
+fn resolve(node: &Node, text: &str) -> Result<(GenerationId, Generation), Failure> {
+    let id = match text.parse::<u64>() {
+        Ok(n) if text.len() < 8 => node
+            .profile
+            .generations()
+            .map_err(|e| Failure::system(format!("reading the profile: {e}")))?
+            .into_iter()
+            .find(|(m, _)| *m == n)
+            .map(|(_, id)| id)
+            .ok_or_else(|| {
+                Failure::user(format!(
+                    "there is no generation {n} (see `mesh generations`)"
+                ))
+            })?,
+        _ => node.store.resolve_generation(text)?,
+    };
+    Ok((id, node.store.generation(&id)?))
+}
+
+pub fn diff(state: &Path, root: &Path, args: DiffArgs) -> Result<(), Failure> {
+    let node = Node::inspect(state, root)?;
+    let to = match &args.to {
+        Some(t) => resolve(&node, t)?,
+        None => {
+            let (_, id, g) = node
+                .current()?
+                .ok_or_else(|| Failure::user("this node has no generation yet"))?;
+            (id, g)
+        }
+    };
+    let from = match &args.from {
+        Some(f) => resolve(&node, f)?,
+        None => {
+            let links = node
+                .profile
+                .generations()
+                .map_err(|e| Failure::system(format!("reading the profile: {e}")))?;
+            let to_number = links
+                .iter()
+                .rev()
+                .find(|(_, id)| *id == to.0)
+                .map(|(n, _)| *n);
+            let prev = links
+                .iter()
+                .rev()
+                .find(|(n, _)| to_number.is_some_and(|t| *n < t))
+                .ok_or_else(|| Failure::user("there is no generation before it: give FROM"))?;
+            (prev.1, node.store.generation(&prev.1)?)
+        }
+    };
+    let d = mesh_lib::diff::diff(&from.1, &to.1);
+    if args.json {
+        println!("{}", json!({ "from": from.0, "to": to.0, "diff": d }));
+    } else {
+        print!("{}", show::diff(&from.0, &to.0, &d));
+    }
+    Ok(())
+}
+
+pub fn status(state: &Path, root: &Path, json_out: bool) -> Result<(), Failure> {
+    let node = Node::inspect(state, root)?;
+    let s = node.status()?;
+    if json_out {
+        println!("{}", serde_json::to_string(&s).unwrap_or_default());
+    } else {
+        print!("{}", show::status(&s));
+    }
+    Ok(())
+}
+
+pub fn gc(state: &Path, root: &Path, args: GcArgs) -> Result<(), Failure> {
+    let node = Node::open(state, root)?;
+    let (removed, report) = node.gc(args.keep)?;
+    if args.json {
+        println!(
+            "{}",
+            json!({ "removed_generations": removed, "store": report })
+        );
+    } else {
+        println!(
+            "removed generation links {:?}; from the store: {} generations, {} blobs ({} packs rewritten)",
+            removed, report.generations, report.blobs, report.packs_rewritten
+        );
+    }
+    Ok(())
+}
