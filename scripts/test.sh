@@ -32,10 +32,10 @@ echo "checking flake.nix parses"
 nix-instantiate --parse flake.nix >/dev/null
 
 cargo fmt --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --all-targets --locked --features crash-points -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$log"
+cargo test --workspace --locked --features crash-points 2>&1 | tee "$log"
 
 echo "checking the CI example: every example node builds to its committed id"
 examples/ci/check-ids.sh target/debug/mesh

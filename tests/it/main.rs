@@ -3,7 +3,10 @@
 
 mod build;
 mod cache;
+mod faults;
 mod firewall_rules;
 mod held;
+mod node_fixture;
 mod rejections;
 mod support;
+mod switch;
