@@ -3,6 +3,7 @@
 
 mod build;
 mod cache;
+mod crash;
 mod faults;
 mod firewall_rules;
 mod held;

@@ -1,0 +1,225 @@
+//! Crash safety: a switch, a take and a rollback, each crashed (abort, as a power cut stops a
+//! process) at every named injection point, then run again. After that second run the machine is
+//! in the old or the new generation — never a mix — every found original is at its path or in
+//! the store, no temp file is left, and `current` names a complete generation.
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+
+use mesh_lib::model::FileState;
+use mesh_lib::{GenerationId, Store, TargetPath};
+
+use crate::node_fixture::{Fixture, MOTD};
+use crate::support::{have_root_tools, run};
+
+#[derive(Debug, Clone, Copy)]
+enum Scenario {
+    /// Adopted, a managed file drifted; switch to a declaration that changes it and drops one.
+    Switch,
+    /// Adopted; take the module whose file was found.
+    Take,
+    /// Adopted and taken; roll back across the take.
+    Rollback,
+}
+
+impl Scenario {
+    fn setup(self, f: &Fixture) {
+        f.ok(&["adopt", f.decl("a.ncl").to_str().unwrap()]);
+        match self {
+            Scenario::Switch => std::fs::write(f.at(MOTD), "drifted\n").unwrap(),
+            Scenario::Take => {}
+            Scenario::Rollback => {
+                f.ok(&["take", "ssh"]);
+            }
+        }
+    }
+
+    fn act(self, f: &Fixture) -> Vec<String> {
+        let args = match self {
+            Scenario::Switch => vec!["switch".into(), f.decl("b.ncl").display().to_string()],
+            Scenario::Take => vec!["take".into(), "ssh".into()],
+            Scenario::Rollback => vec!["rollback".into()],
+        };
+        args
+    }
+
+    /// What is run after the crash: the same switch or rollback; for a take, a switch of the
+    /// declaration (the record says whether the take was recorded).
+    fn again(self, f: &Fixture) -> Vec<String> {
+        match self {
+            Scenario::Take => vec!["switch".into(), f.decl("a.ncl").display().to_string()],
+            other => other.act(f),
+        }
+    }
+}
+
+fn current(f: &Fixture) -> GenerationId {
+    let g: serde_json::Value =
+        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
+    let row = g["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["current"] == true)
+        .cloned()
+        .expect("a current generation");
+    row["id"].as_str().unwrap().parse().unwrap()
+}
+
+/// The machine is exactly generation `id`: held files hold their originals, the others their
+/// declared content and mode; paths the other generation declares and this one does not are gone.
+fn assert_machine_is(
+    f: &Fixture,
+    store: &Store,
+    id: &GenerationId,
+    other: &GenerationId,
+    context: &str,
+) {
+    let g = store
+        .generation(id)
+        .unwrap_or_else(|e| panic!("{context}: current is not a complete generation: {e}"));
+    for blob in g.blobs() {
+        store
+            .blob(&blob)
+            .unwrap_or_else(|e| panic!("{context}: {e}"));
+    }
+    for (path, file) in &g.files {
+        let bytes =
+            std::fs::read(f.at(path.as_str())).unwrap_or_else(|e| panic!("{context}: {path}: {e}"));
+        let hash = mesh_lib::BlobHash::of(&bytes);
+        match file.state {
+            FileState::Held { original } => {
+                assert_eq!(hash, original, "{context}: {path} should hold its original")
+            }
+            _ => {
+                assert_eq!(
+                    hash,
+                    file.blob,
+                    "{context}: {path} should be as generation {} declares",
+                    id.short()
+                );
+                assert_eq!(
+                    f.meta(path.as_str()).0,
+                    file.mode.bits(),
+                    "{context}: {path} mode"
+                );
+            }
+        }
+    }
+    let o = store.generation(other).unwrap();
+    for path in o.files.keys().filter(|p| !g.files.contains_key(*p)) {
+        assert!(
+            !f.at(path.as_str()).exists(),
+            "{context}: {path} belongs to the other generation only"
+        );
+    }
+}
+
+fn assert_no_temp_files(f: &Fixture, context: &str) {
+    for entry in walkdir::WalkDir::new(f.dir.path()) {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy();
+        assert!(
+            !name.ends_with(".mesh-tmp") && !name.starts_with(".tmp-"),
+            "{context}: temp file left: {}",
+            entry.path().display()
+        );
+    }
+}
+
+fn assert_originals_kept(f: &Fixture, store: &Store, context: &str) {
+    let record = f.record();
+    for (path, found) in record["found"]["files"].as_object().unwrap() {
+        let hash: mesh_lib::BlobHash = found["hash"].as_str().unwrap().parse().unwrap();
+        let at_path = std::fs::read(f.at(path))
+            .map(|b| mesh_lib::BlobHash::of(&b) == hash)
+            .unwrap_or(false);
+        assert!(
+            at_path || store.blob(&hash).is_ok(),
+            "{context}: the original of {path} is lost"
+        );
+        let _ = TargetPath::new(path).unwrap();
+    }
+}
+
+/// Every crash point, in a switch, a take and a rollback.
+#[test]
+fn crash_at_every_point_leaves_old_or_new() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    if !cfg!(feature = "crash-points") {
+        let why = "the crash-safety test needs the crash-points feature (cargo test --features crash-points)";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{why}");
+        }
+        eprintln!("NOT RUN outside CI: {why}");
+        return;
+    }
+    let points = mesh_activator::crash::POINTS;
+    let mut covered = BTreeSet::new();
+    let mut runs = 0;
+    for scenario in [Scenario::Switch, Scenario::Take, Scenario::Rollback] {
+        // The ids a run without a crash goes from and to.
+        let clean = Fixture::new();
+        scenario.setup(&clean);
+        let old = current(&clean);
+        let args = scenario.act(&clean);
+        clean.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let new = current(&clean);
+        assert_ne!(old, new);
+
+        for point in points {
+            let f = Fixture::new();
+            scenario.setup(&f);
+            let args = scenario.act(&f);
+            let mut c = f.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
+            c.env("MESH_CRASH_AT", point);
+            let out = c.output().unwrap();
+            let context = format!("{scenario:?} crashed at {point}");
+            match out.status.signal() {
+                Some(6) => {
+                    covered.insert(*point);
+                    runs += 1;
+                }
+                Some(s) => panic!("{context}: killed by signal {s}"),
+                None => assert!(
+                    out.status.success(),
+                    "{context}: not reached, and the run failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            }
+            let again = scenario.again(&f);
+            let ran = run(f.command(&again.iter().map(String::as_str).collect::<Vec<_>>()));
+            assert_eq!(
+                ran.code, 0,
+                "{context}: the run after the crash failed:\n{}",
+                ran.stderr
+            );
+            let store = Store::open(&f.state()).unwrap();
+            let now = current(&f);
+            assert!(
+                now == old || now == new,
+                "{context}: current is neither the old nor the new generation"
+            );
+            let other = if now == old { new } else { old };
+            assert_machine_is(&f, &store, &now, &other, &context);
+            assert_originals_kept(&f, &store, &context);
+            assert_no_temp_files(&f, &context);
+            assert!(
+                !f.state().join("journal.json").exists(),
+                "{context}: the journal was not finished"
+            );
+        }
+    }
+    println!(
+        "crash points covered: {}/{} ({runs} crashed runs)",
+        covered.len(),
+        points.len()
+    );
+    let missing: Vec<_> = points.iter().filter(|p| !covered.contains(*p)).collect();
+    assert!(
+        missing.is_empty(),
+        "crash points never reached: {missing:?}"
+    );
+}
