@@ -383,3 +383,253 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     keeps.extend(steps);
     Ok(Plan { actions: keeps })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use mesh_lib::model::{FileEntry, FileMode, FileState, Mode, ModuleName, NodeName};
+    use mesh_lib::record::FoundFile;
+    use mesh_lib::{BlobHash, NodeRecord, TargetPath};
+
+    use super::*;
+    use crate::host::{HostStore, Written};
+    use crate::root::{FileFacts, Observed};
+
+    fn path() -> TargetPath {
+        TargetPath::new("/etc/x.conf").unwrap()
+    }
+
+    fn generation(state: FileState, content: &[u8]) -> Generation {
+        let settings = mesh_lib::model::Settings {
+            ports: BTreeMap::new(),
+            private_network: mesh_lib::model::PrivateNetwork {
+                range: "10.0.0.0/24".parse().unwrap(),
+                address: "10.0.0.1".parse().unwrap(),
+                hub: false,
+            },
+        };
+        let entry = FileEntry {
+            module: ModuleName::new("m").unwrap(),
+            blob: BlobHash::of(content),
+            size: content.len() as u64,
+            mode: FileMode::parse("0644").unwrap(),
+            owner: "0".into(),
+            group: "0".into(),
+            state,
+        };
+        Generation {
+            format: 1,
+            node: NodeName::new("n").unwrap(),
+            mode: Mode::Adopted,
+            firewall: mesh_lib::model::FirewallRules {
+                guard: mesh_lib::firewall::guard_ruleset(&settings),
+                base: None,
+            },
+            settings,
+            modules: BTreeMap::new(),
+            files: BTreeMap::from([(path(), entry)]),
+            containers: BTreeMap::new(),
+            openings: Vec::new(),
+        }
+    }
+
+    fn file(content: &[u8]) -> Observed {
+        Observed::File(FileFacts {
+            hash: BlobHash::of(content),
+            mode: FileMode::parse("0640").unwrap(),
+            uid: 7,
+            gid: 7,
+            size: 1,
+        })
+    }
+
+    fn adopted(found: Option<&[u8]>) -> NodeRecord {
+        let mut r = NodeRecord::managed(NodeName::new("n").unwrap());
+        r.mode = Mode::Adopted;
+        if let Some(c) = found {
+            r.found.files.insert(
+                path(),
+                FoundFile {
+                    hash: BlobHash::of(c),
+                    mode: FileMode::parse("0640").unwrap(),
+                    owner: "7".into(),
+                    group: "7".into(),
+                },
+            );
+        }
+        r
+    }
+
+    fn plan_of(
+        target: &Generation,
+        host: &HostStore,
+        record: &NodeRecord,
+        observed: Observed,
+    ) -> Result<Plan, PlanError> {
+        plan(&PlanInput {
+            target,
+            current: None,
+            host,
+            record,
+            observed: &BTreeMap::from([(path(), observed)]),
+            ids: &Ids::default(),
+        })
+    }
+
+    /// A held file whose original is in place is held: no write, no record.
+    #[test]
+    fn held_original_is_held() {
+        let g = generation(
+            FileState::Held {
+                original: BlobHash::of(b"orig"),
+            },
+            b"new",
+        );
+        let p = plan_of(
+            &g,
+            &HostStore::default(),
+            &adopted(Some(b"orig")),
+            file(b"orig"),
+        )
+        .unwrap();
+        assert_eq!(p.actions, vec![Action::Hold { path: path() }]);
+    }
+
+    /// Rolling back across a take: the mesh's content is replaced by the original, with the
+    /// original's mode and owner.
+    #[test]
+    fn held_with_mesh_content_is_restored() {
+        let g = generation(
+            FileState::Held {
+                original: BlobHash::of(b"orig"),
+            },
+            b"new",
+        );
+        let mut host = HostStore::default();
+        host.written.insert(
+            path(),
+            Written {
+                hash: BlobHash::of(b"new"),
+                mode: FileMode::parse("0644").unwrap(),
+                uid: 0,
+                gid: 0,
+            },
+        );
+        let p = plan_of(&g, &host, &adopted(Some(b"orig")), file(b"new")).unwrap();
+        assert_eq!(
+            p.actions,
+            vec![Action::Write {
+                path: path(),
+                blob: BlobHash::of(b"orig"),
+                mode: FileMode::parse("0640").unwrap(),
+                uid: 7,
+                gid: 7,
+                reason: Reason::Restore
+            }]
+        );
+    }
+
+    /// A take replaces the recorded original without recording it again.
+    #[test]
+    fn take_replaces_a_recorded_original() {
+        let g = generation(FileState::Managed, b"new");
+        let p = plan_of(
+            &g,
+            &HostStore::default(),
+            &adopted(Some(b"orig")),
+            file(b"orig"),
+        )
+        .unwrap();
+        assert!(
+            matches!(
+                p.actions.as_slice(),
+                [Action::Write {
+                    reason: Reason::Take,
+                    ..
+                }]
+            ),
+            "{:?}",
+            p.actions
+        );
+    }
+
+    /// On an adopted node, a found file the generation does not hold is never overwritten.
+    #[test]
+    fn found_not_held_is_refused() {
+        let g = generation(FileState::Staged, b"new");
+        let err = plan_of(&g, &HostStore::default(), &adopted(None), file(b"theirs")).unwrap_err();
+        assert_eq!(err, PlanError::FoundNotHeld { path: path() });
+    }
+
+    /// On a managed node, a found file is recorded before it is replaced.
+    #[test]
+    fn managed_node_keeps_found_content_first() {
+        let g = generation(FileState::Managed, b"new");
+        let record = NodeRecord::managed(NodeName::new("n").unwrap());
+        let p = plan_of(&g, &HostStore::default(), &record, file(b"theirs")).unwrap();
+        assert!(
+            matches!(
+                p.actions.as_slice(),
+                [
+                    Action::Keep {
+                        why: Why::Found,
+                        ..
+                    },
+                    Action::Write { .. }
+                ]
+            ),
+            "{:?}",
+            p.actions
+        );
+    }
+
+    /// A drifted file of the mesh's is recorded before it is updated.
+    #[test]
+    fn drift_is_kept_before_update() {
+        let g = generation(FileState::Managed, b"new");
+        let mut host = HostStore::default();
+        host.written.insert(
+            path(),
+            Written {
+                hash: BlobHash::of(b"old"),
+                mode: FileMode::parse("0644").unwrap(),
+                uid: 0,
+                gid: 0,
+            },
+        );
+        let p = plan_of(&g, &host, &adopted(None), file(b"edited")).unwrap();
+        assert!(
+            matches!(
+                p.actions.as_slice(),
+                [
+                    Action::Keep {
+                        why: Why::Drift,
+                        ..
+                    },
+                    Action::Write {
+                        reason: Reason::Update,
+                        ..
+                    }
+                ]
+            ),
+            "{:?}",
+            p.actions
+        );
+    }
+
+    /// A symlink or a folder in the way refuses the plan.
+    #[test]
+    fn symlink_and_folder_refuse() {
+        let g = generation(FileState::Managed, b"new");
+        let r = adopted(None);
+        assert_eq!(
+            plan_of(&g, &HostStore::default(), &r, Observed::Symlink).unwrap_err(),
+            PlanError::Symlink { path: path() }
+        );
+        assert!(matches!(
+            plan_of(&g, &HostStore::default(), &r, Observed::Folder),
+            Err(PlanError::InTheWay { .. })
+        ));
+    }
+}
