@@ -12,7 +12,7 @@ use mesh_lib::model::FileMode;
 use mesh_lib::{atomic, BlobHash, TargetPath};
 use serde::{Deserialize, Serialize};
 
-use crate::root::FileFacts;
+use crate::root::{FileFacts, Stamp};
 
 /// The host store's format.
 pub const HOST_FORMAT: u32 = 1;
@@ -29,6 +29,10 @@ pub struct Written {
     pub uid: u32,
     /// Its group.
     pub gid: u32,
+    /// The file's stamp when the mesh wrote or last read it: while it is unchanged, the file is
+    /// known to hold `hash` without reading it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<Stamp>,
 }
 
 impl From<&FileFacts> for Written {
@@ -38,6 +42,7 @@ impl From<&FileFacts> for Written {
             mode: f.mode,
             uid: f.uid,
             gid: f.gid,
+            stamp: Some(f.stamp),
         }
     }
 }

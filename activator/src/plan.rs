@@ -441,6 +441,7 @@ mod tests {
             uid: 7,
             gid: 7,
             size: 1,
+            stamp: Default::default(),
         })
     }
 
@@ -514,6 +515,7 @@ mod tests {
                 mode: FileMode::parse("0644").unwrap(),
                 uid: 0,
                 gid: 0,
+                stamp: None,
             },
         );
         let p = plan_of(&g, &host, &adopted(Some(b"orig")), file(b"new")).unwrap();
@@ -596,6 +598,7 @@ mod tests {
                 mode: FileMode::parse("0644").unwrap(),
                 uid: 0,
                 gid: 0,
+                stamp: None,
             },
         );
         let p = plan_of(&g, &host, &adopted(None), file(b"edited")).unwrap();

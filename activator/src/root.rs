@@ -93,6 +93,37 @@ pub struct FileFacts {
     pub gid: u32,
     /// Size in bytes.
     pub size: u64,
+    /// What identifies this version of the file without reading it.
+    pub stamp: Stamp,
+}
+
+/// Inode, size and change times: if a file's stamp is the one recorded when the mesh wrote it,
+/// its content is the one written (the kernel moves ctime on every change, and no one can set
+/// it back), so a no-op switch need not read and hash every file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Stamp {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Size.
+    pub size: u64,
+    /// Modification time, ns.
+    pub mtime: i128,
+    /// Change time, ns.
+    pub ctime: i128,
+}
+
+impl Stamp {
+    fn of(st: &rustix::fs::Stat) -> Self {
+        Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+            ctime: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+        }
+    }
 }
 
 /// The root every declared path is resolved beneath.
@@ -217,8 +248,28 @@ impl Root {
             uid: stat.st_uid,
             gid: stat.st_gid,
             size: bytes.len() as u64,
+            stamp: Stamp::of(&stat),
         };
         Ok((Observed::File(facts), Some(bytes)))
+    }
+
+    /// The stamp of the regular file at `path`, resolved as safely as a read; `None` when it is
+    /// not a regular file reachable without a symlink.
+    pub fn stamp(&self, path: &TargetPath) -> Result<Option<Stamp>, RootError> {
+        let relative: Vec<&str> = path.components().collect();
+        let fd = match rustix::fs::openat2(
+            &self.dir,
+            relative.join("/"),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::LOOP | Errno::XDEV | Errno::NOTDIR) => return Ok(None),
+            Err(e) => return Err(Self::io("inspecting", path)(e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(Self::io("inspecting", path))?;
+        Ok((FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then(|| Stamp::of(&st)))
     }
 
     /// Writes `bytes` at `path` atomically with its final mode and owner.
@@ -229,7 +280,7 @@ impl Root {
         mode: FileMode,
         uid: u32,
         gid: u32,
-    ) -> Result<(), RootError> {
+    ) -> Result<Stamp, RootError> {
         let parent = self.parent(path, true)?.expect("created");
         let (_, name) = split(path);
         match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -291,7 +342,10 @@ impl Root {
             let _best_effort = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
         }
         result?;
-        rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))
+        rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))?;
+        let st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(Self::io("inspecting", path))?;
+        Ok(Stamp::of(&st))
     }
 
     /// Removes the file at `path` (a missing file is already removed).

@@ -26,7 +26,7 @@ use crate::host::{HostError, HostStore, Kept, Written};
 use crate::lock::{LockError, StateLock};
 use crate::plan::{self, Action, Plan, PlanError, PlanInput, Reason};
 use crate::profile::{Profile, Trigger};
-use crate::root::{Observed, Root, RootError};
+use crate::root::{FileFacts, Observed, Root, RootError};
 use crate::users::Ids;
 
 /// How a failure is to be reported: the binary maps these to exit codes.
@@ -380,6 +380,24 @@ impl Node {
         let mut observed = BTreeMap::new();
         let mut contents = BTreeMap::new();
         for path in plan::paths_to_observe(target, current, host) {
+            // A file the mesh wrote, unchanged since (same stamp): known without reading it.
+            if let Some(w) = host.written.get(&path) {
+                if let Some(stamp) = w
+                    .stamp
+                    .filter(|s| self.root.stamp(&path).ok().flatten() == Some(*s))
+                {
+                    let facts = FileFacts {
+                        hash: w.hash,
+                        mode: w.mode,
+                        uid: w.uid,
+                        gid: w.gid,
+                        size: stamp.size,
+                        stamp,
+                    };
+                    observed.insert(path, Observed::File(facts));
+                    continue;
+                }
+            }
             let (o, bytes) = self.root.observe(&path)?;
             if let Some(b) = bytes {
                 contents.insert(path.clone(), b);
@@ -541,6 +559,7 @@ impl Node {
         }
 
         let mut applied: Vec<&Action> = Vec::new();
+        let mut stamps = BTreeMap::new();
         for action in &plan.actions {
             let result = match action {
                 Action::Write {
@@ -553,7 +572,8 @@ impl Node {
                 } => self
                     .root
                     .write(path, &blobs[blob], *mode, *uid, *gid)
-                    .map(|()| {
+                    .map(|stamp| {
+                        stamps.insert(path.clone(), stamp);
                         crate::crash::point("file-applied");
                     }),
                 Action::Remove { path } => self.root.remove(path).map(|()| {
@@ -598,6 +618,7 @@ impl Node {
                             mode: *mode,
                             uid: *uid,
                             gid: *gid,
+                            stamp: stamps.get(path).copied(),
                         },
                     );
                 }
@@ -645,8 +666,20 @@ impl Node {
             let path = action.path();
             match observed.get(path) {
                 Some(Observed::File(f)) => {
-                    self.root
-                        .write(path, &contents[path], f.mode, f.uid, f.gid)?
+                    // Not read when its stamp showed it unchanged: the store has its content.
+                    let stored;
+                    let bytes = match contents.get(path) {
+                        Some(b) => b,
+                        None => {
+                            stored = self.store.blob(&f.hash).map_err(|e| RootError::Io {
+                                op: "reading what to put back at",
+                                path: path.clone(),
+                                source: std::io::Error::other(e),
+                            })?;
+                            &stored
+                        }
+                    };
+                    self.root.write(path, bytes, f.mode, f.uid, f.gid)?;
                 }
                 Some(Observed::Absent) | None => self.root.remove(path)?,
                 Some(_) => {}

@@ -237,3 +237,23 @@ fn no_op_switch_adds_nothing() {
         serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
     assert_eq!(g["generations"].as_array().unwrap().len(), 1);
 }
+
+/// A file changed behind the mesh's back with its size and modification time put back is still
+/// seen (its change time moved): the next switch records it and writes the declared content.
+#[test]
+fn drift_hidden_behind_an_old_mtime_is_seen() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    let f = Fixture::new();
+    f.write_decl("plain.ncl", &declaration("abcdef\\n", false));
+    f.ok(&["switch", f.decl("plain.ncl").to_str().unwrap()]);
+    let mtime = std::fs::metadata(f.at(MOTD)).unwrap().modified().unwrap();
+    std::fs::write(f.at(MOTD), "ABCDEF\n").unwrap();
+    std::fs::File::options().write(true).open(f.at(MOTD)).unwrap().set_modified(mtime).unwrap();
+    let ran = f.ok(&["switch", f.decl("plain.ncl").to_str().unwrap()]);
+    assert!(ran.stdout.contains(&format!("update   {MOTD}")), "{}", ran.stdout);
+    assert_eq!(f.read(MOTD).unwrap(), "abcdef\n");
+    let store = mesh_lib::Store::open(&f.state()).unwrap();
+    assert!(store.has_blob(&mesh_lib::BlobHash::of(b"ABCDEF\n")));
+}
