@@ -29,7 +29,11 @@ fn ms(d: Duration) -> String {
 }
 
 fn content(i: usize, variant: usize) -> String {
-    format!("# file {i}, variant {variant}\nkey_{i} = value {}\n{}\n", i * 7 + variant, "x".repeat(120))
+    format!(
+        "# file {i}, variant {variant}\nkey_{i} = value {}\n{}\n",
+        i * 7 + variant,
+        "x".repeat(120)
+    )
 }
 
 /// A declaration of `n` files in modules of 100, one of them (file 0) at `variant`.
@@ -37,9 +41,17 @@ fn declaration(dir: &Path, n: usize, variant: usize) -> PathBuf {
     let mut modules = String::new();
     for m in 0..n.div_ceil(100) {
         let files: Vec<String> = (m * 100..((m + 1) * 100).min(n))
-            .map(|i| format!("{{ path = \"/srv/app{m}/f{i}.conf\", content = m%\"{}\"% }}", content(i, if i == 0 { variant } else { 0 })))
+            .map(|i| {
+                format!(
+                    "{{ path = \"/srv/app{m}/f{i}.conf\", content = m%\"{}\"% }}",
+                    content(i, if i == 0 { variant } else { 0 })
+                )
+            })
             .collect();
-        modules.push_str(&format!("{{ name = \"app{m}\", config = fun s => {{ files = [{}] }} }},\n", files.join(", ")));
+        modules.push_str(&format!(
+            "{{ name = \"app{m}\", config = fun s => {{ files = [{}] }} }},\n",
+            files.join(", ")
+        ));
     }
     let text = format!(
         "let mesh = import \"mesh.ncl\" in\nmesh.node {{ name = \"bench\", settings = {{ ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }}, private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.9\" }} }}, modules = [\n{modules}] }}\n"
@@ -61,8 +73,17 @@ fn source_tree(dir: &Path, n: usize, limit: usize) -> PathBuf {
 }
 
 fn mesh(state: &Path, root: &Path, args: &[&str]) -> String {
-    let out = Command::new(MESH).env("MESH_STATE_DIR", state).env("MESH_ROOT", root).args(args).output().unwrap();
-    assert!(out.status.success(), "mesh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(MESH)
+        .env("MESH_STATE_DIR", state)
+        .env("MESH_ROOT", root)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mesh {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -90,10 +111,20 @@ fn first_switch(base: &Path, decl: &Path, src: &Path, runs: usize) -> (Duration,
         for d in [&state, &root, &dst] {
             std::fs::create_dir_all(d).unwrap();
         }
-        let id = mesh(&state, &root, &["build", decl.to_str().unwrap()]).lines().last().unwrap().to_owned();
+        let id = mesh(&state, &root, &["build", decl.to_str().unwrap()])
+            .lines()
+            .last()
+            .unwrap()
+            .to_owned();
         Command::new("sync").status().unwrap();
         rsync.push(timed(|| {
-            assert!(Command::new("rsync").arg("-a").arg(format!("{}/", src.display())).arg(&dst).status().unwrap().success());
+            assert!(Command::new("rsync")
+                .arg("-a")
+                .arg(format!("{}/", src.display()))
+                .arg(&dst)
+                .status()
+                .unwrap()
+                .success());
         }));
         switch.push(timed(|| {
             mesh(&state, &root, &["switch", "--generation", &id]);
@@ -104,7 +135,10 @@ fn first_switch(base: &Path, decl: &Path, src: &Path, runs: usize) -> (Duration,
 }
 
 fn ansible(dir: &Path, src: &Path) -> Option<(Duration, Duration)> {
-    let available = Command::new("ansible-playbook").arg("--version").output().is_ok_and(|o| o.status.success());
+    let available = Command::new("ansible-playbook")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !available {
         return None;
     }
@@ -120,31 +154,60 @@ fn ansible(dir: &Path, src: &Path) -> Option<(Duration, Duration)> {
     )
     .unwrap();
     let play = || {
-        let ok = Command::new("ansible-playbook").arg(&playbook).env("ANSIBLE_NOCOLOR", "1").output().unwrap();
-        assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
+        let ok = Command::new("ansible-playbook")
+            .arg(&playbook)
+            .env("ANSIBLE_NOCOLOR", "1")
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stdout)
+        );
     };
     Some((timed(play), timed(play)))
 }
 
 fn main() {
-    if !rustix::process::geteuid().is_root() || Command::new("rsync").arg("--version").output().is_err() {
+    if !rustix::process::geteuid().is_root()
+        || Command::new("rsync").arg("--version").output().is_err()
+    {
         eprintln!("the switch bench needs root (files are owned by root) and rsync");
         return;
     }
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     println!("\nfirst switch into an empty root, against rsync -a of the same files (on disk, then on tmpfs where fsync is free)");
-    println!("{:>7} {:>12} {:>14} {:>9} {:>14} {:>16} {:>9} {:>14}", "files", "rsync", "mesh switch", "ratio", "rsync tmpfs", "switch tmpfs", "ratio", "fsync share");
+    println!(
+        "{:>7} {:>12} {:>14} {:>9} {:>14} {:>16} {:>9} {:>14}",
+        "files",
+        "rsync",
+        "mesh switch",
+        "ratio",
+        "rsync tmpfs",
+        "switch tmpfs",
+        "ratio",
+        "fsync share"
+    );
     let mut full_10k = Duration::ZERO;
     for n in [1_000usize, 10_000] {
         let decl = declaration(dir.path(), n, 0);
         let src = source_tree(dir.path(), n, usize::MAX);
         let runs = if n > 1000 { 3 } else { 5 };
-        let (rsync, switch) = first_switch(&dir.path().join(format!("disk-{n}")), &decl, &src, runs);
+        let (rsync, switch) =
+            first_switch(&dir.path().join(format!("disk-{n}")), &decl, &src, runs);
         let tmp = dir.path().join(format!("tmpfs-{n}"));
         std::fs::create_dir_all(&tmp).unwrap();
-        let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=512m", "tmpfs"]).arg(&tmp).status().is_ok_and(|s| s.success());
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=512m", "tmpfs"])
+            .arg(&tmp)
+            .status()
+            .is_ok_and(|s| s.success());
         let _guard = mounted.then(|| Tmpfs(tmp.clone()));
-        let (rsync_t, switch_t) = if mounted { first_switch(&tmp, &decl, &src, runs) } else { (Duration::ZERO, Duration::ZERO) };
+        let (rsync_t, switch_t) = if mounted {
+            first_switch(&tmp, &decl, &src, runs)
+        } else {
+            (Duration::ZERO, Duration::ZERO)
+        };
         if n == 10_000 {
             full_10k = switch;
         }
@@ -163,13 +226,24 @@ fn main() {
 
     // One file of 10,000 changes; then nothing changes.
     let n = 10_000;
-    let (state, root) = (dir.path().join("steady/state"), dir.path().join("steady/root"));
+    let (state, root) = (
+        dir.path().join("steady/state"),
+        dir.path().join("steady/root"),
+    );
     std::fs::create_dir_all(&root).unwrap();
     let base = declaration(dir.path(), n, 0);
     let changed = declaration(dir.path(), n, 1);
     mesh(&state, &root, &["switch", base.to_str().unwrap()]);
-    let id_base = mesh(&state, &root, &["build", base.to_str().unwrap()]).lines().last().unwrap().to_owned();
-    let id_changed = mesh(&state, &root, &["build", changed.to_str().unwrap()]).lines().last().unwrap().to_owned();
+    let id_base = mesh(&state, &root, &["build", base.to_str().unwrap()])
+        .lines()
+        .last()
+        .unwrap()
+        .to_owned();
+    let id_changed = mesh(&state, &root, &["build", changed.to_str().unwrap()])
+        .lines()
+        .last()
+        .unwrap()
+        .to_owned();
     let mut one = Vec::new();
     for i in 0..6 {
         let id = if i % 2 == 0 { &id_changed } else { &id_base };
@@ -178,21 +252,39 @@ fn main() {
         }));
     }
     let one = median(one);
-    let noop = median((0..7).map(|_| timed(|| {
-        mesh(&state, &root, &["switch", "--generation", &id_base]);
-    })).collect());
-    let noop_decl = median((0..7).map(|_| timed(|| {
-        mesh(&state, &root, &["switch", base.to_str().unwrap()]);
-    })).collect());
+    let noop = median(
+        (0..7)
+            .map(|_| {
+                timed(|| {
+                    mesh(&state, &root, &["switch", "--generation", &id_base]);
+                })
+            })
+            .collect(),
+    );
+    let noop_decl = median(
+        (0..7)
+            .map(|_| {
+                timed(|| {
+                    mesh(&state, &root, &["switch", base.to_str().unwrap()]);
+                })
+            })
+            .collect(),
+    );
     println!("\n10,000 files in force");
-    println!("  one file changed:        {:>10}  ({:.1}% of the first switch)", ms(one), 100.0 * one.as_secs_f64() / full_10k.as_secs_f64());
+    println!(
+        "  one file changed:        {:>10}  ({:.1}% of the first switch)",
+        ms(one),
+        100.0 * one.as_secs_f64() / full_10k.as_secs_f64()
+    );
     println!("  no-op (--generation):    {:>10}", ms(noop));
     println!("  no-op (NODE.ncl, cached):{:>10}", ms(noop_decl));
 
     println!("\nAnsible copy module, 100 files");
     let src100 = source_tree(dir.path(), n, 100);
     match ansible(dir.path(), &src100) {
-        Some((first, again)) => println!("  first apply {:>10}   no-op {:>10}", ms(first), ms(again)),
+        Some((first, again)) => {
+            println!("  first apply {:>10}   no-op {:>10}", ms(first), ms(again))
+        }
         None => println!("  not run: ansible-playbook is not installed (pip install ansible-core)"),
     }
     println!("\ntargets: first switch <= 2x rsync; one-file change < 5% of the first switch; no-op < 50 ms at 10,000 files");

@@ -272,27 +272,34 @@ impl Root {
         Ok((FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then(|| Stamp::of(&st)))
     }
 
-    /// Writes `bytes` at `path` atomically with its final mode and owner.
-    pub fn write(
+    fn check_target(parent: &OwnedFd, name: &str, path: &TargetPath) -> Result<(), RootError> {
+        match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+                FileType::RegularFile => Ok(()),
+                FileType::Directory => Err(RootError::Folder { path: path.clone() }),
+                FileType::Symlink => Err(RootError::Symlink { path: path.clone() }),
+                _ => Err(RootError::Special { path: path.clone() }),
+            },
+            Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(Self::io("inspecting", path)(e)),
+        }
+    }
+
+    /// Writes `bytes` to the temp file of `path` (in its folder, created if needed), with its
+    /// final mode and owner. Nothing at `path` changes until [`Root::commit`]. With `durable`,
+    /// the temp file is fsynced; otherwise a [`Root::sync`] is due before the commit.
+    pub fn stage(
         &self,
         path: &TargetPath,
         bytes: &[u8],
         mode: FileMode,
         uid: u32,
         gid: u32,
-    ) -> Result<Stamp, RootError> {
+        durable: bool,
+    ) -> Result<(), RootError> {
         let parent = self.parent(path, true)?.expect("created");
         let (_, name) = split(path);
-        match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
-                FileType::RegularFile => {}
-                FileType::Directory => return Err(RootError::Folder { path: path.clone() }),
-                FileType::Symlink => return Err(RootError::Symlink { path: path.clone() }),
-                _ => return Err(RootError::Special { path: path.clone() }),
-            },
-            Err(Errno::NOENT) => {}
-            Err(e) => return Err(Self::io("inspecting", path)(e)),
-        }
+        Self::check_target(&parent, name, path)?;
         let tmp = temp_name(name);
         let create = || {
             rustix::fs::openat(
@@ -328,28 +335,69 @@ impl Root {
                 path: path.clone(),
                 source,
             })?;
-            file.sync_all().map_err(|source| RootError::Io {
-                op: "syncing",
-                path: path.clone(),
-                source,
-            })?;
-            crate::crash::point("file-written-before-rename");
-            rustix::fs::renameat(&parent, tmp.as_str(), &parent, name)
-                .map_err(Self::io("renaming into place", path))?;
+            if durable {
+                file.sync_all().map_err(|source| RootError::Io {
+                    op: "syncing",
+                    path: path.clone(),
+                    source,
+                })?;
+            }
             Ok(())
         })();
         if result.is_err() {
             let _best_effort = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
         }
-        result?;
-        rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))?;
+        result
+    }
+
+    /// Renames the staged temp file of `path` over it; returns the new file's stamp. Durable
+    /// after the folder's fsync or a [`Root::sync`].
+    pub fn commit(&self, path: &TargetPath) -> Result<Stamp, RootError> {
+        let parent = self.parent(path, false)?.ok_or_else(|| RootError::Io {
+            op: "committing",
+            path: path.clone(),
+            source: std::io::Error::other("its folder is gone"),
+        })?;
+        let (_, name) = split(path);
+        Self::check_target(&parent, name, path)?;
+        rustix::fs::renameat(&parent, temp_name(name).as_str(), &parent, name)
+            .map_err(Self::io("renaming into place", path))?;
         let st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(Self::io("inspecting", path))?;
         Ok(Stamp::of(&st))
     }
 
-    /// Removes the file at `path` (a missing file is already removed).
-    pub fn remove(&self, path: &TargetPath) -> Result<(), RootError> {
+    /// Writes `bytes` at `path` atomically and durably, on its own: temp file with its final
+    /// mode and owner, fsync, rename, fsync of the folder.
+    pub fn write(
+        &self,
+        path: &TargetPath,
+        bytes: &[u8],
+        mode: FileMode,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Stamp, RootError> {
+        self.stage(path, bytes, mode, uid, gid, true)?;
+        let stamp = self.commit(path).inspect_err(|_| {
+            let _best_effort = self.remove_leftover(path);
+        })?;
+        let parent = self.parent(path, false)?.expect("just written");
+        rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))?;
+        Ok(stamp)
+    }
+
+    /// Waits until everything written under the root is on disk (`syncfs`): one wait for many
+    /// files.
+    pub fn sync(&self) -> Result<(), RootError> {
+        rustix::fs::syncfs(&self.dir).map_err(|e| RootError::OpenRoot {
+            path: self.path.clone(),
+            source: e.into(),
+        })
+    }
+
+    /// Removes the file at `path` (a missing file is already removed); with `durable`, fsyncs
+    /// its folder, otherwise a [`Root::sync`] is due.
+    pub fn remove(&self, path: &TargetPath, durable: bool) -> Result<(), RootError> {
         let Some(parent) = self.parent(path, false)? else {
             return Ok(());
         };
@@ -364,7 +412,10 @@ impl Root {
         }
         rustix::fs::unlinkat(&parent, name, AtFlags::empty())
             .map_err(Self::io("removing", path))?;
-        rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))
+        if durable {
+            rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))?;
+        }
+        Ok(())
     }
 
     /// Removes the temp file an interrupted write of `path` may have left; says whether one was.

@@ -74,6 +74,13 @@ pub enum ActivateError {
         /// The root.
         root: PathBuf,
     },
+    /// Writing the new files failed before any declared path changed.
+    #[error("{source}; nothing was changed")]
+    NotStarted {
+        /// What failed.
+        #[source]
+        source: RootError,
+    },
     /// A file operation failed midway; what had changed was put back.
     #[error("{source}; the files already changed were put back, the node is still at its previous generation")]
     RolledBack {
@@ -125,7 +132,11 @@ impl ActivateError {
             ActivateError::Plan(_) => Kind::Refused,
             ActivateError::Root(
                 RootError::Symlink { .. } | RootError::Folder { .. } | RootError::NotAFolder { .. },
-            ) => Kind::Refused,
+            )
+            | ActivateError::NotStarted {
+                source:
+                    RootError::Symlink { .. } | RootError::Folder { .. } | RootError::NotAFolder { .. },
+            } => Kind::Refused,
             ActivateError::Store(StoreError::MissingGeneration(_) | StoreError::Ambiguous(_)) => {
                 Kind::User
             }
@@ -558,30 +569,57 @@ impl Node {
             crate::crash::point("journal-written");
         }
 
+        // Every new file is staged (temp file beside its target, final mode and owner) and made
+        // durable with one sync of the filesystem, instead of an fsync per file and folder; only
+        // then does anything at a declared path change.
+        let writes: Vec<&Action> = plan
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Write { .. }))
+            .collect();
+        for (i, action) in writes.iter().enumerate() {
+            let Action::Write {
+                path,
+                blob,
+                mode,
+                uid,
+                gid,
+                ..
+            } = action
+            else {
+                unreachable!()
+            };
+            if let Err(source) = self
+                .root
+                .stage(path, &blobs[blob], *mode, *uid, *gid, false)
+            {
+                for staged in &writes[..i] {
+                    let _best_effort = self.root.remove_leftover(staged.path());
+                }
+                let _done = std::fs::remove_file(&journal);
+                return Err(ActivateError::NotStarted { source });
+            }
+        }
+        self.root.sync()?;
+        crate::crash::point("file-written-before-rename");
+
         let mut applied: Vec<&Action> = Vec::new();
         let mut stamps = BTreeMap::new();
         for action in &plan.actions {
             let result = match action {
-                Action::Write {
-                    path,
-                    blob,
-                    mode,
-                    uid,
-                    gid,
-                    ..
-                } => self
-                    .root
-                    .write(path, &blobs[blob], *mode, *uid, *gid)
-                    .map(|stamp| {
-                        stamps.insert(path.clone(), stamp);
-                        crate::crash::point("file-applied");
-                    }),
-                Action::Remove { path } => self.root.remove(path).map(|()| {
+                Action::Write { path, .. } => self.root.commit(path).map(|stamp| {
+                    stamps.insert(path.clone(), stamp);
+                    crate::crash::point("file-applied");
+                }),
+                Action::Remove { path } => self.root.remove(path, false).map(|()| {
                     crate::crash::point("file-removed");
                 }),
                 _ => continue,
             };
             if let Err(source) = result {
+                for w in &writes {
+                    let _best_effort = self.root.remove_leftover(w.path());
+                }
                 return Err(match self.put_back(&applied, &observed, &contents) {
                     Ok(()) => {
                         let _done = std::fs::remove_file(&journal);
@@ -592,6 +630,8 @@ impl Node {
             }
             applied.push(action);
         }
+        // The renames and removals, durable.
+        self.root.sync()?;
 
         for action in &plan.actions {
             match action {
@@ -681,7 +721,7 @@ impl Node {
                     };
                     self.root.write(path, bytes, f.mode, f.uid, f.gid)?;
                 }
-                Some(Observed::Absent) | None => self.root.remove(path)?,
+                Some(Observed::Absent) | None => self.root.remove(path, true)?,
                 Some(_) => {}
             }
         }

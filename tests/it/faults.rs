@@ -213,8 +213,24 @@ fn unknown_generation() {
     assert!(ran.stderr.contains("no generation yet"), "{}", ran.stderr);
 }
 
-/// A folder made immutable (`chattr +i`) for one test; made mutable again when dropped.
+/// A file or folder made immutable (`chattr +i`) for one test; made mutable again when dropped.
 struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    fn set(path: std::path::PathBuf) -> Self {
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(
+            ok.success(),
+            "chattr +i {} (the test folder's filesystem must support it)",
+            path.display()
+        );
+        Self(path)
+    }
+}
 
 impl Drop for Immutable {
     fn drop(&mut self) {
@@ -222,8 +238,10 @@ impl Drop for Immutable {
     }
 }
 
-/// A write that fails midway (the second file's folder is immutable, which even root cannot
-/// write into): the file already written is put back, the node stays at its generation.
+/// Writing fails before any declared path changed (the new file's folder is immutable, which
+/// even root cannot write into): nothing changed. Then a rename fails midway (the second target
+/// is an immutable file): the file already replaced is put back, the node stays at its
+/// generation.
 #[test]
 fn failure_midway_puts_back_what_changed() {
     if !have_root_tools(&["chattr"]) {
@@ -233,23 +251,28 @@ fn failure_midway_puts_back_what_changed() {
     f.write_decl("plain.ncl", &declaration("first\\n", false));
     f.ok(&["switch", f.decl("plain.ncl").to_str().unwrap()]);
     let generations = f.ok(&["generations", "--json"]).stdout;
-    // The next generation changes /etc/motd, then (in path order) adds /etc/zz/late.conf.
-    std::fs::create_dir_all(f.at("/etc/zz")).unwrap();
-    let ok = Command::new("chattr")
-        .arg("+i")
-        .arg(f.at("/etc/zz"))
-        .status()
-        .unwrap();
-    assert!(
-        ok.success(),
-        "chattr +i (the test folder's filesystem must support it)"
-    );
-    let _guard = Immutable(f.at("/etc/zz"));
-    let late = r#"{ name = "late", config = fun s => { files = [{ path = "/etc/zz/late.conf", content = "late\n" }] } },"#;
+    // The next generation changes /etc/motd, then (in path order) writes /etc/zz/late.conf.
+    let late = r#"{ name = "late", config = fun s => { files = [{ path = "/etc/zz/late.conf", content = "late\\n" }] } },"#;
     f.write_decl(
         "two.ncl",
         &declaration("second\\n", false).replace("  ],\n}", &format!("    {late}\n  ],\n}}")),
     );
+    std::fs::create_dir_all(f.at("/etc/zz")).unwrap();
+
+    let folder = Immutable::set(f.at("/etc/zz"));
+    let before = f.snapshot();
+    let ran = f.mesh(&["switch", f.decl("two.ncl").to_str().unwrap()]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("/etc/zz/late.conf") && ran.stderr.contains("nothing was changed"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(f.snapshot(), before, "not even a temp file is left");
+    drop(folder);
+
+    std::fs::write(f.at("/etc/zz/late.conf"), "the predecessor's\n").unwrap();
+    let file = Immutable::set(f.at("/etc/zz/late.conf"));
     let contents = |f: &Fixture| {
         f.snapshot()
             .into_iter()
@@ -267,9 +290,9 @@ fn failure_midway_puts_back_what_changed() {
     assert_eq!(
         f.read(MOTD).unwrap(),
         "first\n",
-        "the changed file was put back"
+        "the replaced file was put back"
     );
     assert_eq!(contents(&f), before);
     assert_eq!(f.ok(&["generations", "--json"]).stdout, generations);
-    assert!(!f.state().join("journal.json").exists());
+    drop(file);
 }

@@ -116,7 +116,8 @@ impl Fixture {
         serde_json::from_slice(&std::fs::read(self.state().join("record.json")).unwrap()).unwrap()
     }
 
-    /// Every file under the root with its content and metadata: to compare before and after.
+    /// Every file and folder under the root with its content, mode, owner and (for files) mtime:
+    /// to compare before and after.
     pub fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>, u32, u32, u32, i64)> {
         snapshot(&self.root())
     }
@@ -132,13 +133,19 @@ pub fn snapshot(root: &Path) -> Vec<(PathBuf, Vec<u8>, u32, u32, u32, i64)> {
         } else {
             Vec::new()
         };
+        // A folder's mtime moves when a temp file comes and goes in it; a file's must not.
+        let mtime = if m.is_file() {
+            m.mtime_nsec() + m.mtime() * 1_000_000_000
+        } else {
+            0
+        };
         out.push((
             entry.path().to_owned(),
             bytes,
             m.mode(),
             m.uid(),
             m.gid(),
-            m.mtime_nsec() + m.mtime() * 1_000_000_000,
+            mtime,
         ));
     }
     out

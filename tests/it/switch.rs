@@ -250,9 +250,18 @@ fn drift_hidden_behind_an_old_mtime_is_seen() {
     f.ok(&["switch", f.decl("plain.ncl").to_str().unwrap()]);
     let mtime = std::fs::metadata(f.at(MOTD)).unwrap().modified().unwrap();
     std::fs::write(f.at(MOTD), "ABCDEF\n").unwrap();
-    std::fs::File::options().write(true).open(f.at(MOTD)).unwrap().set_modified(mtime).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(f.at(MOTD))
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
     let ran = f.ok(&["switch", f.decl("plain.ncl").to_str().unwrap()]);
-    assert!(ran.stdout.contains(&format!("update   {MOTD}")), "{}", ran.stdout);
+    assert!(
+        ran.stdout.contains(&format!("update   {MOTD}")),
+        "{}",
+        ran.stdout
+    );
     assert_eq!(f.read(MOTD).unwrap(), "abcdef\n");
     let store = mesh_lib::Store::open(&f.state()).unwrap();
     assert!(store.has_blob(&mesh_lib::BlobHash::of(b"ABCDEF\n")));
