@@ -253,23 +253,38 @@ impl Root {
         Ok((Observed::File(facts), Some(bytes)))
     }
 
-    /// The stamp of the regular file at `path`, resolved as safely as a read; `None` when it is
-    /// not a regular file reachable without a symlink.
-    pub fn stamp(&self, path: &TargetPath) -> Result<Option<Stamp>, RootError> {
-        let relative: Vec<&str> = path.components().collect();
-        let fd = match rustix::fs::openat2(
-            &self.dir,
-            relative.join("/"),
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            RESOLVE,
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT | Errno::LOOP | Errno::XDEV | Errno::NOTDIR) => return Ok(None),
-            Err(e) => return Err(Self::io("inspecting", path)(e)),
-        };
-        let st = rustix::fs::fstat(&fd).map_err(Self::io("inspecting", path))?;
-        Ok((FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then(|| Stamp::of(&st)))
+    /// The stamps of many files, one `statat` each beneath their folder, each folder opened once
+    /// (resolved as safely as a read). `None` for a path that is not a regular file reachable
+    /// without a symlink.
+    pub fn stamps<'a>(
+        &self,
+        paths: impl IntoIterator<Item = &'a TargetPath>,
+    ) -> Result<Vec<(&'a TargetPath, Option<Stamp>)>, RootError> {
+        let mut out = Vec::new();
+        let mut folder: Option<(Vec<&str>, Option<OwnedFd>)> = None;
+        for path in paths {
+            let (folders, name) = split(path);
+            if folder.as_ref().is_none_or(|(f, _)| *f != folders) {
+                let fd = match self.parent(path, false) {
+                    Ok(fd) => fd,
+                    Err(RootError::Symlink { .. } | RootError::NotAFolder { .. }) => None,
+                    Err(e) => return Err(e),
+                };
+                folder = Some((folders, fd));
+            }
+            let stamp = match folder.as_ref().and_then(|(_, fd)| fd.as_ref()) {
+                None => None,
+                Some(fd) => match rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+                        Some(Stamp::of(&st))
+                    }
+                    Ok(_) | Err(Errno::NOENT) => None,
+                    Err(e) => return Err(Self::io("inspecting", path)(e)),
+                },
+            };
+            out.push((path, stamp));
+        }
+        Ok(out)
     }
 
     fn check_target(parent: &OwnedFd, name: &str, path: &TargetPath) -> Result<(), RootError> {

@@ -390,30 +390,42 @@ impl Node {
     ) -> Result<Observations, ActivateError> {
         let mut observed = BTreeMap::new();
         let mut contents = BTreeMap::new();
-        for path in plan::paths_to_observe(target, current, host) {
-            // A file the mesh wrote, unchanged since (same stamp): known without reading it.
-            if let Some(w) = host.written.get(&path) {
-                if let Some(stamp) = w
-                    .stamp
-                    .filter(|s| self.root.stamp(&path).ok().flatten() == Some(*s))
-                {
-                    let facts = FileFacts {
+        let paths = plan::paths_to_observe(target, current, host);
+        // A file the mesh wrote, unchanged since (same stamp): known without reading it.
+        let known: BTreeMap<&TargetPath, FileFacts> = self
+            .root
+            .stamps(
+                paths
+                    .iter()
+                    .filter(|p| host.written.get(*p).is_some_and(|w| w.stamp.is_some())),
+            )?
+            .into_iter()
+            .filter_map(|(path, stamp)| {
+                let w = &host.written[path];
+                let stamp = stamp.filter(|s| w.stamp == Some(*s))?;
+                Some((
+                    path,
+                    FileFacts {
                         hash: w.hash,
                         mode: w.mode,
                         uid: w.uid,
                         gid: w.gid,
                         size: stamp.size,
                         stamp,
-                    };
-                    observed.insert(path, Observed::File(facts));
-                    continue;
-                }
+                    },
+                ))
+            })
+            .collect();
+        for path in &paths {
+            if let Some(facts) = known.get(path) {
+                observed.insert(path.clone(), Observed::File(facts.clone()));
+                continue;
             }
-            let (o, bytes) = self.root.observe(&path)?;
+            let (o, bytes) = self.root.observe(path)?;
             if let Some(b) = bytes {
                 contents.insert(path.clone(), b);
             }
-            observed.insert(path, o);
+            observed.insert(path.clone(), o);
         }
         Ok((observed, contents))
     }
@@ -441,13 +453,27 @@ impl Node {
                 ours: record.node.to_string(),
             });
         }
-        let current = self.current()?;
+        // The generation in force; not read again when it is the target (a no-op switch).
+        let current = match self
+            .profile
+            .current()
+            .map_err(io_err("reading the profile in", &self.state))?
+        {
+            Some((n, cid)) if cid == id => Some((n, cid, std::borrow::Cow::Borrowed(target))),
+            Some((n, cid)) => Some((
+                n,
+                cid,
+                std::borrow::Cow::Owned(self.store.generation(&cid)?),
+            )),
+            None => None,
+        };
+
         let mut host = HostStore::load(&self.state)?;
         let (observed, contents) =
-            self.observe_all(target, current.as_ref().map(|c| &c.2), &host)?;
+            self.observe_all(target, current.as_ref().map(|c| c.2.as_ref()), &host)?;
         let plan = plan::plan(&PlanInput {
             target,
-            current: current.as_ref().map(|c| &c.2),
+            current: current.as_ref().map(|c| c.2.as_ref()),
             host: &host,
             record: &record,
             observed: &observed,
