@@ -57,9 +57,9 @@ fn switch_declaration(
 
 fn report(switched: &Switched, json_out: bool) {
     if json_out {
-        println!("{}", serde_json::to_string(switched).unwrap_or_default());
+        say!("{}", serde_json::to_string(switched).unwrap_or_default());
     } else {
-        print!("{}", show::switched(switched));
+        say_raw!("{}", show::switched(switched));
     }
 }
 
@@ -199,12 +199,12 @@ pub fn generations(state: &Path, root: &Path, json_out: bool) -> Result<(), Fail
         })
         .collect();
     if json_out {
-        println!("{}", json!({ "generations": rows }));
+        say!("{}", json!({ "generations": rows }));
     } else if rows.is_empty() {
-        println!("no generations yet: `mesh switch NODE.ncl` makes the first");
+        say!("no generations yet: `mesh switch NODE.ncl` makes the first");
     } else {
         for r in &rows {
-            println!(
+            say!(
                 "{} {:>4}  {}  {}  {}",
                 if r["current"] == true { "*" } else { " " },
                 r["number"],
@@ -270,9 +270,9 @@ pub fn diff(state: &Path, root: &Path, args: DiffArgs) -> Result<(), Failure> {
     };
     let d = mesh_lib::diff::diff(&from.1, &to.1);
     if args.json {
-        println!("{}", json!({ "from": from.0, "to": to.0, "diff": d }));
+        say!("{}", json!({ "from": from.0, "to": to.0, "diff": d }));
     } else {
-        print!("{}", show::diff(&from.0, &to.0, &d));
+        say_raw!("{}", show::diff(&from.0, &to.0, &d));
     }
     Ok(())
 }
@@ -281,9 +281,9 @@ pub fn status(state: &Path, root: &Path, json_out: bool) -> Result<(), Failure> 
     let node = Node::inspect(state, root)?;
     let s = node.status()?;
     if json_out {
-        println!("{}", serde_json::to_string(&s).unwrap_or_default());
+        say!("{}", serde_json::to_string(&s).unwrap_or_default());
     } else {
-        print!("{}", show::status(&s));
+        say_raw!("{}", show::status(&s));
     }
     Ok(())
 }
@@ -292,12 +292,12 @@ pub fn gc(state: &Path, root: &Path, args: GcArgs) -> Result<(), Failure> {
     let node = Node::open(state, root)?;
     let (removed, report) = node.gc(args.keep)?;
     if args.json {
-        println!(
+        say!(
             "{}",
             json!({ "removed_generations": removed, "store": report })
         );
     } else {
-        println!(
+        say!(
             "removed generation links {:?}; from the store: {} generations, {} blobs ({} packs rewritten)",
             removed, report.generations, report.blobs, report.packs_rewritten
         );

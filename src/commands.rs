@@ -115,10 +115,10 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
             "openings": g.openings.len(),
             "check": expected.map(|e| e == built.id),
         });
-        println!("{out}");
+        say!("{out}");
     } else {
-        println!("{}", show::summary(&built.id, g, built.cached));
-        println!("{}", built.id);
+        say!("{}", show::summary(&built.id, g, built.cached));
+        say!("{}", built.id);
     }
     if let Some(expected) = expected {
         if expected != built.id {
@@ -150,12 +150,12 @@ fn show_cmd(state: &Path, args: ShowArgs) -> Result<(), Failure> {
     if args.json {
         let mut value = serde_json::to_value(&generation).map_err(Failure::system)?;
         value["id"] = json!(id);
-        println!(
+        say!(
             "{}",
             serde_json::to_string_pretty(&value).map_err(Failure::system)?
         );
     } else {
-        print!("{}", show::generation(&id, &generation));
+        say_raw!("{}", show::generation(&id, &generation));
     }
     Ok(())
 }
@@ -164,18 +164,18 @@ fn verify_cmd(state: &Path, json_out: bool) -> Result<(), Failure> {
     let store = Store::open(state)?;
     let report = store.verify()?;
     if json_out {
-        println!(
+        say!(
             "{}",
             json!({ "checked": report.checked, "corrupt": report.corrupt })
         );
     } else {
-        println!(
+        say!(
             "checked {} objects in {}",
             report.checked,
             store.root().display()
         );
         for p in &report.corrupt {
-            println!("corrupted: {}", p.display());
+            say!("corrupted: {}", p.display());
         }
     }
     if report.corrupt.is_empty() {
@@ -192,7 +192,7 @@ fn record_export(state: &Path) -> Result<(), Failure> {
     match load_record(state, None)? {
         Some((record, _)) => {
             let bytes = record.to_bytes().map_err(Failure::system)?;
-            print!("{}", String::from_utf8_lossy(&bytes));
+            say_raw!("{}", String::from_utf8_lossy(&bytes));
             Ok(())
         }
         None => Err(Failure::user(format!(

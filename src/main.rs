@@ -1,6 +1,8 @@
 //! The `mesh` binary: argument parsing and presentation only. Every semantic lives in the
 //! `mesh-lib`, `mesh-compiler` and `mesh-activator` crates.
 
+#[macro_use]
+mod output;
 mod activate;
 mod cli;
 mod commands;
