@@ -9,6 +9,7 @@
 //! - a found file the generation does not hold is never overwritten on an adopted node.
 
 use std::collections::{BTreeMap, BTreeSet};
+
 use std::fmt;
 
 use mesh_lib::model::{FileMode, FileState, Mode};
@@ -198,19 +199,42 @@ impl Plan {
     }
 }
 
-/// The paths whose state a plan needs observed.
-pub fn paths_to_observe(
-    target: &Generation,
-    current: Option<&Generation>,
-    host: &HostStore,
-) -> BTreeSet<TargetPath> {
-    target
-        .files
-        .keys()
-        .chain(current.into_iter().flat_map(|g| g.files.keys()))
-        .chain(host.written.keys())
-        .cloned()
-        .collect()
+/// The paths whose state a plan needs observed, sorted, each once. The three sources are sorted
+/// maps, so they are merged, not collected into a set.
+pub fn paths_to_observe<'a>(
+    target: &'a Generation,
+    current: Option<&'a Generation>,
+    host: &'a HostStore,
+) -> Vec<&'a TargetPath> {
+    let mut paths: Vec<&TargetPath> = target.files.keys().collect();
+    if let Some(c) = current.filter(|c| !std::ptr::eq(*c, target)) {
+        paths = merge(paths, c.files.keys());
+    }
+    merge(paths, host.written.keys())
+}
+
+fn merge<'a>(
+    a: Vec<&'a TargetPath>,
+    b: impl Iterator<Item = &'a TargetPath>,
+) -> Vec<&'a TargetPath> {
+    let mut out = Vec::with_capacity(a.len());
+    let mut a = a.into_iter().peekable();
+    let mut b = b.peekable();
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x < y => a.next(),
+            (Some(x), Some(y)) if x > y => b.next(),
+            (Some(_), Some(_)) => {
+                b.next();
+                a.next()
+            }
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
 }
 
 fn ids_for(

@@ -391,19 +391,25 @@ impl Node {
         let mut observed = BTreeMap::new();
         let mut contents = BTreeMap::new();
         let paths = plan::paths_to_observe(target, current, host);
-        // A file the mesh wrote, unchanged since (same stamp): known without reading it.
-        let known: BTreeMap<&TargetPath, FileFacts> = self
-            .root
-            .stamps(
-                paths
-                    .iter()
-                    .filter(|p| host.written.get(*p).is_some_and(|w| w.stamp.is_some())),
-            )?
-            .into_iter()
-            .filter_map(|(path, stamp)| {
-                let w = &host.written[path];
-                let stamp = stamp.filter(|s| w.stamp == Some(*s))?;
-                Some((
+        // A file the mesh wrote, unchanged since (same stamp): known without reading it. The
+        // stamps are read on two threads: on a large node this is most of a no-op switch.
+        let candidates: Vec<&TargetPath> = paths
+            .iter()
+            .copied()
+            .filter(|p| host.written.get(*p).is_some_and(|w| w.stamp.is_some()))
+            .collect();
+        let (first, second) = candidates.split_at(candidates.len() / 2);
+        let stamped = std::thread::scope(|scope| {
+            let other = scope.spawn(|| self.root.stamps(second.iter().copied()));
+            let mut mine = self.root.stamps(first.iter().copied())?;
+            mine.extend(other.join().expect("the stamp thread does not panic")?);
+            Ok::<_, RootError>(mine)
+        })?;
+        let mut known: BTreeMap<&TargetPath, FileFacts> = BTreeMap::new();
+        for (path, stamp) in stamped {
+            let w = &host.written[path];
+            if let Some(stamp) = stamp.filter(|s| w.stamp == Some(*s)) {
+                known.insert(
                     path,
                     FileFacts {
                         hash: w.hash,
@@ -413,12 +419,12 @@ impl Node {
                         size: stamp.size,
                         stamp,
                     },
-                ))
-            })
-            .collect();
-        for path in &paths {
-            if let Some(facts) = known.get(path) {
-                observed.insert(path.clone(), Observed::File(facts.clone()));
+                );
+            }
+        }
+        for path in paths {
+            if let Some(facts) = known.remove(path) {
+                observed.insert(path.clone(), Observed::File(facts));
                 continue;
             }
             let (o, bytes) = self.root.observe(path)?;
@@ -453,22 +459,29 @@ impl Node {
                 ours: record.node.to_string(),
             });
         }
-        // The generation in force; not read again when it is the target (a no-op switch).
-        let current = match self
+        // The generation in force (not read again when it is the target: a no-op switch) and the
+        // host store, read side by side: on a large node each is a few megabytes of JSON.
+        let in_force = self
             .profile
             .current()
-            .map_err(io_err("reading the profile in", &self.state))?
-        {
-            Some((n, cid)) if cid == id => Some((n, cid, std::borrow::Cow::Borrowed(target))),
-            Some((n, cid)) => Some((
-                n,
-                cid,
-                std::borrow::Cow::Owned(self.store.generation(&cid)?),
-            )),
-            None => None,
-        };
-
-        let mut host = HostStore::load(&self.state)?;
+            .map_err(io_err("reading the profile in", &self.state))?;
+        let (current, host) = std::thread::scope(|scope| {
+            let host = scope.spawn(|| HostStore::load(&self.state));
+            let current = match in_force {
+                Some((n, cid)) if cid == id => Some((n, cid, std::borrow::Cow::Borrowed(target))),
+                Some((n, cid)) => Some((
+                    n,
+                    cid,
+                    std::borrow::Cow::Owned(self.store.generation(&cid)?),
+                )),
+                None => None,
+            };
+            Ok::<_, ActivateError>((
+                current,
+                host.join().expect("the host store thread does not panic")?,
+            ))
+        })?;
+        let mut host = host;
         let (observed, contents) =
             self.observe_all(target, current.as_ref().map(|c| c.2.as_ref()), &host)?;
         let plan = plan::plan(&PlanInput {

@@ -104,8 +104,18 @@ macro_rules! digest_type {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
+                // Read in place: a large generation holds ten thousand digests.
+                struct Text;
+                impl serde::de::Visitor<'_> for Text {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a digest `b3:` followed by 64 hex digits")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<$name, E> {
+                        s.parse().map_err(E::custom)
+                    }
+                }
+                d.deserialize_str(Text)
             }
         }
     };

@@ -150,9 +150,25 @@ name_type!(
 );
 
 /// A file mode's permission bits (at most `0o7777`).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(into = "String")]
 pub struct FileMode(u32);
+
+impl<'de> Deserialize<'de> for FileMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = FileMode;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a file mode: 3 or 4 octal digits")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<FileMode, E> {
+                FileMode::parse(s).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Text)
+    }
+}
 
 /// A mode string that is not 3 or 4 octal digits.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -265,7 +281,7 @@ impl Settings {
 }
 
 /// What the mesh does with a declared file on this node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
 pub enum FileState {
     /// Written and owned by the mesh.
@@ -277,6 +293,53 @@ pub enum FileState {
         /// The hash of the original content found at the path.
         original: BlobHash,
     },
+}
+
+/// Read field by field rather than through serde's buffering of internally tagged enums: a
+/// large generation holds ten thousand of these. The JSON is the same: `{"kind": "held",
+/// "original": "b3:…"}`.
+impl<'de> Deserialize<'de> for FileState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, MapAccess, Visitor};
+        #[derive(Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        enum Kind {
+            Managed,
+            Staged,
+            Held,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        enum Key {
+            Kind,
+            Original,
+        }
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = FileState;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a file state: {\"kind\": \"managed\" | \"staged\" | \"held\", \"original\": …}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FileState, A::Error> {
+                let (mut kind, mut original) = (None, None);
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key {
+                        Key::Kind => kind = Some(map.next_value::<Kind>()?),
+                        Key::Original => original = Some(map.next_value::<BlobHash>()?),
+                    }
+                }
+                match (kind, original) {
+                    (Some(Kind::Managed), None) => Ok(FileState::Managed),
+                    (Some(Kind::Staged), None) => Ok(FileState::Staged),
+                    (Some(Kind::Held), Some(original)) => Ok(FileState::Held { original }),
+                    (Some(Kind::Held), None) => Err(A::Error::missing_field("original")),
+                    (Some(_), Some(_)) => Err(A::Error::unknown_field("original", &["kind"])),
+                    (None, _) => Err(A::Error::missing_field("kind")),
+                }
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 impl FileState {
