@@ -3,11 +3,14 @@
 //! "found" precise: a file at a declared path with no entry in `written` was not written by the
 //! mesh.
 //!
-//! Kept in `STATE/host.json`, replaced atomically and durably. It is compact JSON (its maps are
-//! sorted; it is never hashed, so it needs no canonical form): on a node of 10,000 files it is
-//! read by every switch.
+//! Kept as a snapshot, `STATE/host.json`, and a log of the changes since, `STATE/host.log`: a
+//! switch that changes one file of 10,000 appends one line instead of rewriting megabytes. Both
+//! are compact JSON (sorted maps; never hashed, so no canonical form is needed); the snapshot is
+//! replaced atomically, the log appended and fsynced.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use mesh_lib::model::FileMode;
@@ -81,10 +84,17 @@ pub struct Kept {
 pub struct HostStore {
     /// [`HOST_FORMAT`].
     pub format: u32,
-    /// What the mesh wrote.
+    /// What the mesh wrote. Change it through [`HostStore::set_written`] and
+    /// [`HostStore::unset_written`], so that [`HostStore::save`] knows what changed.
     pub written: BTreeMap<TargetPath, Written>,
     /// Every content recorded at a path, oldest first.
     pub kept: BTreeMap<TargetPath, Vec<Kept>>,
+    /// Paths changed since the last load or save.
+    #[serde(skip)]
+    dirty: BTreeSet<TargetPath>,
+    /// Changes in the log since the snapshot.
+    #[serde(skip)]
+    logged: usize,
 }
 
 impl Default for HostStore {
@@ -93,8 +103,23 @@ impl Default for HostStore {
             format: HOST_FORMAT,
             written: BTreeMap::new(),
             kept: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            logged: 0,
         }
     }
+}
+
+/// How many logged saves make the next save a new snapshot.
+const COMPACT_AFTER: usize = 256;
+
+/// One save's changes, a line of `host.log`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Delta {
+    /// Each changed path's entry: what the mesh wrote there now, or `None` if nothing.
+    written: BTreeMap<TargetPath, Option<Written>>,
+    /// Each changed path's recorded contents, whole.
+    kept: BTreeMap<TargetPath, Vec<Kept>>,
 }
 
 /// The host store cannot be read or written.
@@ -108,46 +133,129 @@ pub struct HostError {
 }
 
 impl HostStore {
-    /// Its file in `state`.
+    /// Its snapshot in `state`.
     pub fn path(state: &Path) -> PathBuf {
         state.join("host.json")
     }
 
-    /// Reads it; absent means the mesh has written nothing here yet.
-    pub fn load(state: &Path) -> Result<Self, HostError> {
-        let path = Self::path(state);
-        let err = |message: String| HostError {
-            path: path.clone(),
-            message,
-        };
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let host: HostStore =
-                    serde_json::from_slice(&bytes).map_err(|e| err(e.to_string()))?;
-                if host.format != HOST_FORMAT {
-                    return Err(err(format!(
-                        "format {} is not one this mesh reads",
-                        host.format
-                    )));
-                }
-                Ok(host)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(e) => Err(err(e.to_string())),
-        }
+    fn log_path(state: &Path) -> PathBuf {
+        state.join("host.log")
     }
 
-    /// Writes it, durably.
-    pub fn save(&self, state: &Path) -> Result<(), HostError> {
+    /// Reads it: the snapshot, then the changes logged since. Absent means the mesh has written
+    /// nothing here yet. A last log line a crash cut short was never acknowledged and is
+    /// skipped.
+    pub fn load(state: &Path) -> Result<Self, HostError> {
         let path = Self::path(state);
-        let bytes = serde_json::to_vec(self).map_err(|e| HostError {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        atomic::write_file(&path, &bytes, 0o600).map_err(|e| HostError {
-            path,
-            message: e.to_string(),
-        })
+        let err = |path: &Path, message: String| HostError {
+            path: path.to_owned(),
+            message,
+        };
+        let mut host = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let host: HostStore =
+                    serde_json::from_slice(&bytes).map_err(|e| err(&path, e.to_string()))?;
+                if host.format != HOST_FORMAT {
+                    return Err(err(
+                        &path,
+                        format!("format {} is not one this mesh reads", host.format),
+                    ));
+                }
+                host
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
+            Err(e) => return Err(err(&path, e.to_string())),
+        };
+        let log = Self::log_path(state);
+        let text = match std::fs::read(&log) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(err(&log, e.to_string())),
+        };
+        let lines: Vec<&[u8]> = text
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        for (i, line) in lines.iter().enumerate() {
+            match serde_json::from_slice::<Delta>(line) {
+                Ok(delta) => {
+                    for (p, w) in delta.written {
+                        match w {
+                            Some(w) => host.written.insert(p, w),
+                            None => host.written.remove(&p),
+                        };
+                    }
+                    for (p, k) in delta.kept {
+                        host.kept.insert(p, k);
+                    }
+                    host.logged += 1;
+                }
+                Err(_) if i + 1 == lines.len() && !text.ends_with(b"\n") => {}
+                Err(e) => return Err(err(&log, format!("line {}: {e}", i + 1))),
+            }
+        }
+        Ok(host)
+    }
+
+    /// Makes the changes since the last load or save durable: one line appended to the log, or,
+    /// when the log has grown long, a new snapshot (atomically) and an empty log.
+    pub fn save(&mut self, state: &Path) -> Result<(), HostError> {
+        if self.dirty.is_empty() {
+            return Ok(());
+        }
+        let path = Self::path(state);
+        let log = Self::log_path(state);
+        let err = |path: &Path, message: String| HostError {
+            path: path.to_owned(),
+            message,
+        };
+        if self.logged >= COMPACT_AFTER || !path.exists() {
+            let bytes = serde_json::to_vec(self).map_err(|e| err(&path, e.to_string()))?;
+            atomic::write_file(&path, &bytes, 0o600).map_err(|e| err(&path, e.to_string()))?;
+            // The snapshot holds every logged change: replaying them again would change nothing.
+            atomic::write_file(&log, b"", 0o600).map_err(|e| err(&log, e.to_string()))?;
+            self.logged = 0;
+        } else {
+            let delta = Delta {
+                written: self
+                    .dirty
+                    .iter()
+                    .map(|p| (p.clone(), self.written.get(p).cloned()))
+                    .collect(),
+                kept: self
+                    .dirty
+                    .iter()
+                    .filter_map(|p| self.kept.get(p).map(|k| (p.clone(), k.clone())))
+                    .collect(),
+            };
+            let mut line = serde_json::to_vec(&delta).map_err(|e| err(&log, e.to_string()))?;
+            line.push(b'\n');
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(&log)
+                .map_err(|e| err(&log, e.to_string()))?;
+            file.write_all(&line)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| err(&log, e.to_string()))?;
+            self.logged += 1;
+        }
+        self.dirty.clear();
+        Ok(())
+    }
+
+    /// Records that the mesh wrote `w` at `path`.
+    pub fn set_written(&mut self, path: &TargetPath, w: Written) {
+        self.written.insert(path.clone(), w);
+        self.dirty.insert(path.clone());
+    }
+
+    /// Records that what is at `path` is not the mesh's (removed, or an original restored).
+    pub fn unset_written(&mut self, path: &TargetPath) {
+        if self.written.remove(path).is_some() {
+            self.dirty.insert(path.clone());
+        }
     }
 
     /// Records a content, once.
@@ -155,6 +263,7 @@ impl HostStore {
         let list = self.kept.entry(path.clone()).or_default();
         if !list.iter().any(|k| k.hash == kept.hash) {
             list.push(kept);
+            self.dirty.insert(path.clone());
         }
     }
 
@@ -164,5 +273,69 @@ impl HostStore {
             .values()
             .map(|w| w.hash)
             .chain(self.kept.values().flatten().map(|k| k.hash))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(n: u8) -> Written {
+        Written {
+            hash: BlobHash::of(&[n]),
+            mode: FileMode::parse("0644").unwrap(),
+            uid: 0,
+            gid: 0,
+            stamp: None,
+        }
+    }
+
+    /// What is saved is what is loaded: through the log, through a new snapshot, and with a
+    /// last log line a crash cut short.
+    #[test]
+    fn log_and_snapshot_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            TargetPath::new("/a").unwrap(),
+            TargetPath::new("/b").unwrap(),
+        );
+        let mut host = HostStore::load(dir.path()).unwrap();
+        host.set_written(&a, written(1));
+        host.save(dir.path()).unwrap(); // the first save is a snapshot
+        for n in 0..260u16 {
+            host.set_written(&b, written(n as u8));
+            if n % 2 == 0 {
+                host.unset_written(&a);
+            } else {
+                host.set_written(&a, written(7));
+            }
+            host.keep(
+                &b,
+                Kept {
+                    hash: BlobHash::of(&n.to_le_bytes()),
+                    mode: FileMode::parse("0600").unwrap(),
+                    uid: 1,
+                    gid: 1,
+                    why: Why::Drift,
+                },
+            );
+            host.save(dir.path()).unwrap();
+            // Through the log, and on either side of the snapshot the 256th line makes.
+            if [0, 1, 2, 254, 255, 256, 259].contains(&n) {
+                let loaded = HostStore::load(dir.path()).unwrap();
+                assert_eq!(
+                    (&loaded.written, &loaded.kept),
+                    (&host.written, &host.kept),
+                    "after save {n}"
+                );
+            }
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join("host.log"))
+            .unwrap();
+        f.write_all(b"{\"written\":{\"/a\":nu").unwrap();
+        let loaded = HostStore::load(dir.path()).unwrap();
+        assert_eq!(loaded.written, host.written, "a torn last line is skipped");
     }
 }

@@ -324,13 +324,13 @@ impl Node {
             match (op.hash, observed) {
                 (Some(hash), Observed::File(f)) if f.hash == hash => {
                     if op.restore {
-                        host.written.remove(&op.path);
+                        host.unset_written(&op.path);
                     } else {
-                        host.written.insert(op.path.clone(), Written::from(&f));
+                        host.set_written(&op.path, Written::from(&f));
                     }
                 }
                 (None, Observed::Absent) => {
-                    host.written.remove(&op.path);
+                    host.unset_written(&op.path);
                 }
                 _ => {}
             }
@@ -680,7 +680,7 @@ impl Node {
                     ..
                 }
                 | Action::Remove { path } => {
-                    host.written.remove(path);
+                    host.unset_written(path);
                 }
                 Action::Write {
                     path,
@@ -690,8 +690,8 @@ impl Node {
                     gid,
                     ..
                 } => {
-                    host.written.insert(
-                        path.clone(),
+                    host.set_written(
+                        path,
                         Written {
                             hash: *blob,
                             mode: *mode,
@@ -703,7 +703,7 @@ impl Node {
                 }
                 Action::Claim { path } => {
                     if let Observed::File(f) = &observed[path] {
-                        host.written.insert(path.clone(), Written::from(f));
+                        host.set_written(path, Written::from(f));
                     }
                 }
                 Action::Keep { .. } | Action::Hold { .. } => {}
