@@ -8,7 +8,7 @@
 //! - before content the mesh did not write is replaced or removed, a [`Action::Keep`] records it;
 //! - a found file the generation does not hold is never overwritten on an adopted node.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use std::fmt;
 
@@ -173,13 +173,11 @@ pub enum PlanError {
 pub struct PlanInput<'a> {
     /// The generation to switch to.
     pub target: &'a Generation,
-    /// The generation in force, if any.
-    pub current: Option<&'a Generation>,
     /// What the mesh wrote and kept.
     pub host: &'a HostStore,
     /// The node record (the found originals' metadata).
     pub record: &'a NodeRecord,
-    /// What is at every path of the target, the current generation and the host store.
+    /// What is at every path of the target and of the host store.
     pub observed: &'a BTreeMap<TargetPath, Observed>,
     /// Owner and group names.
     pub ids: &'a Ids,
@@ -199,18 +197,11 @@ impl Plan {
     }
 }
 
-/// The paths whose state a plan needs observed, sorted, each once. The three sources are sorted
-/// maps, so they are merged, not collected into a set.
-pub fn paths_to_observe<'a>(
-    target: &'a Generation,
-    current: Option<&'a Generation>,
-    host: &'a HostStore,
-) -> Vec<&'a TargetPath> {
-    let mut paths: Vec<&TargetPath> = target.files.keys().collect();
-    if let Some(c) = current.filter(|c| !std::ptr::eq(*c, target)) {
-        paths = merge(paths, c.files.keys());
-    }
-    merge(paths, host.written.keys())
+/// The paths whose state a plan needs observed, sorted, each once: the target's, and every one
+/// the host store says the mesh wrote (the only ones it may remove). Both are sorted maps, so
+/// they are merged, not collected into a set.
+pub fn paths_to_observe<'a>(target: &'a Generation, host: &'a HostStore) -> Vec<&'a TargetPath> {
+    merge(target.files.keys().collect(), host.written.keys())
 }
 
 fn merge<'a>(
@@ -377,13 +368,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         }
     }
     // Paths the target no longer declares: the mesh's own files go; anything else stays.
-    let gone: BTreeSet<&TargetPath> = input
-        .current
-        .into_iter()
-        .flat_map(|g| g.files.keys())
-        .chain(input.host.written.keys())
-        .filter(|p| !input.target.files.contains_key(*p))
-        .collect();
+    let gone = input
+        .host
+        .written
+        .keys()
+        .filter(|p| !input.target.files.contains_key(*p));
     for path in gone {
         let Some(written) = input.host.written.get(path) else {
             continue;
@@ -494,7 +483,6 @@ mod tests {
     ) -> Result<Plan, PlanError> {
         plan(&PlanInput {
             target,
-            current: None,
             host,
             record,
             observed: &BTreeMap::from([(path(), observed)]),

@@ -385,12 +385,11 @@ impl Node {
     fn observe_all(
         &self,
         target: &Generation,
-        current: Option<&Generation>,
         host: &HostStore,
     ) -> Result<Observations, ActivateError> {
         let mut observed = BTreeMap::new();
         let mut contents = BTreeMap::new();
-        let paths = plan::paths_to_observe(target, current, host);
+        let paths = plan::paths_to_observe(target, host);
         // A file the mesh wrote, unchanged since (same stamp): known without reading it. The
         // stamps are read on two threads: on a large node this is most of a no-op switch.
         let candidates: Vec<&TargetPath> = paths
@@ -459,40 +458,22 @@ impl Node {
                 ours: record.node.to_string(),
             });
         }
-        // The generation in force (not read again when it is the target: a no-op switch) and the
-        // host store, read side by side: on a large node each is a few megabytes of JSON.
+        // The plan needs the host store, not the generation in force: every file the mesh may
+        // remove is one the host store says it wrote.
         let in_force = self
             .profile
             .current()
             .map_err(io_err("reading the profile in", &self.state))?;
-        let (current, host) = std::thread::scope(|scope| {
-            let host = scope.spawn(|| HostStore::load(&self.state));
-            let current = match in_force {
-                Some((n, cid)) if cid == id => Some((n, cid, std::borrow::Cow::Borrowed(target))),
-                Some((n, cid)) => Some((
-                    n,
-                    cid,
-                    std::borrow::Cow::Owned(self.store.generation(&cid)?),
-                )),
-                None => None,
-            };
-            Ok::<_, ActivateError>((
-                current,
-                host.join().expect("the host store thread does not panic")?,
-            ))
-        })?;
-        let mut host = host;
-        let (observed, contents) =
-            self.observe_all(target, current.as_ref().map(|c| c.2.as_ref()), &host)?;
+        let mut host = HostStore::load(&self.state)?;
+        let (observed, contents) = self.observe_all(target, &host)?;
         let plan = plan::plan(&PlanInput {
             target,
-            current: current.as_ref().map(|c| c.2.as_ref()),
             host: &host,
             record: &record,
             observed: &observed,
             ids: &self.ids,
         })?;
-        let already = current.as_ref().is_some_and(|c| c.1 == id);
+        let already = in_force.is_some_and(|(_, cid)| cid == id);
         let bookkeeping = plan
             .actions
             .iter()
