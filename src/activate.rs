@@ -304,3 +304,39 @@ pub fn gc(state: &Path, root: &Path, args: GcArgs) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+pub fn reconcile(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let node = Node::open(state, root)?;
+    let (_, id, g) = node
+        .current()?
+        .ok_or_else(|| Failure::user("this node has no generation yet: nothing to reconcile"))?;
+    let nft = mesh_activator::firewall::Nft::new(netns);
+    let firewall = |e: mesh_activator::firewall::FirewallError| {
+        Failure::new(Exit::System, miette::miette!("{e}"))
+    };
+    let openings: &[mesh_lib::model::Opening] = if g.mode == Mode::Adopted {
+        &g.openings
+    } else {
+        &[]
+    };
+    let done = nft
+        .converge(&g.firewall.guard, &g.settings, openings)
+        .map_err(firewall)?;
+    if json_out {
+        say!("{}", json!({ "id": id, "converged": done }));
+    } else {
+        say!(
+            "{}: guard {}; through the found firewall: {} rule(s) inserted, {} removed",
+            id.short(),
+            if done.guard { "loaded" } else { "in force" },
+            done.inserted,
+            done.removed
+        );
+    }
+    Ok(())
+}

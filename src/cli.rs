@@ -35,6 +35,10 @@ pub struct Global {
         default_value = "/"
     )]
     pub root: PathBuf,
+    /// Apply and read the firewall inside this network namespace (`ip netns`), not the
+    /// machine's own.
+    #[arg(long, global = true, env = "MESH_NETNS", value_name = "NAME")]
+    pub netns: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -65,6 +69,10 @@ pub enum Command {
     Status(JsonFlag),
     /// Remove old generations and every blob nothing references.
     Gc(GcArgs),
+    /// Put the current generation's firewall back in force: the guard, and on an adopted node
+    /// the openings through the found firewall's own chains (after a reload or a reboot lost
+    /// them).
+    Reconcile(JsonFlag),
     /// The node record.
     Record {
         #[command(subcommand)]

@@ -73,6 +73,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Take(args) => activate::take(&state, &cli.global.root, args),
         Command::Status(flag) => activate::status(&state, &cli.global.root, flag.json),
         Command::Gc(args) => activate::gc(&state, &cli.global.root, args),
+        Command::Reconcile(flag) => {
+            activate::reconcile(&state, &cli.global.root, cli.global.netns, flag.json)
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use nftables::schema::{Chain, NfListObject, NfObject, Nftables, Rule, Table};
 use nftables::stmt::{Accept, Drop, Match, Operator, Statement};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
 
-use crate::model::{Opening, Protocol, Settings, Source, TrafficPath};
+use crate::model::{Opening, Settings, Source, TrafficPath};
 
 /// The guard table's name.
 pub const GUARD_TABLE: &str = "mesh_guard";
@@ -215,9 +215,60 @@ fn source_match(from: Source, settings: &Settings) -> Option<Statement<'static>>
     }
 }
 
-/// The comment that marks a rule as the mesh's and names the module it opens for.
+/// The comment that marks a rule as the mesh's: the module it opens for, and what it opens (so
+/// that each rule's comment is its own).
 pub fn opening_comment(opening: &Opening) -> String {
-    format!("mesh: {} {}", opening.module, opening.setting)
+    let from = match opening.from {
+        Source::Anywhere => "anywhere".to_string(),
+        Source::Private => "private".to_string(),
+        Source::Range(r) => r.to_string(),
+    };
+    format!(
+        "mesh: {} {} {}/{} from {from}",
+        opening.module, opening.setting, opening.port, opening.protocol
+    )
+}
+
+/// The statements of the rule that accepts `opening` on `path`: on the incoming path the
+/// destination port; on the forwarded path conntrack's original destination port, since DNAT
+/// has already rewritten the packet's. `None` when the rule cannot be written for a table of
+/// `family` (a private or IPv4-range source in an `ip6` table).
+pub fn opening_rule(
+    opening: &Opening,
+    settings: &Settings,
+    path: TrafficPath,
+    family: NfFamily,
+) -> Option<Vec<Statement<'static>>> {
+    let source = source_match(opening.from, settings);
+    if source.is_some() && family == NfFamily::IP6 {
+        return None;
+    }
+    let mut expr: Vec<_> = source.into_iter().collect();
+    match path {
+        TrafficPath::Incoming => expr.push(matches(
+            field(opening.protocol.as_str(), "dport"),
+            Operator::EQ,
+            Expression::Number(u32::from(opening.port.get())),
+        )),
+        TrafficPath::Forwarded => {
+            expr.push(matches(
+                meta(MetaKey::L4proto),
+                Operator::EQ,
+                text(opening.protocol.as_str()),
+            ));
+            expr.push(matches(
+                named(NamedExpression::CT(CT {
+                    key: Cow::Borrowed("proto-dst"),
+                    family: None,
+                    dir: Some(CTDir::Original),
+                })),
+                Operator::EQ,
+                Expression::Number(u32::from(opening.port.get())),
+            ));
+        }
+    }
+    expr.push(accept());
+    Some(expr)
 }
 
 /// The base ruleset of a managed node: default drop on input and forward, the openings accepted.
@@ -265,13 +316,8 @@ pub fn base_ruleset(settings: &Settings, openings: &[Opening]) -> Ruleset {
         .iter()
         .filter(|o| o.paths.contains(&TrafficPath::Incoming))
     {
-        let mut expr: Vec<_> = source_match(o.from, settings).into_iter().collect();
-        expr.push(matches(
-            field(o.protocol.as_str(), "dport"),
-            Operator::EQ,
-            Expression::Number(u32::from(o.port.get())),
-        ));
-        expr.push(accept());
+        let expr = opening_rule(o, settings, TrafficPath::Incoming, NfFamily::INet)
+            .expect("inet takes every rule");
         objects.push(rule(BASE_TABLE, "input", expr, Some(opening_comment(o))));
     }
     objects.push(rule(
@@ -294,25 +340,8 @@ pub fn base_ruleset(settings: &Settings, openings: &[Opening]) -> Ruleset {
         .iter()
         .filter(|o| o.paths.contains(&TrafficPath::Forwarded))
     {
-        let mut expr: Vec<_> = source_match(o.from, settings).into_iter().collect();
-        expr.push(matches(
-            meta(MetaKey::L4proto),
-            Operator::EQ,
-            text(match o.protocol {
-                Protocol::Tcp => "tcp",
-                Protocol::Udp => "udp",
-            }),
-        ));
-        expr.push(matches(
-            named(NamedExpression::CT(CT {
-                key: Cow::Borrowed("proto-dst"),
-                family: None,
-                dir: Some(CTDir::Original),
-            })),
-            Operator::EQ,
-            Expression::Number(u32::from(o.port.get())),
-        ));
-        expr.push(accept());
+        let expr = opening_rule(o, settings, TrafficPath::Forwarded, NfFamily::INet)
+            .expect("inet takes every rule");
         objects.push(rule(BASE_TABLE, "forward", expr, Some(opening_comment(o))));
     }
     Nftables {

@@ -21,7 +21,7 @@ pub const PINNED: [(&str, Option<&str>, &str); 3] = [
     (
         "fresh-node",
         None,
-        "b3:43473e849c7dd6d395a316ccd2625ead6fe8ea2952f29d8fbd4c50ed2e3ee157",
+        "b3:14931fbc94465749d7f6230d8375c4c44a8561f63af2728cb8ccae72013563e9",
     ),
 ];
 

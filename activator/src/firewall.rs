@@ -1,0 +1,330 @@
+//! The firewall, spoken through `nft` (inside `--netns` when given, so tests never touch the
+//! machine's own ruleset).
+//!
+//! On every node the mesh's guard table is replaced in one `nft -f` transaction. On an adopted
+//! node the mesh loads no table of its own that accepts or drops by default: each opening is
+//! inserted at the top of the **found firewall's own** input and forward chains, marked by a
+//! comment starting `mesh: ` — an accept in a table of the mesh's could not help, since a drop in
+//! any base chain is final. Converging is idempotent: the mesh's rules in force are compared with
+//! the wanted ones, and only a difference is written, again in one transaction.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use mesh_lib::firewall::{opening_comment, opening_rule, GUARD_TABLE};
+use mesh_lib::model::{Opening, Settings, TrafficPath};
+use nftables::types::NfFamily;
+use serde_json::{json, Value};
+
+/// The prefix of the comment on every rule the mesh puts in a found chain.
+pub const MARK: &str = "mesh: ";
+
+/// A firewall operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FirewallError {
+    /// `nft` could not be started.
+    #[error("cannot run nft{}: {source}", netns_note(.netns))]
+    Spawn {
+        /// The namespace.
+        netns: Option<String>,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `nft` refused; its own message.
+    #[error("nft {what} failed{}: {stderr}", netns_note(.netns))]
+    Nft {
+        /// What was asked.
+        what: String,
+        /// The namespace.
+        netns: Option<String>,
+        /// nft's message.
+        stderr: String,
+    },
+    /// `nft -j` printed something that is not its JSON.
+    #[error("cannot read nft's listing: {0}")]
+    Listing(String),
+}
+
+fn netns_note(netns: &Option<String>) -> String {
+    netns
+        .as_ref()
+        .map(|n| format!(" in network namespace {n}"))
+        .unwrap_or_default()
+}
+
+/// `nft`, in a network namespace or not.
+#[derive(Debug, Clone)]
+pub struct Nft {
+    netns: Option<String>,
+}
+
+/// A base chain of the found firewall that openings go into.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FoundChain {
+    /// `ip`, `ip6` or `inet`.
+    pub family: String,
+    /// Its table.
+    pub table: String,
+    /// Its name.
+    pub name: String,
+    /// Incoming (input hook) or forwarded (forward hook).
+    pub path: TrafficPath,
+}
+
+/// A rule of the mesh's in a found chain.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct MeshRule {
+    family: String,
+    table: String,
+    chain: String,
+    comment: String,
+    handle: u64,
+}
+
+/// What a converge did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Converged {
+    /// Whether the guard was written.
+    pub guard: bool,
+    /// Rules of the mesh's inserted into found chains.
+    pub inserted: usize,
+    /// Rules of the mesh's removed from found chains (no longer wanted, or to be rewritten).
+    pub removed: usize,
+}
+
+fn family_of(name: &str) -> Option<NfFamily> {
+    match name {
+        "ip" => Some(NfFamily::IP),
+        "ip6" => Some(NfFamily::IP6),
+        "inet" => Some(NfFamily::INet),
+        _ => None,
+    }
+}
+
+impl Nft {
+    /// `nft` in `netns`, or in the machine's own namespace when `None`.
+    pub fn new(netns: Option<String>) -> Self {
+        Self { netns }
+    }
+
+    fn command(&self) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "nft"]);
+                c
+            }
+            None => Command::new("nft"),
+        }
+    }
+
+    /// Runs `nft ARGS` with `input` on its stdin; its stdout, or its own error message.
+    fn run(
+        &self,
+        args: &[&str],
+        input: Option<&[u8]>,
+        what: &str,
+    ) -> Result<String, FirewallError> {
+        let spawn = |source| FirewallError::Spawn {
+            netns: self.netns.clone(),
+            source,
+        };
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(spawn)?;
+        if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin.write_all(bytes).map_err(spawn)?;
+        }
+        let out = child.wait_with_output().map_err(spawn)?;
+        if !out.status.success() {
+            return Err(FirewallError::Nft {
+                what: what.to_owned(),
+                netns: self.netns.clone(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The whole ruleset as nft's JSON objects.
+    pub fn ruleset(&self) -> Result<Vec<Value>, FirewallError> {
+        let text = self.run(&["-j", "list", "ruleset"], None, "list ruleset")?;
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| FirewallError::Listing(e.to_string()))?;
+        Ok(v["nftables"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Applies `commands` (nft JSON commands) as one transaction: all or nothing.
+    pub fn apply(&self, commands: Vec<Value>, what: &str) -> Result<(), FirewallError> {
+        let bytes = serde_json::to_vec(&json!({ "nftables": commands }))
+            .map_err(|e| FirewallError::Listing(e.to_string()))?;
+        self.run(&["-j", "-f", "-"], Some(&bytes), what).map(|_| ())
+    }
+
+    /// The found firewall's base chains on the input and forward hooks: every filter chain
+    /// hooked there that is not in a table of the mesh's.
+    pub fn found_chains(ruleset: &[Value]) -> Vec<FoundChain> {
+        let mut out: Vec<FoundChain> = ruleset
+            .iter()
+            .filter_map(|o| o.get("chain"))
+            .filter(|c| {
+                c["type"] == "filter" && !c["table"].as_str().unwrap_or("").starts_with("mesh_")
+            })
+            .filter_map(|c| {
+                let path = match c["hook"].as_str()? {
+                    "input" => TrafficPath::Incoming,
+                    "forward" => TrafficPath::Forwarded,
+                    _ => return None,
+                };
+                Some(FoundChain {
+                    family: c["family"].as_str()?.to_owned(),
+                    table: c["table"].as_str()?.to_owned(),
+                    name: c["name"].as_str()?.to_owned(),
+                    path,
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn mesh_rules(ruleset: &[Value], chains: &[FoundChain]) -> Vec<MeshRule> {
+        ruleset
+            .iter()
+            .filter_map(|o| o.get("rule"))
+            .filter_map(|r| {
+                let comment = r["comment"].as_str()?;
+                if !comment.starts_with(MARK) {
+                    return None;
+                }
+                let rule = MeshRule {
+                    family: r["family"].as_str()?.to_owned(),
+                    table: r["table"].as_str()?.to_owned(),
+                    chain: r["chain"].as_str()?.to_owned(),
+                    comment: comment.to_owned(),
+                    handle: r["handle"].as_u64()?,
+                };
+                chains
+                    .iter()
+                    .any(|c| {
+                        c.family == rule.family && c.table == rule.table && c.name == rule.chain
+                    })
+                    .then_some(rule)
+            })
+            .collect()
+    }
+
+    /// Puts the guard and the openings in force: the guard replaced in one transaction if it
+    /// differs, the openings converged through the found chains.
+    pub fn converge(
+        &self,
+        guard: &nftables::schema::Nftables<'_>,
+        settings: &Settings,
+        openings: &[Opening],
+    ) -> Result<Converged, FirewallError> {
+        let ruleset = self.ruleset()?;
+        let mut done = Converged::default();
+
+        // The guard: compared by what the kernel lists back, rule by rule.
+        let wanted_guard: Vec<String> = guard
+            .objects
+            .iter()
+            .filter_map(|o| match o {
+                nftables::schema::NfObject::ListObject(nftables::schema::NfListObject::Rule(r)) => {
+                    r.comment.as_ref().map(|c| c.to_string())
+                }
+                _ => None,
+            })
+            .collect();
+        let present_guard: Vec<String> = ruleset
+            .iter()
+            .filter_map(|o| o.get("rule"))
+            .filter(|r| r["table"] == GUARD_TABLE && r["family"] == "inet")
+            .filter_map(|r| r["comment"].as_str().map(str::to_owned))
+            .collect();
+        let guard_chain = ruleset
+            .iter()
+            .filter_map(|o| o.get("chain"))
+            .any(|c| c["table"] == GUARD_TABLE && c["family"] == "inet");
+        if !guard_chain || present_guard != wanted_guard {
+            let mut commands = vec![
+                json!({"add": {"table": {"family": "inet", "name": GUARD_TABLE}}}),
+                json!({"delete": {"table": {"family": "inet", "name": GUARD_TABLE}}}),
+            ];
+            for object in guard.objects.iter() {
+                commands.push(json!({ "add": object }));
+            }
+            self.apply(commands, "loading the guard")?;
+            done.guard = true;
+        }
+
+        // The openings, through the found chains.
+        let chains = Self::found_chains(&ruleset);
+        let present = Self::mesh_rules(&ruleset, &chains);
+        let mut wanted = Vec::new();
+        for chain in &chains {
+            let Some(family) = family_of(&chain.family) else {
+                continue;
+            };
+            for o in openings.iter().filter(|o| o.paths.contains(&chain.path)) {
+                if let Some(expr) = opening_rule(o, settings, chain.path, family) {
+                    wanted.push((chain, opening_comment(o), expr));
+                }
+            }
+        }
+        let present_keys: BTreeSet<(&str, &str, &str, &str)> = present
+            .iter()
+            .map(|r| {
+                (
+                    r.family.as_str(),
+                    r.table.as_str(),
+                    r.chain.as_str(),
+                    r.comment.as_str(),
+                )
+            })
+            .collect();
+        let wanted_keys: BTreeSet<(&str, &str, &str, &str)> = wanted
+            .iter()
+            .map(|(c, comment, _)| {
+                (
+                    c.family.as_str(),
+                    c.table.as_str(),
+                    c.name.as_str(),
+                    comment.as_str(),
+                )
+            })
+            .collect();
+        if present_keys == wanted_keys && present.len() == wanted.len() {
+            return Ok(done);
+        }
+        let mut commands = Vec::new();
+        for r in &present {
+            commands.push(json!({"delete": {"rule": {"family": r.family, "table": r.table, "chain": r.chain, "handle": r.handle}}}));
+        }
+        for (chain, comment, expr) in &wanted {
+            commands.push(json!({"insert": {"rule": {
+                "family": chain.family, "table": chain.table, "chain": chain.name,
+                "expr": serde_json::to_value(expr).map_err(|e| FirewallError::Listing(e.to_string()))?,
+                "comment": comment,
+            }}}));
+        }
+        self.apply(
+            commands,
+            "converging the openings through the found firewall",
+        )?;
+        done.removed = present.len();
+        done.inserted = wanted.len();
+        Ok(done)
+    }
+}

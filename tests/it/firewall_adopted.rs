@@ -1,0 +1,178 @@
+//! The firewall on an adopted node, with real packets in namespaces the test creates: the guard
+//! refuses the store and the broker's management port to everyone but the private network and
+//! loopback (IPv4 and IPv6); the openings are inserted into the predecessor's own chains, on the
+//! incoming and the forwarded path; every predecessor port answers exactly as before; a reload
+//! of the predecessor's firewall is repaired by `mesh reconcile`.
+
+use crate::netlab::{Lab, PREDECESSOR};
+use crate::node_fixture::Fixture;
+use crate::support::have_root_tools;
+
+fn declaration(with_broker: bool) -> String {
+    let broker = if with_broker {
+        r#"{ name = "broker", config = fun s => { openings = [{ port = s.ports.broker_management, from = "private", paths = ['incoming] }] } },"#
+    } else {
+        ""
+    };
+    format!(
+        r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820 }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
+  }},
+  modules = [
+    {{ name = "store", config = fun s => {{ openings = [{{ port = s.ports.store, from = "private", paths = ['incoming] }}] }} }},
+    {broker}
+  ],
+}}
+"#
+    )
+}
+
+/// Which of the ports each client reaches: outside over IPv4 and IPv6, the private network,
+/// and the node itself over loopback.
+fn matrix(lab: &Lab) -> Vec<(String, u16, bool)> {
+    let mut probes: Vec<(&str, &crate::support::Netns, &str, u16)> = Vec::new();
+    for port in [80, 15432, 4222, 5001, 5432, 15672] {
+        probes.push(("outside v4", &lab.outside, "192.0.2.1", port));
+    }
+    for port in [80, 4222, 5432, 15672] {
+        probes.push(("outside v6", &lab.outside, "2001:db8:1::1", port));
+    }
+    for port in [4222, 5432, 15672] {
+        probes.push(("private", &lab.private, "10.77.0.1", port));
+    }
+    for port in [5432, 15672] {
+        probes.push(("loopback", &lab.node, "127.0.0.1", port));
+    }
+    // All at once: a refused probe waits for its timeout.
+    std::thread::scope(|s| {
+        let handles: Vec<_> = probes
+            .iter()
+            .map(|(who, ns, addr, port)| {
+                s.spawn(move || (who.to_string(), *port, Lab::reaches(ns, addr, *port)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn open_in(m: &[(String, u16, bool)]) -> Vec<String> {
+    m.iter()
+        .filter(|(_, _, open)| *open)
+        .map(|(who, port, _)| format!("{who}:{port}"))
+        .collect()
+}
+
+/// The whole story on an nftables-native predecessor.
+#[test]
+fn adopted_node_guard_and_openings_through_the_found_firewall() {
+    if !have_root_tools(&["ip", "nft"]) {
+        return;
+    }
+    let lab = Lab::new();
+    lab.nft(PREDECESSOR);
+    for port in [80, 4222, 5432, 15672] {
+        Lab::serve(&lab.node, port);
+    }
+    for port in [5432, 5000] {
+        Lab::serve(&lab.ctr, port);
+    }
+    let before = matrix(&lab);
+    assert_eq!(
+        open_in(&before),
+        [
+            "outside v4:80",
+            "outside v4:15432",
+            "outside v4:5432",
+            "outside v6:80",
+            "outside v6:5432",
+            "private:5432",
+            "loopback:5432",
+            "loopback:15672"
+        ],
+        "the predecessor alone (the mesh's store port is open to the world)"
+    );
+
+    let f = Fixture::new();
+    f.write_decl("fw.ncl", &declaration(true));
+    let netns = lab.node.name.clone();
+    f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
+    let first = f.ok(&["reconcile", "--netns", &netns, "--json"]);
+    let done: serde_json::Value = serde_json::from_str(first.last_line()).unwrap();
+    assert_eq!(done["converged"]["guard"], true, "{}", first.stdout);
+
+    let after = matrix(&lab);
+    assert_eq!(
+        open_in(&after),
+        [
+            "outside v4:80",
+            "outside v4:15432",
+            "outside v4:4222",
+            "outside v4:5001",
+            "outside v6:80",
+            "outside v6:4222",
+            "private:4222",
+            "private:5432",
+            "private:15672",
+            "loopback:5432",
+            "loopback:15672"
+        ],
+        "predecessor ports as before; bus and registry open on the incoming and the forwarded path; store and broker management refused from outside (v4 and v6), reachable from the private network and loopback"
+    );
+    for (who, port, open) in &before {
+        if [80u16, 15432].contains(port) {
+            assert!(
+                after.contains(&(who.clone(), *port, *open)),
+                "{who}:{port} changed"
+            );
+        }
+    }
+
+    // Idempotent: nothing to do the second time, one copy of each rule.
+    let again = f.ok(&["reconcile", "--netns", &netns, "--json"]);
+    let done: serde_json::Value = serde_json::from_str(again.last_line()).unwrap();
+    assert_eq!(
+        done["converged"],
+        serde_json::json!({"guard": false, "inserted": 0, "removed": 0})
+    );
+    let listing = lab
+        .node
+        .exec(&["nft", "list", "chain", "inet", "pred", "input"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert_eq!(
+        listing
+            .matches("comment \"mesh: foundation bus 4222/tcp from anywhere\"")
+            .count(),
+        1,
+        "{listing}"
+    );
+
+    // The predecessor flushes and reloads its own firewall: the openings and the guard are gone
+    // until reconcile puts them back.
+    lab.nft(&format!("flush ruleset\n{PREDECESSOR}"));
+    assert!(!Lab::reaches(&lab.outside, "192.0.2.1", 4222));
+    assert!(
+        Lab::reaches(&lab.outside, "192.0.2.1", 5432),
+        "the guard went with the flush"
+    );
+    f.ok(&["reconcile", "--netns", &netns]);
+    assert_eq!(open_in(&matrix(&lab)), open_in(&after));
+
+    // An opening no longer declared is removed.
+    f.write_decl("fw.ncl", &declaration(false));
+    f.ok(&["switch", f.decl("fw.ncl").to_str().unwrap()]);
+    let ran = f.ok(&["reconcile", "--netns", &netns, "--json"]);
+    let done: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+    assert!(
+        done["converged"]["removed"].as_u64().unwrap() > 0,
+        "{}",
+        ran.stdout
+    );
+    assert!(!Lab::reaches(&lab.private, "10.77.0.1", 15672));
+    assert!(Lab::reaches(&lab.private, "10.77.0.1", 5432));
+}
