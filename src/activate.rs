@@ -63,8 +63,13 @@ fn report(switched: &Switched, json_out: bool) {
     }
 }
 
-pub fn switch(state: &Path, root: &Path, args: SwitchArgs) -> Result<(), Failure> {
-    let node = Node::open(state, root)?;
+pub fn switch(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    args: SwitchArgs,
+) -> Result<(), Failure> {
+    let node = Node::open(state, root, netns.clone())?;
     let switched = match (&args.node, &args.generation) {
         (Some(decl), _) => switch_declaration(
             &node,
@@ -85,8 +90,13 @@ pub fn switch(state: &Path, root: &Path, args: SwitchArgs) -> Result<(), Failure
     Ok(())
 }
 
-pub fn adopt(state: &Path, root: &Path, args: AdoptArgs) -> Result<(), Failure> {
-    let node = Node::open(state, root)?;
+pub fn adopt(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    args: AdoptArgs,
+) -> Result<(), Failure> {
+    let node = Node::open(state, root, netns.clone())?;
     let mut record = match node.record()? {
         Some(r) => r,
         None => {
@@ -121,8 +131,13 @@ fn last_declaration(node: &Node) -> Result<PathBuf, Failure> {
         .ok_or_else(|| Failure::user("no declaration to build from: give NODE.ncl"))
 }
 
-pub fn take(state: &Path, root: &Path, args: TakeArgs) -> Result<(), Failure> {
-    let node = Node::open(state, root)?;
+pub fn take(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    args: TakeArgs,
+) -> Result<(), Failure> {
+    let node = Node::open(state, root, netns.clone())?;
     let module = ModuleName::new(&args.module).map_err(Failure::user)?;
     let mut record = node
         .record()?
@@ -149,8 +164,13 @@ pub fn take(state: &Path, root: &Path, args: TakeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-pub fn rollback(state: &Path, root: &Path, args: RollbackArgs) -> Result<(), Failure> {
-    let node = Node::open(state, root)?;
+pub fn rollback(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    args: RollbackArgs,
+) -> Result<(), Failure> {
+    let node = Node::open(state, root, netns.clone())?;
     node.recover()?;
     let (_, id) = node.rollback_target(args.to)?;
     let generation = node.store.generation(&id)?;
@@ -179,8 +199,13 @@ pub fn rollback(state: &Path, root: &Path, args: RollbackArgs) -> Result<(), Fai
     Ok(())
 }
 
-pub fn generations(state: &Path, root: &Path, json_out: bool) -> Result<(), Failure> {
-    let node = Node::inspect(state, root)?;
+pub fn generations(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let node = Node::inspect(state, root, netns.clone())?;
     let read = |e: std::io::Error| Failure::system(format!("reading the profile: {e}"));
     let links = node.profile.generations().map_err(read)?;
     let current = node.profile.current().map_err(read)?.map(|(n, _)| n);
@@ -237,8 +262,13 @@ fn resolve(node: &Node, text: &str) -> Result<(GenerationId, Generation), Failur
     Ok((id, node.store.generation(&id)?))
 }
 
-pub fn diff(state: &Path, root: &Path, args: DiffArgs) -> Result<(), Failure> {
-    let node = Node::inspect(state, root)?;
+pub fn diff(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    args: DiffArgs,
+) -> Result<(), Failure> {
+    let node = Node::inspect(state, root, netns.clone())?;
     let to = match &args.to {
         Some(t) => resolve(&node, t)?,
         None => {
@@ -277,8 +307,13 @@ pub fn diff(state: &Path, root: &Path, args: DiffArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-pub fn status(state: &Path, root: &Path, json_out: bool) -> Result<(), Failure> {
-    let node = Node::inspect(state, root)?;
+pub fn status(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let node = Node::inspect(state, root, netns.clone())?;
     let s = node.status()?;
     if json_out {
         say!("{}", serde_json::to_string(&s).unwrap_or_default());
@@ -288,8 +323,8 @@ pub fn status(state: &Path, root: &Path, json_out: bool) -> Result<(), Failure> 
     Ok(())
 }
 
-pub fn gc(state: &Path, root: &Path, args: GcArgs) -> Result<(), Failure> {
-    let node = Node::open(state, root)?;
+pub fn gc(state: &Path, root: &Path, netns: Option<String>, args: GcArgs) -> Result<(), Failure> {
+    let node = Node::open(state, root, netns.clone())?;
     let (removed, report) = node.gc(args.keep)?;
     if args.json {
         say!(
@@ -311,29 +346,19 @@ pub fn reconcile(
     netns: Option<String>,
     json_out: bool,
 ) -> Result<(), Failure> {
-    let node = Node::open(state, root)?;
+    let node = Node::open(state, root, netns)?;
     let (_, id, g) = node
         .current()?
         .ok_or_else(|| Failure::user("this node has no generation yet: nothing to reconcile"))?;
-    let nft = mesh_activator::firewall::Nft::new(netns);
-    let firewall = |e: mesh_activator::firewall::FirewallError| {
-        Failure::new(Exit::System, miette::miette!("{e}"))
-    };
-    let openings: &[mesh_lib::model::Opening] = if g.mode == Mode::Adopted {
-        &g.openings
-    } else {
-        &[]
-    };
-    let done = nft
-        .converge(&g.firewall.guard, &g.settings, openings)
-        .map_err(firewall)?;
+    let done = node.converge_firewall(&g)?;
     if json_out {
         say!("{}", json!({ "id": id, "converged": done }));
     } else {
         say!(
-            "{}: guard {}; through the found firewall: {} rule(s) inserted, {} removed",
+            "{}: guard {}; base ruleset {}; through the found firewall: {} rule(s) inserted, {} removed",
             id.short(),
             if done.guard { "loaded" } else { "in force" },
+            if done.base { "changed" } else { "as it was" },
             done.inserted,
             done.removed
         );

@@ -65,14 +65,34 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Record {
             command: RecordCommand::Export,
         } => record_export(&state),
-        Command::Switch(args) => activate::switch(&state, &cli.global.root, args),
-        Command::Rollback(args) => activate::rollback(&state, &cli.global.root, args),
-        Command::Generations(flag) => activate::generations(&state, &cli.global.root, flag.json),
-        Command::Diff(args) => activate::diff(&state, &cli.global.root, args),
-        Command::Adopt(args) => activate::adopt(&state, &cli.global.root, args),
-        Command::Take(args) => activate::take(&state, &cli.global.root, args),
-        Command::Status(flag) => activate::status(&state, &cli.global.root, flag.json),
-        Command::Gc(args) => activate::gc(&state, &cli.global.root, args),
+        Command::Switch(args) => {
+            activate::switch(&state, &cli.global.root, cli.global.netns.clone(), args)
+        }
+        Command::Rollback(args) => {
+            activate::rollback(&state, &cli.global.root, cli.global.netns.clone(), args)
+        }
+        Command::Generations(flag) => activate::generations(
+            &state,
+            &cli.global.root,
+            cli.global.netns.clone(),
+            flag.json,
+        ),
+        Command::Diff(args) => {
+            activate::diff(&state, &cli.global.root, cli.global.netns.clone(), args)
+        }
+        Command::Adopt(args) => {
+            activate::adopt(&state, &cli.global.root, cli.global.netns.clone(), args)
+        }
+        Command::Take(args) => {
+            activate::take(&state, &cli.global.root, cli.global.netns.clone(), args)
+        }
+        Command::Status(flag) => activate::status(
+            &state,
+            &cli.global.root,
+            cli.global.netns.clone(),
+            flag.json,
+        ),
+        Command::Gc(args) => activate::gc(&state, &cli.global.root, cli.global.netns.clone(), args),
         Command::Reconcile(flag) => {
             activate::reconcile(&state, &cli.global.root, cli.global.netns, flag.json)
         }

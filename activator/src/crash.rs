@@ -7,6 +7,7 @@
 /// Every crash point, in the order a switch reaches them.
 pub const POINTS: &[&str] = &[
     "record-written",
+    "firewall-converged",
     "originals-recorded",
     "journal-written",
     "file-written-before-rename",

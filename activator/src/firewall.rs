@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use mesh_lib::firewall::{opening_comment, opening_rule, GUARD_TABLE};
+use mesh_lib::firewall::{opening_comment, opening_rule, BASE_TABLE, GUARD_TABLE};
 use mesh_lib::model::{Opening, Settings, TrafficPath};
 use nftables::types::NfFamily;
 use serde_json::{json, Value};
@@ -83,9 +83,43 @@ struct MeshRule {
     handle: u64,
 }
 
+/// Whether one of the mesh's tables in force is the wanted one: the same chains, and the same
+/// rules by their comments and count, in order.
+fn same_table(ruleset: &[Value], name: &str, wanted: &nftables::schema::Nftables<'_>) -> bool {
+    use nftables::schema::{NfListObject, NfObject};
+    let in_table = |o: &&Value, kind: &str| {
+        o.get(kind)
+            .is_some_and(|x| x["table"] == name && x["family"] == "inet")
+    };
+    let chains: Vec<&str> = ruleset
+        .iter()
+        .filter(|o| in_table(o, "chain"))
+        .filter_map(|o| o["chain"]["name"].as_str())
+        .collect();
+    let rules: Vec<(&str, Option<&str>)> = ruleset
+        .iter()
+        .filter(|o| in_table(o, "rule"))
+        .filter_map(|o| Some((o["rule"]["chain"].as_str()?, o["rule"]["comment"].as_str())))
+        .collect();
+    let mut want_chains = Vec::new();
+    let mut want_rules = Vec::new();
+    for o in wanted.objects.iter() {
+        match o {
+            NfObject::ListObject(NfListObject::Chain(c)) => want_chains.push(c.name.as_ref()),
+            NfObject::ListObject(NfListObject::Rule(r)) => {
+                want_rules.push((r.chain.as_ref(), r.comment.as_deref()))
+            }
+            _ => {}
+        }
+    }
+    chains == want_chains && rules == want_rules
+}
+
 /// What a converge did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Converged {
+    /// Whether the base ruleset was loaded or removed.
+    pub base: bool,
     /// Whether the guard was written.
     pub guard: bool,
     /// Rules of the mesh's inserted into found chains.
@@ -199,6 +233,24 @@ impl Nft {
         out
     }
 
+    /// Replaces one of the mesh's tables in one transaction (created first, so the delete never
+    /// fails on a missing table).
+    fn replace_table(
+        &self,
+        name: &str,
+        rules: &nftables::schema::Nftables<'_>,
+        what: &str,
+    ) -> Result<(), FirewallError> {
+        let mut commands = vec![
+            json!({"add": {"table": {"family": "inet", "name": name}}}),
+            json!({"delete": {"table": {"family": "inet", "name": name}}}),
+        ];
+        for object in rules.objects.iter() {
+            commands.push(json!({ "add": object }));
+        }
+        self.apply(commands, what)
+    }
+
     fn mesh_rules(ruleset: &[Value], chains: &[FoundChain]) -> Vec<MeshRule> {
         ruleset
             .iter()
@@ -233,39 +285,43 @@ impl Nft {
         settings: &Settings,
         openings: &[Opening],
     ) -> Result<Converged, FirewallError> {
+        self.converge_with_base(guard, None, settings, openings)
+    }
+
+    /// [`Nft::converge`], and the base ruleset: loaded (replaced when it differs) on a managed
+    /// node, removed when `base` is `None` (an adopted node never has one).
+    pub fn converge_with_base(
+        &self,
+        guard: &nftables::schema::Nftables<'_>,
+        base: Option<&nftables::schema::Nftables<'_>>,
+        settings: &Settings,
+        openings: &[Opening],
+    ) -> Result<Converged, FirewallError> {
         let ruleset = self.ruleset()?;
         let mut done = Converged::default();
+        let base_present = ruleset
+            .iter()
+            .filter_map(|o| o.get("table"))
+            .any(|t| t["name"] == BASE_TABLE && t["family"] == "inet");
+        match base {
+            Some(base) if !same_table(&ruleset, BASE_TABLE, base) => {
+                self.replace_table(BASE_TABLE, base, "loading the base ruleset")?;
+                done.base = true;
+            }
+            Some(_) => {}
+            None if base_present => {
+                self.apply(
+                    vec![json!({"delete": {"table": {"family": "inet", "name": BASE_TABLE}}})],
+                    "removing the base ruleset",
+                )?;
+                done.base = true;
+            }
+            None => {}
+        }
 
         // The guard: compared by what the kernel lists back, rule by rule.
-        let wanted_guard: Vec<String> = guard
-            .objects
-            .iter()
-            .filter_map(|o| match o {
-                nftables::schema::NfObject::ListObject(nftables::schema::NfListObject::Rule(r)) => {
-                    r.comment.as_ref().map(|c| c.to_string())
-                }
-                _ => None,
-            })
-            .collect();
-        let present_guard: Vec<String> = ruleset
-            .iter()
-            .filter_map(|o| o.get("rule"))
-            .filter(|r| r["table"] == GUARD_TABLE && r["family"] == "inet")
-            .filter_map(|r| r["comment"].as_str().map(str::to_owned))
-            .collect();
-        let guard_chain = ruleset
-            .iter()
-            .filter_map(|o| o.get("chain"))
-            .any(|c| c["table"] == GUARD_TABLE && c["family"] == "inet");
-        if !guard_chain || present_guard != wanted_guard {
-            let mut commands = vec![
-                json!({"add": {"table": {"family": "inet", "name": GUARD_TABLE}}}),
-                json!({"delete": {"table": {"family": "inet", "name": GUARD_TABLE}}}),
-            ];
-            for object in guard.objects.iter() {
-                commands.push(json!({ "add": object }));
-            }
-            self.apply(commands, "loading the guard")?;
+        if !same_table(&ruleset, GUARD_TABLE, guard) {
+            self.replace_table(GUARD_TABLE, guard, "loading the guard")?;
             done.guard = true;
         }
 

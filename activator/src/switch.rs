@@ -110,6 +110,9 @@ pub enum ActivateError {
     /// Nothing to roll back to, or no such generation number.
     #[error("{0}")]
     NoSuchGeneration(String),
+    /// The firewall refused (nft's own message); the kernel's ruleset is unchanged.
+    #[error("{0}; the firewall was left as it was and no file was changed")]
+    Firewall(#[from] crate::firewall::FirewallError),
     /// Any other I/O in the state directory.
     #[error("{what} {path}: {source}")]
     Io {
@@ -218,6 +221,7 @@ pub struct Node {
     /// The profile.
     pub profile: Profile,
     ids: Ids,
+    nft: crate::firewall::Nft,
     _lock: Option<StateLock>,
 }
 
@@ -233,19 +237,24 @@ fn journal_path(state: &Path) -> PathBuf {
 
 impl Node {
     /// Takes the state directory's lock (failing at once if it is held) and opens the node.
-    pub fn open(state: &Path, root: &Path) -> Result<Self, ActivateError> {
+    pub fn open(state: &Path, root: &Path, netns: Option<String>) -> Result<Self, ActivateError> {
         let lock = StateLock::take(state)?;
-        Self::open_with(state, root, Some(lock))
+        Self::open_with(state, root, netns, Some(lock))
     }
 
     /// Opens the node to look at it, without the lock: for commands that change nothing.
-    pub fn inspect(state: &Path, root: &Path) -> Result<Self, ActivateError> {
-        Self::open_with(state, root, None)
+    pub fn inspect(
+        state: &Path,
+        root: &Path,
+        netns: Option<String>,
+    ) -> Result<Self, ActivateError> {
+        Self::open_with(state, root, netns, None)
     }
 
     fn open_with(
         state: &Path,
         root: &Path,
+        netns: Option<String>,
         lock: Option<StateLock>,
     ) -> Result<Self, ActivateError> {
         let store = Store::open(state)?;
@@ -256,6 +265,7 @@ impl Node {
             store,
             profile,
             ids: Ids::load(),
+            nft: crate::firewall::Nft::new(netns),
             _lock: lock,
         })
     }
@@ -523,6 +533,10 @@ impl Node {
             }
         }
 
+        // The firewall first, in one transaction: if nft refuses, nothing has changed.
+        self.converge_firewall(target)?;
+        crate::crash::point("firewall-converged");
+
         // What the mesh did not write is recorded before it is replaced or removed.
         let keeps: Vec<(&TargetPath, BlobHash, crate::host::Why)> = plan
             .actions
@@ -643,6 +657,9 @@ impl Node {
                 return Err(match self.put_back(&applied, &observed, &contents) {
                     Ok(()) => {
                         let _done = std::fs::remove_file(&journal);
+                        if let Ok(Some((_, _, current))) = self.current() {
+                            let _best_effort = self.converge_firewall(&current);
+                        }
                         ActivateError::RolledBack { source }
                     }
                     Err(undo) => ActivateError::Interrupted { source, undo },
@@ -712,6 +729,25 @@ impl Node {
             plan,
             dry_run: false,
         })
+    }
+
+    /// Puts `generation`'s firewall in force: the guard; the base ruleset on a managed node; the
+    /// openings through the found firewall on an adopted one.
+    pub fn converge_firewall(
+        &self,
+        generation: &Generation,
+    ) -> Result<crate::firewall::Converged, ActivateError> {
+        let openings: &[mesh_lib::model::Opening] = if generation.mode == Mode::Adopted {
+            &generation.openings
+        } else {
+            &[]
+        };
+        Ok(self.nft.converge_with_base(
+            &generation.firewall.guard,
+            generation.firewall.base.as_ref(),
+            &generation.settings,
+            openings,
+        )?)
     }
 
     /// Puts back what `applied` changed: the content observed before, or nothing where there was

@@ -96,13 +96,11 @@ fn adopted_node_guard_and_openings_through_the_found_firewall() {
         "the predecessor alone (the mesh's store port is open to the world)"
     );
 
-    let f = Fixture::new();
+    let f = Fixture::in_netns(&lab.node.name);
     f.write_decl("fw.ncl", &declaration(true));
     let netns = lab.node.name.clone();
+    // Adopting switches, and a switch puts the firewall in force first.
     f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
-    let first = f.ok(&["reconcile", "--netns", &netns, "--json"]);
-    let done: serde_json::Value = serde_json::from_str(first.last_line()).unwrap();
-    assert_eq!(done["converged"]["guard"], true, "{}", first.stdout);
 
     let after = matrix(&lab);
     assert_eq!(
@@ -136,7 +134,7 @@ fn adopted_node_guard_and_openings_through_the_found_firewall() {
     let done: serde_json::Value = serde_json::from_str(again.last_line()).unwrap();
     assert_eq!(
         done["converged"],
-        serde_json::json!({"guard": false, "inserted": 0, "removed": 0})
+        serde_json::json!({"base": false, "guard": false, "inserted": 0, "removed": 0})
     );
     let listing = lab
         .node
@@ -163,16 +161,9 @@ fn adopted_node_guard_and_openings_through_the_found_firewall() {
     f.ok(&["reconcile", "--netns", &netns]);
     assert_eq!(open_in(&matrix(&lab)), open_in(&after));
 
-    // An opening no longer declared is removed.
+    // An opening no longer declared is removed by the switch that drops it.
     f.write_decl("fw.ncl", &declaration(false));
     f.ok(&["switch", f.decl("fw.ncl").to_str().unwrap()]);
-    let ran = f.ok(&["reconcile", "--netns", &netns, "--json"]);
-    let done: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
-    assert!(
-        done["converged"]["removed"].as_u64().unwrap() > 0,
-        "{}",
-        ran.stdout
-    );
     assert!(!Lab::reaches(&lab.private, "10.77.0.1", 15672));
     assert!(Lab::reaches(&lab.private, "10.77.0.1", 5432));
 }

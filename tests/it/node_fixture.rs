@@ -5,7 +5,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{mesh, run, Ran};
+use crate::support::{mesh, run, Netns, Ran};
 
 pub const SSH: &str = "/etc/ssh/sshd_config.d/10-mesh.conf";
 pub const MOTD: &str = "/etc/motd";
@@ -40,13 +40,27 @@ mesh.node {{
 
 pub struct Fixture {
     pub dir: tempfile::TempDir,
+    /// The network namespace the node's firewall goes into: the test's own, never the machine's.
+    pub netns: String,
+    _own_netns: Option<Netns>,
 }
 
 impl Fixture {
-    /// A machine with the predecessor's ssh drop-in (mode 0640, owned by 1000:1000).
+    /// A machine with the predecessor's ssh drop-in (mode 0640, owned by 1000:1000), and a
+    /// network namespace of its own for the firewall.
     pub fn new() -> Self {
+        let ns = Netns::new("fx");
+        let mut f = Self::in_netns(&ns.name.clone());
+        f._own_netns = Some(ns);
+        f
+    }
+
+    /// The same machine, its firewall in an existing namespace (a lab's node).
+    pub fn in_netns(netns: &str) -> Self {
         let f = Self {
             dir: tempfile::tempdir().unwrap(),
+            netns: netns.to_owned(),
+            _own_netns: None,
         };
         std::fs::create_dir_all(f.root().join("etc/ssh/sshd_config.d")).unwrap();
         std::fs::create_dir_all(f.state()).unwrap();
@@ -87,7 +101,9 @@ impl Fixture {
 
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = mesh(&self.state());
-        c.env("MESH_ROOT", self.root()).args(args);
+        c.env("MESH_ROOT", self.root())
+            .env("MESH_NETNS", &self.netns)
+            .args(args);
         c
     }
 

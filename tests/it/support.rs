@@ -110,7 +110,9 @@ pub struct Netns {
 
 impl Netns {
     pub fn new(tag: &str) -> Self {
-        let name = format!("mesh-{tag}-{}", std::process::id());
+        static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("mesh-{tag}-{}-{n}", std::process::id());
         let status = Command::new("ip")
             .args(["netns", "add", &name])
             .status()
