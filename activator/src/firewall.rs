@@ -115,6 +115,17 @@ fn same_table(ruleset: &[Value], name: &str, wanted: &nftables::schema::Nftables
     chains == want_chains && rules == want_rules
 }
 
+/// The commands that replace one of the mesh's tables (created first, so the delete never fails
+/// on a missing table).
+fn replace_table(name: &str, rules: &nftables::schema::Nftables<'_>) -> Vec<Value> {
+    let mut commands = vec![
+        json!({"add": {"table": {"family": "inet", "name": name}}}),
+        json!({"delete": {"table": {"family": "inet", "name": name}}}),
+    ];
+    commands.extend(rules.objects.iter().map(|o| json!({ "add": o })));
+    commands
+}
+
 /// What a converge did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Converged {
@@ -233,24 +244,6 @@ impl Nft {
         out
     }
 
-    /// Replaces one of the mesh's tables in one transaction (created first, so the delete never
-    /// fails on a missing table).
-    fn replace_table(
-        &self,
-        name: &str,
-        rules: &nftables::schema::Nftables<'_>,
-        what: &str,
-    ) -> Result<(), FirewallError> {
-        let mut commands = vec![
-            json!({"add": {"table": {"family": "inet", "name": name}}}),
-            json!({"delete": {"table": {"family": "inet", "name": name}}}),
-        ];
-        for object in rules.objects.iter() {
-            commands.push(json!({ "add": object }));
-        }
-        self.apply(commands, what)
-    }
-
     fn mesh_rules(ruleset: &[Value], chains: &[FoundChain]) -> Vec<MeshRule> {
         ruleset
             .iter()
@@ -299,29 +292,27 @@ impl Nft {
     ) -> Result<Converged, FirewallError> {
         let ruleset = self.ruleset()?;
         let mut done = Converged::default();
+        // Every change goes into one transaction: if nft refuses any of it, nothing changes.
+        let mut commands = Vec::new();
         let base_present = ruleset
             .iter()
             .filter_map(|o| o.get("table"))
             .any(|t| t["name"] == BASE_TABLE && t["family"] == "inet");
         match base {
             Some(base) if !same_table(&ruleset, BASE_TABLE, base) => {
-                self.replace_table(BASE_TABLE, base, "loading the base ruleset")?;
+                commands.extend(replace_table(BASE_TABLE, base));
                 done.base = true;
             }
             Some(_) => {}
             None if base_present => {
-                self.apply(
-                    vec![json!({"delete": {"table": {"family": "inet", "name": BASE_TABLE}}})],
-                    "removing the base ruleset",
-                )?;
+                commands.push(json!({"delete": {"table": {"family": "inet", "name": BASE_TABLE}}}));
                 done.base = true;
             }
             None => {}
         }
-
         // The guard: compared by what the kernel lists back, rule by rule.
         if !same_table(&ruleset, GUARD_TABLE, guard) {
-            self.replace_table(GUARD_TABLE, guard, "loading the guard")?;
+            commands.extend(replace_table(GUARD_TABLE, guard));
             done.guard = true;
         }
 
@@ -339,48 +330,39 @@ impl Nft {
                 }
             }
         }
-        let present_keys: BTreeSet<(&str, &str, &str, &str)> = present
+        let key = |f: &str, t: &str, c: &str, comment: &str| {
+            (f.to_owned(), t.to_owned(), c.to_owned(), comment.to_owned())
+        };
+        let present_keys: BTreeSet<_> = present
             .iter()
-            .map(|r| {
-                (
-                    r.family.as_str(),
-                    r.table.as_str(),
-                    r.chain.as_str(),
-                    r.comment.as_str(),
-                )
-            })
+            .map(|r| key(&r.family, &r.table, &r.chain, &r.comment))
             .collect();
-        let wanted_keys: BTreeSet<(&str, &str, &str, &str)> = wanted
+        let wanted_keys: BTreeSet<_> = wanted
             .iter()
-            .map(|(c, comment, _)| {
-                (
-                    c.family.as_str(),
-                    c.table.as_str(),
-                    c.name.as_str(),
-                    comment.as_str(),
-                )
-            })
+            .map(|(c, comment, _)| key(&c.family, &c.table, &c.name, comment))
             .collect();
-        if present_keys == wanted_keys && present.len() == wanted.len() {
-            return Ok(done);
+        if present_keys != wanted_keys || present.len() != wanted.len() {
+            for r in &present {
+                commands.push(json!({"delete": {"rule": {"family": r.family, "table": r.table, "chain": r.chain, "handle": r.handle}}}));
+            }
+            for (chain, comment, expr) in &wanted {
+                commands.push(json!({"insert": {"rule": {
+                    "family": chain.family, "table": chain.table, "chain": chain.name,
+                    "expr": serde_json::to_value(expr).map_err(|e| FirewallError::Listing(e.to_string()))?,
+                    "comment": comment,
+                }}}));
+            }
+            done.removed = present.len();
+            done.inserted = wanted.len();
         }
-        let mut commands = Vec::new();
-        for r in &present {
-            commands.push(json!({"delete": {"rule": {"family": r.family, "table": r.table, "chain": r.chain, "handle": r.handle}}}));
+        if !commands.is_empty() {
+            let what = match (done.base, done.guard) {
+                (true, _) => "loading the base ruleset and the guard",
+                (false, true) => "loading the guard",
+                (false, false) => "converging the openings through the found firewall",
+            };
+            self.apply(commands, what)?;
         }
-        for (chain, comment, expr) in &wanted {
-            commands.push(json!({"insert": {"rule": {
-                "family": chain.family, "table": chain.table, "chain": chain.name,
-                "expr": serde_json::to_value(expr).map_err(|e| FirewallError::Listing(e.to_string()))?,
-                "comment": comment,
-            }}}));
-        }
-        self.apply(
-            commands,
-            "converging the openings through the found firewall",
-        )?;
-        done.removed = present.len();
-        done.inserted = wanted.len();
         Ok(done)
     }
 }

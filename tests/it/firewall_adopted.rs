@@ -7,6 +7,7 @@
 use crate::netlab::{Lab, PREDECESSOR};
 use crate::node_fixture::Fixture;
 use crate::support::have_root_tools;
+use std::process::Command;
 
 fn declaration(with_broker: bool) -> String {
     let broker = if with_broker {
@@ -166,4 +167,54 @@ fn adopted_node_guard_and_openings_through_the_found_firewall() {
     f.ok(&["switch", f.decl("fw.ncl").to_str().unwrap()]);
     assert!(!Lab::reaches(&lab.private, "10.77.0.1", 15672));
     assert!(Lab::reaches(&lab.private, "10.77.0.1", 5432));
+}
+
+/// A generated ruleset that nft rejects (here: a guard rule naming a set that does not exist)
+/// leaves the kernel's ruleset and every file unchanged, and the switch fails with nft's own
+/// message.
+#[test]
+fn nft_refusal_changes_nothing() {
+    if !have_root_tools(&["ip", "nft"]) {
+        return;
+    }
+    let f = Fixture::new();
+    f.write_decl("fw.ncl", &declaration(true));
+    f.ok(&["switch", f.decl("fw.ncl").to_str().unwrap()]);
+    // A generation whose guard nft will refuse, as a build by another mesh could make it.
+    let store = mesh_lib::Store::open(&f.state()).unwrap();
+    let built: mesh_lib::GenerationId = f
+        .ok(&["build", f.decl("a.ncl").to_str().unwrap()])
+        .last_line()
+        .parse()
+        .unwrap();
+    let mut g = store.generation(&built).unwrap();
+    let mut objects = g.firewall.guard.objects.to_vec();
+    let mut bad: serde_json::Value = serde_json::to_value(objects.last().unwrap()).unwrap();
+    bad["rule"]["expr"][0] = serde_json::json!({"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": "@no_such_set"}});
+    objects.push(serde_json::from_value(bad).unwrap());
+    g.firewall.guard.objects = objects.into();
+    let id = store.put_generation(&g).unwrap();
+
+    let list = || {
+        String::from_utf8(
+            Command::new("ip")
+                .args(["netns", "exec", &f.netns, "nft", "list", "ruleset"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+    };
+    let (ruleset, files) = (list(), f.snapshot());
+    let ran = f.mesh(&["switch", "--generation", &id.to_string()]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("nft loading the base ruleset and the guard failed")
+            && ran.stderr.contains("Error: No such file or directory"),
+        "nft's own message: {}",
+        ran.stderr
+    );
+    assert!(ran.stderr.contains("no file was changed"), "{}", ran.stderr);
+    assert_eq!(list(), ruleset, "the kernel's ruleset is unchanged");
+    assert_eq!(f.snapshot(), files);
 }
