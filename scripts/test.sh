@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as root: installs what the tests need if it is
-# missing (nftables, docker.io, busybox-static, iproute2, and nix-bin to parse flake.nix), starts
+# missing (nftables, iptables, docker.io, busybox-static, iproute2, and nix-bin to parse flake.nix), starts
 # dockerd if none runs, then runs every test. A test that needs root, namespaces or nft fails —
 # never skips — when CI=true and they are missing.
 set -euo pipefail
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v nft >/dev/null || need+=(nftables)
 command -v ip >/dev/null || need+=(iproute2)
+command -v iptables-legacy >/dev/null || need+=(iptables)
 command -v dockerd >/dev/null || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v nix-instantiate >/dev/null || need+=(nix-bin)

@@ -106,6 +106,7 @@ pub fn adopt(
         }
     };
     record.mode = Mode::Adopted;
+    node.record_found_firewall(&mut record)?;
     node.save_record(&record)?;
     let switched = switch_declaration(
         &node,

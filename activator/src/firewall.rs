@@ -42,6 +42,9 @@ pub enum FirewallError {
         /// nft's message.
         stderr: String,
     },
+    /// A firewall kind neither driver speaks is in force.
+    #[error("{0}: the mesh speaks nftables tables and iptables-nft, not this; adoption needs the found firewall in one of those")]
+    NotCovered(String),
     /// `nft -j` printed something that is not its JSON.
     #[error("cannot read nft's listing: {0}")]
     Listing(String),
@@ -137,6 +140,20 @@ pub struct Converged {
     pub inserted: usize,
     /// Rules of the mesh's removed from found chains (no longer wanted, or to be rewritten).
     pub removed: usize,
+}
+
+/// A chain made by `iptables` on its nft backend: spoken through `iptables`, never edited with
+/// `nft` (iptables-nft owns its tables' layout).
+pub fn is_iptables_nft(chain: &FoundChain) -> bool {
+    matches!(chain.family.as_str(), "ip" | "ip6")
+        && matches!(
+            chain.table.as_str(),
+            "filter" | "nat" | "mangle" | "raw" | "security"
+        )
+        && chain
+            .name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c == '_' || c == '-')
 }
 
 fn family_of(name: &str) -> Option<NfFamily> {
@@ -244,6 +261,82 @@ impl Nft {
         out
     }
 
+    /// What firewall is in force besides the mesh's own tables: its kind and a dump of its
+    /// tables (`nft list table …`, which `nft -f` loads back), or `None` when there is none.
+    /// Legacy iptables rules (x_tables, which nft does not see) are refused: no driver speaks
+    /// them, and a drop there would be final whatever the mesh opens.
+    pub fn detect(
+        &self,
+    ) -> Result<Option<(mesh_lib::record::FirewallKind, String)>, FirewallError> {
+        for save in ["iptables-legacy-save", "ip6tables-legacy-save"] {
+            if let Some(out) = self.legacy(save) {
+                if out.lines().any(|l| l.starts_with("-A ")) {
+                    return Err(FirewallError::NotCovered(format!(
+                        "legacy iptables rules are in force{} ({save} lists them)",
+                        netns_note(&self.netns)
+                    )));
+                }
+            }
+        }
+        let ruleset = self.ruleset()?;
+        let mut tables: Vec<(String, String)> = ruleset
+            .iter()
+            .filter_map(|o| o.get("table"))
+            .filter_map(|t| {
+                Some((
+                    t["family"].as_str()?.to_owned(),
+                    t["name"].as_str()?.to_owned(),
+                ))
+            })
+            .filter(|(_, name)| !name.starts_with("mesh_"))
+            .collect();
+        tables.sort();
+        let chains: Vec<FoundChain> = ruleset
+            .iter()
+            .filter_map(|o| o.get("chain"))
+            .filter(|c| {
+                c["type"] == "filter" && matches!(c["hook"].as_str(), Some("input" | "forward"))
+            })
+            .filter_map(|c| {
+                Some(FoundChain {
+                    family: c["family"].as_str()?.to_owned(),
+                    table: c["table"].as_str()?.to_owned(),
+                    name: c["name"].as_str()?.to_owned(),
+                    path: TrafficPath::Incoming,
+                })
+            })
+            .filter(|c| !c.table.starts_with("mesh_"))
+            .collect();
+        if chains.is_empty() {
+            return Ok(None);
+        }
+        let kind = if chains.iter().all(is_iptables_nft) {
+            mesh_lib::record::FirewallKind::IptablesNft
+        } else {
+            mesh_lib::record::FirewallKind::Nftables
+        };
+        let mut dump = String::from("# the firewall found at adoption, as nft lists it\n");
+        for (family, name) in &tables {
+            dump.push_str(&self.run(&["list", "table", family, name], None, "list table")?);
+        }
+        Ok(Some((kind, dump)))
+    }
+
+    fn legacy(&self, save: &str) -> Option<String> {
+        let mut c = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, save]);
+                c
+            }
+            None => Command::new(save),
+        };
+        let out = c.stdin(Stdio::null()).stderr(Stdio::null()).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     fn mesh_rules(ruleset: &[Value], chains: &[FoundChain]) -> Vec<MeshRule> {
         ruleset
             .iter()
@@ -317,7 +410,11 @@ impl Nft {
         }
 
         // The openings, through the found chains.
-        let chains = Self::found_chains(&ruleset);
+        // iptables-nft's own chains are spoken through iptables, not edited here.
+        let chains: Vec<FoundChain> = Self::found_chains(&ruleset)
+            .into_iter()
+            .filter(|c| !is_iptables_nft(c))
+            .collect();
         let present = Self::mesh_rules(&ruleset, &chains);
         let mut wanted = Vec::new();
         for chain in &chains {

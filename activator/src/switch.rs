@@ -144,6 +144,7 @@ impl ActivateError {
                 Kind::User
             }
             ActivateError::WrongNode { .. } | ActivateError::NoSuchGeneration(_) => Kind::User,
+            ActivateError::Firewall(crate::firewall::FirewallError::NotCovered(_)) => Kind::Refused,
             _ => Kind::System,
         }
     }
@@ -729,6 +730,19 @@ impl Node {
             plan,
             dry_run: false,
         })
+    }
+
+    /// Records the firewall found in force: its kind and a dump of it (into the store,
+    /// durably), for a rollback after the flip. Refuses a kind no driver speaks.
+    pub fn record_found_firewall(&self, record: &mut NodeRecord) -> Result<(), ActivateError> {
+        if record.found.firewall.is_some() {
+            return Ok(());
+        }
+        if let Some((kind, dump)) = self.nft.detect()? {
+            let hash = self.store.put_blob(dump.as_bytes(), true)?;
+            record.found.firewall = Some(mesh_lib::record::FoundFirewall { kind, dump: hash });
+        }
+        Ok(())
     }
 
     /// Puts `generation`'s firewall in force: the guard; the base ruleset on a managed node; the

@@ -100,8 +100,25 @@ fn adopted_node_guard_and_openings_through_the_found_firewall() {
     let f = Fixture::in_netns(&lab.node.name);
     f.write_decl("fw.ncl", &declaration(true));
     let netns = lab.node.name.clone();
-    // Adopting switches, and a switch puts the firewall in force first.
+    // Adopting records the found firewall, then switches, and a switch puts the firewall in
+    // force first.
     f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
+    let found = f.record()["found"]["firewall"].clone();
+    assert_eq!(found["kind"], "nftables");
+    let dump: mesh_lib::BlobHash = found["dump"].as_str().unwrap().parse().unwrap();
+    let dump = String::from_utf8(
+        mesh_lib::Store::open(&f.state())
+            .unwrap()
+            .blob(&dump)
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        dump.contains("table inet pred")
+            && dump.contains("table ip natrt")
+            && !dump.contains("mesh_guard"),
+        "{dump}"
+    );
 
     let after = matrix(&lab);
     assert_eq!(
@@ -209,7 +226,8 @@ fn nft_refusal_changes_nothing() {
     let ran = f.mesh(&["switch", "--generation", &id.to_string()]);
     assert_eq!(ran.code, 3, "{}", ran.stderr);
     assert!(
-        ran.stderr.contains("nft loading the base ruleset and the guard failed")
+        ran.stderr
+            .contains("nft loading the base ruleset and the guard failed")
             && ran.stderr.contains("Error: No such file or directory"),
         "nft's own message: {}",
         ran.stderr
@@ -217,4 +235,43 @@ fn nft_refusal_changes_nothing() {
     assert!(ran.stderr.contains("no file was changed"), "{}", ran.stderr);
     assert_eq!(list(), ruleset, "the kernel's ruleset is unchanged");
     assert_eq!(f.snapshot(), files);
+}
+
+/// Legacy iptables rules (which nft does not see, and no driver speaks) make adoption refuse,
+/// with nothing changed.
+#[test]
+fn legacy_iptables_is_refused_at_adoption() {
+    if !have_root_tools(&["ip", "nft", "iptables-legacy"]) {
+        return;
+    }
+    let f = Fixture::new();
+    let ok = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &f.netns,
+            "iptables-legacy",
+            "-A",
+            "INPUT",
+            "-p",
+            "tcp",
+            "--dport",
+            "9",
+            "-j",
+            "DROP",
+        ])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    f.write_decl("fw.ncl", &declaration(true));
+    let before = f.snapshot();
+    let ran = f.mesh(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("legacy iptables rules are in force"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!f.state().join("record.json").exists());
+    assert_eq!(f.snapshot(), before);
 }
