@@ -142,6 +142,16 @@ pub struct Converged {
     pub removed: usize,
 }
 
+/// The comment of an `iptables -S` line, unquoted.
+fn iptables_comment(line: &str) -> Option<String> {
+    let rest = &line[line.find("--comment ")? + "--comment ".len()..];
+    if let Some(quoted) = rest.strip_prefix('"') {
+        Some(quoted[..quoted.find('"')?].to_owned())
+    } else {
+        Some(rest.split_whitespace().next()?.to_owned())
+    }
+}
+
 /// A chain made by `iptables` on its nft backend: spoken through `iptables`, never edited with
 /// `nft` (iptables-nft owns its tables' layout).
 pub fn is_iptables_nft(chain: &FoundChain) -> bool {
@@ -171,14 +181,14 @@ impl Nft {
         Self { netns }
     }
 
-    fn command(&self) -> Command {
+    fn command(&self, tool: &str) -> Command {
         match &self.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "nft"]);
+                c.args(["netns", "exec", ns, tool]);
                 c
             }
-            None => Command::new("nft"),
+            None => Command::new(tool),
         }
     }
 
@@ -189,12 +199,23 @@ impl Nft {
         input: Option<&[u8]>,
         what: &str,
     ) -> Result<String, FirewallError> {
+        self.run_tool("nft", args, input, what)
+    }
+
+    /// Runs `TOOL ARGS` (nft, iptables-nft, …) with `input`; its stdout, or its own message.
+    fn run_tool(
+        &self,
+        tool: &str,
+        args: &[&str],
+        input: Option<&[u8]>,
+        what: &str,
+    ) -> Result<String, FirewallError> {
         let spawn = |source| FirewallError::Spawn {
             netns: self.netns.clone(),
             source,
         };
         let mut child = self
-            .command()
+            .command(tool)
             .args(args)
             .stdin(if input.is_some() {
                 Stdio::piped()
@@ -211,7 +232,14 @@ impl Nft {
         let out = child.wait_with_output().map_err(spawn)?;
         if !out.status.success() {
             return Err(FirewallError::Nft {
-                what: what.to_owned(),
+                what: format!(
+                    "{}{what}",
+                    if tool == "nft" {
+                        String::new()
+                    } else {
+                        format!("({tool}) ")
+                    }
+                ),
                 netns: self.netns.clone(),
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             });
@@ -323,15 +351,12 @@ impl Nft {
     }
 
     fn legacy(&self, save: &str) -> Option<String> {
-        let mut c = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, save]);
-                c
-            }
-            None => Command::new(save),
-        };
-        let out = c.stdin(Stdio::null()).stderr(Stdio::null()).output().ok()?;
+        let out = self
+            .command(save)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -460,6 +485,104 @@ impl Nft {
             };
             self.apply(commands, what)?;
         }
+        // iptables-nft's chains, through iptables itself.
+        for (family, tool) in [("ip", "iptables-nft"), ("ip6", "ip6tables-nft")] {
+            let chains: Vec<&str> = ruleset
+                .iter()
+                .filter_map(|o| o.get("chain"))
+                .filter(|c| c["family"] == family && c["table"] == "filter")
+                .filter_map(|c| c["name"].as_str())
+                .filter(|n| matches!(*n, "INPUT" | "FORWARD"))
+                .collect();
+            if chains.is_empty() {
+                continue;
+            }
+            let (inserted, removed) =
+                self.converge_iptables(tool, family, &chains, settings, openings)?;
+            done.inserted += inserted;
+            done.removed += removed;
+        }
         Ok(done)
+    }
+
+    /// Converges the openings through iptables-nft's INPUT and FORWARD chains, spoken through
+    /// `iptables` (as ufw and most scripts do), in one `iptables-nft-restore --noflush` batch.
+    fn converge_iptables(
+        &self,
+        tool: &str,
+        family: &str,
+        chains: &[&str],
+        settings: &Settings,
+        openings: &[Opening],
+    ) -> Result<(usize, usize), FirewallError> {
+        let mut present = Vec::new();
+        for chain in chains {
+            let listing = self.run_tool(tool, &["-S", chain], None, "listing")?;
+            for line in listing.lines() {
+                if let (Some(spec), Some(comment)) = (
+                    line.strip_prefix(&format!("-A {chain} ")),
+                    iptables_comment(line),
+                ) {
+                    if comment.starts_with(MARK) {
+                        present.push((chain.to_string(), spec.to_owned(), comment));
+                    }
+                }
+            }
+        }
+        let mut wanted = Vec::new();
+        for chain in chains {
+            let path = if *chain == "INPUT" {
+                TrafficPath::Incoming
+            } else {
+                TrafficPath::Forwarded
+            };
+            for o in openings.iter().filter(|o| o.paths.contains(&path)) {
+                let source = match o.from {
+                    mesh_lib::model::Source::Anywhere => None,
+                    mesh_lib::model::Source::Private => Some(settings.private_network.range),
+                    mesh_lib::model::Source::Range(r) => Some(r),
+                };
+                if source.is_some() && family == "ip6" {
+                    continue;
+                }
+                let proto = o.protocol.as_str();
+                let mut spec = match source {
+                    Some(net) => format!("-s {net} "),
+                    None => String::new(),
+                };
+                spec.push_str(&match path {
+                    TrafficPath::Incoming => format!("-p {proto} -m {proto} --dport {}", o.port),
+                    TrafficPath::Forwarded => {
+                        format!("-p {proto} -m conntrack --ctorigdstport {}", o.port)
+                    }
+                });
+                let comment = opening_comment(o);
+                spec.push_str(&format!(" -m comment --comment \"{comment}\" -j ACCEPT"));
+                wanted.push((chain.to_string(), spec, comment));
+            }
+        }
+        let keys = |v: &[(String, String, String)]| {
+            v.iter()
+                .map(|(c, _, comment)| (c.clone(), comment.clone()))
+                .collect::<BTreeSet<_>>()
+        };
+        if keys(&present) == keys(&wanted) && present.len() == wanted.len() {
+            return Ok((0, 0));
+        }
+        let mut batch = String::from("*filter\n");
+        for (chain, spec, _) in &present {
+            batch.push_str(&format!("-D {chain} {spec}\n"));
+        }
+        for (chain, spec, _) in &wanted {
+            batch.push_str(&format!("-I {chain} {spec}\n"));
+        }
+        batch.push_str("COMMIT\n");
+        self.run_tool(
+            &format!("{tool}-restore"),
+            &["--noflush"],
+            Some(batch.as_bytes()),
+            "converging the openings through iptables",
+        )?;
+        Ok((wanted.len(), present.len()))
     }
 }

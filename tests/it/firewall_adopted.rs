@@ -67,14 +67,89 @@ fn open_in(m: &[(String, u16, bool)]) -> Vec<String> {
         .collect()
 }
 
+/// The predecessor, in one of the two kinds the mesh speaks.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Nftables,
+    IptablesNft,
+}
+
+impl Kind {
+    /// Loads the predecessor's firewall as its own tooling would (a reload flushes it first).
+    fn load(self, lab: &Lab) {
+        match self {
+            Kind::Nftables => lab.nft(&format!("flush ruleset\n{PREDECESSOR}")),
+            Kind::IptablesNft => {
+                lab.restore("iptables-nft-restore", IPTABLES_V4);
+                lab.restore("ip6tables-nft-restore", IPTABLES_V6);
+            }
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Kind::Nftables => "nftables",
+            Kind::IptablesNft => "iptables-nft",
+        }
+    }
+}
+
+/// The nftables predecessor of [`PREDECESSOR`], written with iptables (as ufw does).
+const IPTABLES_V4: &str = "*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -i lo -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 80 -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 5432 -j ACCEPT
+-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A FORWARD -p tcp -m conntrack --ctstate DNAT -m tcp --dport 5432 -j ACCEPT
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -p tcp -m tcp --dport 15432 -j DNAT --to-destination 172.30.0.2:5432
+-A PREROUTING -p tcp -m tcp --dport 5001 -j DNAT --to-destination 172.30.0.2:5000
+COMMIT
+";
+
+const IPTABLES_V6: &str = "*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -i lo -j ACCEPT
+-A INPUT -p ipv6-icmp -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 80 -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 5432 -j ACCEPT
+COMMIT
+";
+
 /// The whole story on an nftables-native predecessor.
 #[test]
-fn adopted_node_guard_and_openings_through_the_found_firewall() {
+fn adopted_node_through_nftables() {
     if !have_root_tools(&["ip", "nft"]) {
         return;
     }
+    story(Kind::Nftables);
+}
+
+/// The whole story on a predecessor written with iptables on its nft backend: the openings
+/// are spoken through iptables.
+#[test]
+fn adopted_node_through_iptables_nft() {
+    if !have_root_tools(&["ip", "nft", "iptables-nft-restore"]) {
+        return;
+    }
+    story(Kind::IptablesNft);
+}
+
+fn story(kind: Kind) {
     let lab = Lab::new();
-    lab.nft(PREDECESSOR);
+    kind.load(&lab);
     for port in [80, 4222, 5432, 15672] {
         Lab::serve(&lab.node, port);
     }
@@ -104,7 +179,7 @@ fn adopted_node_guard_and_openings_through_the_found_firewall() {
     // force first.
     f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
     let found = f.record()["found"]["firewall"].clone();
-    assert_eq!(found["kind"], "nftables");
+    assert_eq!(found["kind"], kind.word());
     let dump: mesh_lib::BlobHash = found["dump"].as_str().unwrap().parse().unwrap();
     let dump = String::from_utf8(
         mesh_lib::Store::open(&f.state())
@@ -113,10 +188,12 @@ fn adopted_node_guard_and_openings_through_the_found_firewall() {
             .unwrap(),
     )
     .unwrap();
+    let tables: &[&str] = match kind {
+        Kind::Nftables => &["table inet pred", "table ip natrt"],
+        Kind::IptablesNft => &["table ip filter", "table ip nat", "table ip6 filter"],
+    };
     assert!(
-        dump.contains("table inet pred")
-            && dump.contains("table ip natrt")
-            && !dump.contains("mesh_guard"),
+        tables.iter().all(|t| dump.contains(t)) && !dump.contains("mesh_guard"),
         "{dump}"
     );
 
@@ -154,28 +231,37 @@ fn adopted_node_guard_and_openings_through_the_found_firewall() {
         done["converged"],
         serde_json::json!({"base": false, "guard": false, "inserted": 0, "removed": 0})
     );
-    let listing = lab
-        .node
-        .exec(&["nft", "list", "chain", "inet", "pred", "input"])
-        .output()
-        .unwrap();
+    let listing = match kind {
+        Kind::Nftables => lab
+            .node
+            .exec(&["nft", "list", "chain", "inet", "pred", "input"])
+            .output()
+            .unwrap(),
+        Kind::IptablesNft => lab
+            .node
+            .exec(&["iptables-nft", "-S", "INPUT"])
+            .output()
+            .unwrap(),
+    };
     let listing = String::from_utf8_lossy(&listing.stdout);
     assert_eq!(
         listing
-            .matches("comment \"mesh: foundation bus 4222/tcp from anywhere\"")
+            .matches("mesh: foundation bus 4222/tcp from anywhere")
             .count(),
         1,
         "{listing}"
     );
 
-    // The predecessor flushes and reloads its own firewall: the openings and the guard are gone
-    // until reconcile puts them back.
-    lab.nft(&format!("flush ruleset\n{PREDECESSOR}"));
+    // The predecessor reloads its own firewall: the openings are gone (and, with nft's
+    // `flush ruleset`, the guard too) until reconcile puts them back.
+    kind.load(&lab);
     assert!(!Lab::reaches(&lab.outside, "192.0.2.1", 4222));
-    assert!(
-        Lab::reaches(&lab.outside, "192.0.2.1", 5432),
-        "the guard went with the flush"
-    );
+    if kind == Kind::Nftables {
+        assert!(
+            Lab::reaches(&lab.outside, "192.0.2.1", 5432),
+            "the guard went with the flush"
+        );
+    }
     f.ok(&["reconcile", "--netns", &netns]);
     assert_eq!(open_in(&matrix(&lab)), open_in(&after));
 

@@ -169,6 +169,26 @@ impl Lab {
         );
     }
 
+    /// Loads an iptables-restore file into the node's namespace with `tool`.
+    pub fn restore(&self, tool: &str, text: &str) {
+        let mut child = self
+            .node
+            .exec(&[tool])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        assert!(
+            child.wait().unwrap().success(),
+            "{tool} in the node namespace:\n{text}"
+        );
+    }
+
     /// Serves `hi` on TCP `port` (IPv4 and IPv6) inside `ns`, for as long as the test runs.
     pub fn serve(ns: &Netns, port: u16) {
         let listener = in_ns(&ns.name, || {
