@@ -12,7 +12,7 @@ use mesh_lib::record::record_path;
 use mesh_lib::{Generation, GenerationId, NodeRecord};
 use serde_json::json;
 
-use crate::cli::{AdoptArgs, DiffArgs, GcArgs, RollbackArgs, SwitchArgs, TakeArgs};
+use crate::cli::{AdoptArgs, DiffArgs, FlipArgs, GcArgs, RollbackArgs, SwitchArgs, TakeArgs};
 use crate::failure::{Exit, Failure};
 use crate::show;
 
@@ -175,6 +175,16 @@ pub fn rollback(
     node.recover()?;
     let (_, id) = node.rollback_target(args.to)?;
     let generation = node.store.generation(&id)?;
+    // Back across the flip: the found firewall comes back from its dump first, so the openings
+    // have its chains to go into.
+    if !args.dry_run
+        && generation.mode == Mode::Adopted
+        && node
+            .current()?
+            .is_some_and(|(_, _, c)| c.mode == Mode::Managed)
+    {
+        node.restore_found_firewall()?;
+    }
     let switched = node.switch(id, &generation, Trigger::Rollback, None, args.dry_run)?;
     if !args.dry_run {
         // The record follows what is in force, so the next build agrees with it.
@@ -364,5 +374,113 @@ pub fn reconcile(
             done.removed
         );
     }
+    Ok(())
+}
+
+/// Whether the base ruleset keeps a socket reachable, in words.
+fn verdict(g: &Generation, l: &mesh_activator::sockets::Listening) -> (bool, String) {
+    use mesh_lib::model::{Source, TrafficPath};
+    let openings: Vec<_> = g
+        .openings
+        .iter()
+        .filter(|o| {
+            o.protocol == l.protocol
+                && o.port.get() == l.port
+                && o.paths.contains(&TrafficPath::Incoming)
+        })
+        .collect();
+    if openings.iter().any(|o| o.from == Source::Anywhere) {
+        return (true, "stays reachable".into());
+    }
+    match openings.first() {
+        Some(o) => (
+            true,
+            format!(
+                "stays reachable from {} only ({})",
+                match o.from {
+                    Source::Range(r) => r.to_string(),
+                    _ => g.settings.private_network.range.to_string(),
+                },
+                o.setting
+            ),
+        ),
+        None => (false, "closed by the flip".into()),
+    }
+}
+
+pub fn flip(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    args: FlipArgs,
+) -> Result<(), Failure> {
+    if args.preview {
+        let node = Node::inspect(state, root, netns)?;
+        let (_, id, g) = node
+            .current()?
+            .ok_or_else(|| Failure::user("this node has no generation yet"))?;
+        let sockets = node.listening().map_err(Failure::system)?;
+        let rows: Vec<_> = sockets
+            .iter()
+            .map(|l| {
+                let (kept, words) = verdict(&g, l);
+                json!({ "protocol": l.protocol, "port": l.port, "address": l.address, "owner": l.owner, "kept": kept, "verdict": words })
+            })
+            .collect();
+        if args.json {
+            say!("{}", json!({ "id": id, "sockets": rows }));
+        } else {
+            say!(
+                "what is reachable now, and what the base ruleset of {} would do with it:",
+                id.short()
+            );
+            for (l, r) in sockets.iter().zip(&rows) {
+                say!(
+                    "  {:>5}/{}  {:<24} {:<28} {}",
+                    l.port,
+                    l.protocol,
+                    l.address,
+                    l.owner.as_deref().unwrap_or("(owner not found)"),
+                    r["verdict"].as_str().unwrap_or_default()
+                );
+            }
+            let closed = rows.iter().filter(|r| r["kept"] == false).count();
+            say!("{closed} would be closed; nothing was changed (published container ports are not listed yet)");
+        }
+        return Ok(());
+    }
+    let node = Node::open(state, root, netns)?;
+    let mut record = node
+        .record()?
+        .filter(|r| r.mode == Mode::Adopted)
+        .ok_or_else(|| Failure::user("this node is not adopted: there is nothing to flip"))?;
+    let (_, _, current) = node
+        .current()?
+        .ok_or_else(|| Failure::user("this node has no generation yet"))?;
+    let not_taken: Vec<String> = current
+        .modules
+        .iter()
+        .filter(|(_, s)| **s == ModuleState::Assigned)
+        .map(|(m, _)| m.to_string())
+        .collect();
+    if !not_taken.is_empty() && !args.force {
+        return Err(Failure::new(
+            Exit::Refused,
+            miette::miette!(
+                help = "take them first (`mesh take MODULE`), or flip with --force: their held files are then replaced (the originals stay in the store)",
+                "modules not taken yet: {}",
+                not_taken.join(", ")
+            ),
+        ));
+    }
+    let decl = match args.node {
+        Some(d) => d,
+        None => last_declaration(&node)?,
+    };
+    record.mode = Mode::Managed;
+    build_with(state, &decl, Some(&record))?;
+    node.save_record(&record)?;
+    let switched = switch_declaration(&node, state, &decl, Some(record), Trigger::Flip, false)?;
+    report(&switched, args.json);
     Ok(())
 }

@@ -69,6 +69,10 @@ pub enum Command {
     Status(JsonFlag),
     /// Remove old generations and every blob nothing references.
     Gc(GcArgs),
+    /// End adoption on this node: the base ruleset and the guard in force, the found firewall
+    /// removed. `--preview` shows, from the sockets actually listening, what stays reachable and
+    /// what the flip would close.
+    Flip(FlipArgs),
     /// Put the current generation's firewall back in force: the guard, and on an adopted node
     /// the openings through the found firewall's own chains (after a reload or a reboot lost
     /// them).
@@ -165,6 +169,21 @@ pub struct AdoptArgs {
 pub struct TakeArgs {
     /// The module to take.
     pub module: String,
+    /// The node declaration. Default: the one the current generation was built from.
+    pub node: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FlipArgs {
+    /// Only show what is reachable now and what the base ruleset would close; change nothing.
+    #[arg(long)]
+    pub preview: bool,
+    /// Flip even though some modules are not taken (their held files are then replaced).
+    #[arg(long)]
+    pub force: bool,
     /// The node declaration. Default: the one the current generation was built from.
     pub node: Option<PathBuf>,
     /// Print one JSON object instead of text.

@@ -129,6 +129,59 @@ fn replace_table(name: &str, rules: &nftables::schema::Nftables<'_>) -> Vec<Valu
     commands
 }
 
+/// The firewall a node should have.
+pub struct Want<'a> {
+    /// The guard.
+    pub guard: &'a nftables::schema::Nftables<'static>,
+    /// The base ruleset (managed node) or none (adopted node: removed if present).
+    pub base: Option<&'a nftables::schema::Nftables<'static>>,
+    /// The settings the openings are read with.
+    pub settings: &'a Settings,
+    /// The openings to converge through the found chains (none on a managed node).
+    pub openings: &'a [Opening],
+    /// Tables of the found firewall to remove (the flip).
+    pub remove_tables: &'a [(String, String)],
+}
+
+/// The firewall found at adoption, as recorded in the store (JSON): every table as `nft list
+/// table` prints it, and for iptables-nft's tables what `iptables-nft-save` prints, since only
+/// iptables can load those back in a form iptables still speaks.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Dump {
+    /// "family name" -> the table as nft lists it.
+    pub tables: std::collections::BTreeMap<String, String>,
+    /// "ip" or "ip6" -> `iptables-nft-save` / `ip6tables-nft-save` output.
+    pub iptables: std::collections::BTreeMap<String, String>,
+}
+
+impl Dump {
+    /// Reads a recorded dump.
+    pub fn parse(bytes: &[u8]) -> Result<Self, FirewallError> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| FirewallError::Listing(format!("the recorded firewall dump: {e}")))
+    }
+
+    /// The tables that hold a firewall (a filter chain on the input or forward hook), as
+    /// (family, name); a runtime's NAT tables are not the firewall.
+    pub fn firewall_tables(&self) -> Vec<(String, String)> {
+        self.tables
+            .iter()
+            .filter(|(_, text)| {
+                text.contains("type filter hook input") || text.contains("type filter hook forward")
+            })
+            .filter_map(|(key, _)| {
+                key.split_once(' ')
+                    .map(|(f, n)| (f.to_owned(), n.to_owned()))
+            })
+            .collect()
+    }
+}
+
+fn is_iptables_table(family: &str, name: &str) -> bool {
+    matches!(family, "ip" | "ip6")
+        && matches!(name, "filter" | "nat" | "mangle" | "raw" | "security")
+}
+
 /// What a converge did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Converged {
@@ -136,6 +189,8 @@ pub struct Converged {
     pub base: bool,
     /// Whether the guard was written.
     pub guard: bool,
+    /// Tables of the found firewall removed (the flip).
+    pub removed_tables: usize,
     /// Rules of the mesh's inserted into found chains.
     pub inserted: usize,
     /// Rules of the mesh's removed from found chains (no longer wanted, or to be rewritten).
@@ -179,6 +234,11 @@ impl Nft {
     /// `nft` in `netns`, or in the machine's own namespace when `None`.
     pub fn new(netns: Option<String>) -> Self {
         Self { netns }
+    }
+
+    /// The namespace it works in.
+    pub fn netns(&self) -> Option<&str> {
+        self.netns.as_deref()
     }
 
     fn command(&self, tool: &str) -> Command {
@@ -343,11 +403,23 @@ impl Nft {
         } else {
             mesh_lib::record::FirewallKind::Nftables
         };
-        let mut dump = String::from("# the firewall found at adoption, as nft lists it\n");
+        let mut dump = Dump::default();
         for (family, name) in &tables {
-            dump.push_str(&self.run(&["list", "table", family, name], None, "list table")?);
+            let text = self.run(&["list", "table", family, name], None, "list table")?;
+            dump.tables.insert(format!("{family} {name}"), text);
+            if is_iptables_table(family, name) && !dump.iptables.contains_key(family) {
+                let tool = if family == "ip" {
+                    "iptables-nft-save"
+                } else {
+                    "ip6tables-nft-save"
+                };
+                dump.iptables
+                    .insert(family.clone(), self.run_tool(tool, &[], None, "saving")?);
+            }
         }
-        Ok(Some((kind, dump)))
+        let text =
+            serde_json::to_string(&dump).map_err(|e| FirewallError::Listing(e.to_string()))?;
+        Ok(Some((kind, text)))
     }
 
     fn legacy(&self, save: &str) -> Option<String> {
@@ -360,6 +432,56 @@ impl Nft {
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Loads back every table of `dump` that is not in force: the found firewall after a
+    /// rollback across the flip. nft's own tables in one transaction; iptables-nft's through
+    /// iptables-nft-restore, so iptables still speaks them. Returns the tables restored.
+    pub fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
+        let ruleset = self.ruleset()?;
+        let present = |f: &str, n: &str| {
+            ruleset
+                .iter()
+                .filter_map(|o| o.get("table"))
+                .any(|t| t["family"] == f && t["name"] == n)
+        };
+        let missing: Vec<(String, String)> = dump
+            .tables
+            .keys()
+            .filter_map(|k| k.split_once(' ').map(|(f, n)| (f.to_owned(), n.to_owned())))
+            .filter(|(f, n)| !present(f, n))
+            .collect();
+        let native: String = missing
+            .iter()
+            .filter(|(f, n)| !is_iptables_table(f, n))
+            .map(|(f, n)| dump.tables[&format!("{f} {n}")].as_str())
+            .collect();
+        if !native.is_empty() {
+            self.run(
+                &["-f", "-"],
+                Some(native.as_bytes()),
+                "restoring the found firewall",
+            )?;
+        }
+        for (family, tool) in [
+            ("ip", "iptables-nft-restore"),
+            ("ip6", "ip6tables-nft-restore"),
+        ] {
+            if missing
+                .iter()
+                .any(|(f, n)| f == family && is_iptables_table(f, n))
+            {
+                if let Some(saved) = dump.iptables.get(family) {
+                    self.run_tool(
+                        tool,
+                        &[],
+                        Some(saved.as_bytes()),
+                        "restoring the found firewall",
+                    )?;
+                }
+            }
+        }
+        Ok(missing)
     }
 
     fn mesh_rules(ruleset: &[Value], chains: &[FoundChain]) -> Vec<MeshRule> {
@@ -388,26 +510,12 @@ impl Nft {
             .collect()
     }
 
-    /// Puts the guard and the openings in force: the guard replaced in one transaction if it
-    /// differs, the openings converged through the found chains.
-    pub fn converge(
-        &self,
-        guard: &nftables::schema::Nftables<'_>,
-        settings: &Settings,
-        openings: &[Opening],
-    ) -> Result<Converged, FirewallError> {
-        self.converge_with_base(guard, None, settings, openings)
-    }
-
-    /// [`Nft::converge`], and the base ruleset: loaded (replaced when it differs) on a managed
-    /// node, removed when `base` is `None` (an adopted node never has one).
-    pub fn converge_with_base(
-        &self,
-        guard: &nftables::schema::Nftables<'_>,
-        base: Option<&nftables::schema::Nftables<'_>>,
-        settings: &Settings,
-        openings: &[Opening],
-    ) -> Result<Converged, FirewallError> {
+    /// Puts `want` in force: the base ruleset loaded (replaced when it differs) or removed, the
+    /// guard replaced when it differs, the found firewall's tables removed when asked (the
+    /// flip), all in one nft transaction; then the openings through iptables-nft's chains.
+    pub fn converge(&self, want: &Want<'_>) -> Result<Converged, FirewallError> {
+        let (guard, base, settings, openings) =
+            (want.guard, want.base, want.settings, want.openings);
         let ruleset = self.ruleset()?;
         let mut done = Converged::default();
         // Every change goes into one transaction: if nft refuses any of it, nothing changes.
@@ -428,6 +536,16 @@ impl Nft {
             }
             None => {}
         }
+        for (family, name) in want.remove_tables {
+            let present = ruleset
+                .iter()
+                .filter_map(|o| o.get("table"))
+                .any(|t| t["family"] == family.as_str() && t["name"] == name.as_str());
+            if present {
+                commands.push(json!({"delete": {"table": {"family": family, "name": name}}}));
+                done.removed_tables += 1;
+            }
+        }
         // The guard: compared by what the kernel lists back, rule by rule.
         if !same_table(&ruleset, GUARD_TABLE, guard) {
             commands.extend(replace_table(GUARD_TABLE, guard));
@@ -436,9 +554,15 @@ impl Nft {
 
         // The openings, through the found chains.
         // iptables-nft's own chains are spoken through iptables, not edited here.
+        // Chains of tables the flip removes get nothing.
+        let removed = |family: &str, table: &str| {
+            want.remove_tables
+                .iter()
+                .any(|(f, t)| f == family && t == table)
+        };
         let chains: Vec<FoundChain> = Self::found_chains(&ruleset)
             .into_iter()
-            .filter(|c| !is_iptables_nft(c))
+            .filter(|c| !is_iptables_nft(c) && !removed(&c.family, &c.table))
             .collect();
         let present = Self::mesh_rules(&ruleset, &chains);
         let mut wanted = Vec::new();
@@ -487,6 +611,9 @@ impl Nft {
         }
         // iptables-nft's chains, through iptables itself.
         for (family, tool) in [("ip", "iptables-nft"), ("ip6", "ip6tables-nft")] {
+            if removed(family, "filter") {
+                continue;
+            }
             let chains: Vec<&str> = ruleset
                 .iter()
                 .filter_map(|o| o.get("chain"))

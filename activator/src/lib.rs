@@ -20,6 +20,7 @@ pub mod lock;
 pub mod plan;
 pub mod profile;
 pub mod root;
+pub mod sockets;
 pub mod switch;
 pub mod users;
 

@@ -756,12 +756,39 @@ impl Node {
         } else {
             &[]
         };
-        Ok(self.nft.converge_with_base(
-            &generation.firewall.guard,
-            generation.firewall.base.as_ref(),
-            &generation.settings,
+        // On a managed node that was adopted, the found firewall goes: its tables are those of
+        // the dump recorded at adoption that hold a firewall.
+        let mut remove_tables = Vec::new();
+        if generation.mode == Mode::Managed {
+            if let Some(found) = self.record()?.and_then(|r| r.found.firewall) {
+                remove_tables =
+                    crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?.firewall_tables();
+            }
+        }
+        Ok(self.nft.converge(&crate::firewall::Want {
+            guard: &generation.firewall.guard,
+            base: generation.firewall.base.as_ref(),
+            settings: &generation.settings,
             openings,
-        )?)
+            remove_tables: &remove_tables,
+        })?)
+    }
+
+    /// Loads back the found firewall's tables that are not in force, from the dump recorded at
+    /// adoption: a rollback from a flipped generation to an adopted one.
+    pub fn restore_found_firewall(&self) -> Result<Vec<(String, String)>, ActivateError> {
+        let Some(found) = self.record()?.and_then(|r| r.found.firewall) else {
+            return Ok(Vec::new());
+        };
+        let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
+        Ok(self.nft.restore_missing(&dump)?)
+    }
+
+    /// What is reachable on the node: its sockets not bound to loopback.
+    pub fn listening(
+        &self,
+    ) -> Result<Vec<crate::sockets::Listening>, crate::sockets::SocketsError> {
+        crate::sockets::listening(self.nft.netns())
     }
 
     /// Puts back what `applied` changed: the content observed before, or nothing where there was

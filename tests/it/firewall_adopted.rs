@@ -229,7 +229,7 @@ fn story(kind: Kind) {
     let done: serde_json::Value = serde_json::from_str(again.last_line()).unwrap();
     assert_eq!(
         done["converged"],
-        serde_json::json!({"base": false, "guard": false, "inserted": 0, "removed": 0})
+        serde_json::json!({"base": false, "guard": false, "inserted": 0, "removed": 0, "removed_tables": 0})
     );
     let listing = match kind {
         Kind::Nftables => lab
@@ -270,6 +270,49 @@ fn story(kind: Kind) {
     f.ok(&["switch", f.decl("fw.ncl").to_str().unwrap()]);
     assert!(!Lab::reaches(&lab.private, "10.77.0.1", 15672));
     assert!(Lab::reaches(&lab.private, "10.77.0.1", 5432));
+
+    // The flip, previewed from the sockets actually listening: exactly the ports the base
+    // ruleset would close.
+    let preview = f.ok(&["flip", "--preview", "--json"]);
+    let preview: serde_json::Value = serde_json::from_str(preview.last_line()).unwrap();
+    let closed: Vec<String> = preview["sockets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kept"] == false)
+        .map(|s| format!("{}/{}", s["port"], s["protocol"].as_str().unwrap()))
+        .collect();
+    assert_eq!(closed, ["80/tcp", "15672/tcp"], "{preview}");
+    // It refuses while a module is not taken.
+    let refused = f.mesh(&["flip"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("modules not taken yet: store"),
+        "{}",
+        refused.stderr
+    );
+
+    let before_flip = matrix(&lab);
+    f.ok(&["flip", "--force"]);
+    assert_eq!(f.record()["mode"], "managed");
+    assert_eq!(
+        open_in(&matrix(&lab)),
+        [
+            "outside v4:4222",
+            "outside v4:5001",
+            "outside v6:4222",
+            "private:4222",
+            "private:5432",
+            "loopback:5432",
+            "loopback:15672"
+        ],
+        "declared ports answer, undeclared ones (80, the predecessor's 15432) do not"
+    );
+
+    // Back across the flip: the found firewall from its dump, the base ruleset gone.
+    f.ok(&["rollback"]);
+    assert_eq!(f.record()["mode"], "adopted");
+    assert_eq!(open_in(&matrix(&lab)), open_in(&before_flip));
 }
 
 /// A generated ruleset that nft rejects (here: a guard rule naming a set that does not exist)
