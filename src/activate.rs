@@ -12,7 +12,9 @@ use mesh_lib::record::record_path;
 use mesh_lib::{Generation, GenerationId, NodeRecord};
 use serde_json::json;
 
-use crate::cli::{AdoptArgs, DiffArgs, FlipArgs, GcArgs, RollbackArgs, SwitchArgs, TakeArgs};
+use crate::cli::{
+    AdoptArgs, DiffArgs, FlipArgs, GcArgs, ReconcileArgs, RollbackArgs, SwitchArgs, TakeArgs,
+};
 use crate::failure::{Exit, Failure};
 use crate::show;
 
@@ -351,29 +353,55 @@ pub fn gc(state: &Path, root: &Path, netns: Option<String>, args: GcArgs) -> Res
     Ok(())
 }
 
-pub fn reconcile(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    json_out: bool,
-) -> Result<(), Failure> {
-    let node = Node::open(state, root, netns)?;
-    let (_, id, g) = node
-        .current()?
-        .ok_or_else(|| Failure::user("this node has no generation yet: nothing to reconcile"))?;
-    let done = node.converge_firewall(&g)?;
+fn say_round(id: &GenerationId, done: &mesh_activator::firewall::Converged, json_out: bool) {
     if json_out {
         say!("{}", json!({ "id": id, "converged": done }));
     } else {
         say!(
-            "{}: guard {}; base ruleset {}; through the found firewall: {} rule(s) inserted, {} removed",
+            "{}: guard {}; base ruleset {}; found firewall: {} table(s) removed; through it: {} rule(s) inserted, {} removed",
             id.short(),
             if done.guard { "loaded" } else { "in force" },
             if done.base { "changed" } else { "as it was" },
+            done.removed_tables,
             done.inserted,
             done.removed
         );
     }
+}
+
+pub fn reconcile(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    args: ReconcileArgs,
+) -> Result<(), Failure> {
+    let Some(seconds) = args.watch else {
+        let node = Node::open(state, root, netns)?;
+        let (_, id, g) = node.current()?.ok_or_else(|| {
+            Failure::user("this node has no generation yet: nothing to reconcile")
+        })?;
+        let done = node.converge_firewall(&g)?;
+        say_round(&id, &done, args.json);
+        return Ok(());
+    };
+    let json_out = args.json;
+    mesh_activator::switch::watch(
+        state,
+        root,
+        netns,
+        std::time::Duration::from_secs(seconds),
+        |round| match round {
+            // A quiet round says nothing: the log shows only what was repaired.
+            Ok((_, done)) if done == mesh_activator::firewall::Converged::default() => {}
+            Ok((id, done)) => say_round(&id, &done, json_out),
+            Err(e) => eprintln!(
+                "reconcile: {}",
+                crate::failure::Failure::from(e).report_text()
+            ),
+        },
+    )
+    .map_err(|e| Failure::system(format!("reconcile --watch: {e}")))?;
+    eprintln!("reconcile: stopped");
     Ok(())
 }
 

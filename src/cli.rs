@@ -76,7 +76,7 @@ pub enum Command {
     /// Put the current generation's firewall back in force: the guard, and on an adopted node
     /// the openings through the found firewall's own chains (after a reload or a reboot lost
     /// them).
-    Reconcile(JsonFlag),
+    Reconcile(ReconcileArgs),
     /// The node record.
     Record {
         #[command(subcommand)]
@@ -172,6 +172,17 @@ pub struct TakeArgs {
     /// The node declaration. Default: the one the current generation was built from.
     pub node: Option<PathBuf>,
     /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReconcileArgs {
+    /// Keep doing it, every SECONDS, until SIGTERM (as a service: see
+    /// examples/systemd/mesh-reconcile.service).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub watch: Option<u64>,
+    /// Print one JSON object (per round) instead of text.
     #[arg(long)]
     pub json: bool,
 }

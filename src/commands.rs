@@ -96,8 +96,8 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Flip(args) => {
             activate::flip(&state, &cli.global.root, cli.global.netns.clone(), args)
         }
-        Command::Reconcile(flag) => {
-            activate::reconcile(&state, &cli.global.root, cli.global.netns, flag.json)
+        Command::Reconcile(args) => {
+            activate::reconcile(&state, &cli.global.root, cli.global.netns, args)
         }
     }
 }

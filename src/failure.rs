@@ -54,6 +54,11 @@ impl Failure {
         Self::new(Exit::System, miette::miette!("{message}"))
     }
 
+    /// The report as one line, for a long-running loop that goes on after it.
+    pub fn report_text(&self) -> String {
+        self.report.to_string()
+    }
+
     pub fn report(self) -> ExitCode {
         eprintln!("{:?}", self.report);
         ExitCode::from(self.exit as u8)

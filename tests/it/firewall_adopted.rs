@@ -404,3 +404,79 @@ fn legacy_iptables_is_refused_at_adoption() {
     assert!(!f.state().join("record.json").exists());
     assert_eq!(f.snapshot(), before);
 }
+
+/// `mesh reconcile --watch` puts back, within a round, what a predecessor's reload removed, and
+/// stops cleanly on SIGTERM.
+#[test]
+fn reconcile_watch_repairs_and_stops_on_sigterm() {
+    if !have_root_tools(&["ip", "nft"]) {
+        return;
+    }
+    let f = Fixture::new();
+    let load = |text: &str| {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &f.netns, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success());
+    };
+    load(PREDECESSOR);
+    f.write_decl("fw.ncl", &declaration(true));
+    f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
+    let ours = || {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &f.netns, "nft", "list", "chain", "inet", "pred", "input",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .matches("mesh: foundation bus")
+            .count()
+    };
+    assert_eq!(ours(), 1);
+
+    let mut watch = f.command(&["reconcile", "--watch", "1", "--json"]);
+    let mut child = watch
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    load(&format!("flush ruleset\n{PREDECESSOR}"));
+    assert_eq!(ours(), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while ours() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(ours(), 1, "the watch put the opening back");
+
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reconcile --watch did not stop on SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert!(status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("\"inserted\":") && !l.contains("\"inserted\":0")),
+        "{stdout}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reconcile: stopped"));
+}
