@@ -118,14 +118,59 @@ fn same_table(ruleset: &[Value], name: &str, wanted: &nftables::schema::Nftables
     chains == want_chains && rules == want_rules
 }
 
-/// The commands that replace one of the mesh's tables (created first, so the delete never fails
-/// on a missing table).
-fn replace_table(name: &str, rules: &nftables::schema::Nftables<'_>) -> Vec<Value> {
-    let mut commands = vec![
-        json!({"add": {"table": {"family": "inet", "name": name}}}),
-        json!({"delete": {"table": {"family": "inet", "name": name}}}),
-    ];
-    commands.extend(rules.objects.iter().map(|o| json!({ "add": o })));
+/// The commands that replace one of the mesh's tables. When its base chains are already the
+/// wanted ones (hook, priority, policy), the table is flushed and refilled: deleting a table
+/// with base chains makes the kernel wait out an RCU grace period, the largest part of a
+/// converge. Otherwise it is deleted, if it exists, and built anew.
+fn replace_table(
+    ruleset: &[Value],
+    name: &str,
+    rules: &nftables::schema::Nftables<'_>,
+) -> Vec<Value> {
+    use nftables::schema::{NfListObject, NfObject};
+    let present: Vec<&Value> = ruleset
+        .iter()
+        .filter_map(|o| o.get("chain"))
+        .filter(|c| c["table"] == name && c["family"] == "inet")
+        .collect();
+    let wanted: Vec<Value> = rules
+        .objects
+        .iter()
+        .filter_map(|o| match o {
+            NfObject::ListObject(NfListObject::Chain(c)) => serde_json::to_value(c).ok(),
+            _ => None,
+        })
+        .collect();
+    let spec = |c: &Value| {
+        (
+            c["name"].clone(),
+            c["hook"].clone(),
+            c["prio"].clone(),
+            c["policy"].clone(),
+        )
+    };
+    let same_chains = present.len() == wanted.len()
+        && present.iter().zip(&wanted).all(|(p, w)| spec(p) == spec(w));
+    let exists = ruleset
+        .iter()
+        .filter_map(|o| o.get("table"))
+        .any(|t| t["name"] == name && t["family"] == "inet");
+    let mut commands = Vec::new();
+    if exists && same_chains {
+        commands.push(json!({"flush": {"table": {"family": "inet", "name": name}}}));
+        commands.extend(
+            rules
+                .objects
+                .iter()
+                .filter(|o| matches!(o, NfObject::ListObject(NfListObject::Rule(_))))
+                .map(|o| json!({ "add": o })),
+        );
+    } else {
+        if exists {
+            commands.push(json!({"delete": {"table": {"family": "inet", "name": name}}}));
+        }
+        commands.extend(rules.objects.iter().map(|o| json!({ "add": o })));
+    }
     commands
 }
 
@@ -526,7 +571,7 @@ impl Nft {
             .any(|t| t["name"] == BASE_TABLE && t["family"] == "inet");
         match base {
             Some(base) if !same_table(&ruleset, BASE_TABLE, base) => {
-                commands.extend(replace_table(BASE_TABLE, base));
+                commands.extend(replace_table(&ruleset, BASE_TABLE, base));
                 done.base = true;
             }
             Some(_) => {}
@@ -548,7 +593,7 @@ impl Nft {
         }
         // The guard: compared by what the kernel lists back, rule by rule.
         if !same_table(&ruleset, GUARD_TABLE, guard) {
-            commands.extend(replace_table(GUARD_TABLE, guard));
+            commands.extend(replace_table(&ruleset, GUARD_TABLE, guard));
             done.guard = true;
         }
 

@@ -1,0 +1,272 @@
+//! `sudo cargo bench --bench firewall`: putting the guard and 100 openings in force through each
+//! driver, against loading the equivalent rules with one `nft -f` of a text file (the floor a
+//! user knows), and the cost of a no-op `mesh reconcile`. Everything runs in a network namespace
+//! the bench creates and removes; medians of several runs.
+//!
+//! Targets (issue 4): nftables native within 1.5x of `nft -f`; a no-op reconcile under 20 ms.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mesh_activator::firewall::{Nft, Want};
+use mesh_lib::firewall::{guard_ruleset, opening_comment};
+use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+
+const NFT_PREDECESSOR: &str = "flush ruleset
+table inet pred {
+  chain input { type filter hook input priority 0; policy drop; ct state established,related accept; tcp dport 80 accept; }
+  chain forward { type filter hook forward priority 0; policy drop; ct state established,related accept; }
+}
+";
+
+const IPT_PREDECESSOR: &str = "*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 80 -j ACCEPT
+COMMIT
+";
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn run(ns: &str, args: &[&str], input: &str) {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{args:?}");
+}
+
+fn settings() -> Settings {
+    let mut ports: std::collections::BTreeMap<String, Port> = [
+        ("store", 5432),
+        ("bus", 4222),
+        ("registry", 5000),
+        ("broker_management", 15672),
+        ("hub", 51820),
+    ]
+    .into_iter()
+    .map(|(n, p)| (n.to_string(), Port::new(p).unwrap()))
+    .collect();
+    for i in 0..100 {
+        ports.insert(format!("app{i}"), Port::new(20000 + i).unwrap());
+    }
+    Settings {
+        ports,
+        private_network: PrivateNetwork {
+            range: "10.77.0.0/24".parse().unwrap(),
+            address: "10.77.0.1".parse().unwrap(),
+            hub: false,
+        },
+    }
+}
+
+fn openings() -> Vec<Opening> {
+    (0..100)
+        .map(|i| Opening {
+            module: format!("app{i}"),
+            setting: format!("app{i}"),
+            port: Port::new(20000 + i).unwrap(),
+            protocol: Protocol::Tcp,
+            paths: BTreeSet::from([TrafficPath::Incoming, TrafficPath::Forwarded]),
+            from: Source::Anywhere,
+        })
+        .collect()
+}
+
+/// The same rules as a text file for `nft -f`: the guard table and 200 inserted rules.
+fn reference_text(settings: &Settings, openings: &[Opening]) -> String {
+    let mut text = mesh_lib::firewall::render_nft(&guard_ruleset(settings));
+    for o in openings {
+        let c = opening_comment(o);
+        text.push_str(&format!(
+            "insert rule inet pred input tcp dport {} accept comment \"{c}\"\n",
+            o.port
+        ));
+        text.push_str(&format!("insert rule inet pred forward meta l4proto tcp ct original proto-dst {} accept comment \"{c}\"\n", o.port));
+    }
+    text
+}
+
+fn main() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("the firewall bench needs root (network namespaces)");
+        return;
+    }
+    let ns = format!("mesh-bench-fw-{}", std::process::id());
+    assert!(Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .unwrap()
+        .success());
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _gone = Gone(ns.clone());
+    let (settings, openings) = (settings(), openings());
+    let guard = guard_ruleset(&settings);
+    let nft = Nft::new(Some(ns.clone()));
+    let want = Want {
+        guard: &guard,
+        base: None,
+        settings: &settings,
+        openings: &openings,
+        remove_tables: &[],
+    };
+    let runs = 9;
+
+    let reference = median(
+        (0..runs)
+            .map(|_| {
+                run(&ns, &["nft", "-f", "-"], NFT_PREDECESSOR);
+                let text = reference_text(&settings, &openings);
+                let t = Instant::now();
+                run(&ns, &["nft", "-f", "-"], &text);
+                t.elapsed()
+            })
+            .collect(),
+    );
+    let native = median(
+        (0..runs)
+            .map(|_| {
+                run(&ns, &["nft", "-f", "-"], NFT_PREDECESSOR);
+                let t = Instant::now();
+                let done = nft.converge(&want).unwrap();
+                let d = t.elapsed();
+                assert_eq!(done.inserted, 200);
+                d
+            })
+            .collect(),
+    );
+    let noop_native = median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                assert_eq!(nft.converge(&want).unwrap().inserted, 0);
+                t.elapsed()
+            })
+            .collect(),
+    );
+    let iptables = median(
+        (0..runs)
+            .map(|_| {
+                run(&ns, &["nft", "flush", "ruleset"], "");
+                run(&ns, &["iptables-nft-restore"], IPT_PREDECESSOR);
+                let t = Instant::now();
+                let done = nft.converge(&want).unwrap();
+                let d = t.elapsed();
+                assert_eq!(done.inserted, 200);
+                d
+            })
+            .collect(),
+    );
+
+    // A no-op `mesh reconcile` of a node adopted with those 100 openings, as a user runs it.
+    let dir = tempfile::tempdir().unwrap();
+    let modules: String = (0..100)
+        .map(|i| format!("{{ name = \"app{i}\", config = fun s => {{ openings = [{{ port = s.ports.app{i} }}] }} }},"))
+        .collect();
+    let ports: String = (0..100)
+        .map(|i| format!("app{i} = {}, ", 20000 + i))
+        .collect();
+    let decl = dir.path().join("node.ncl");
+    std::fs::write(
+        &decl,
+        format!("let mesh = import \"mesh.ncl\" in\nmesh.node {{ name = \"fw\", settings = {{ ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820, {ports} }}, private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.1\" }} }}, modules = [{modules}] }}\n"),
+    )
+    .unwrap();
+    run(&ns, &["nft", "-f", "-"], NFT_PREDECESSOR);
+    let mesh = |args: &[&str]| {
+        let out = Command::new(MESH)
+            .env("MESH_STATE_DIR", dir.path().join("state"))
+            .env("MESH_ROOT", dir.path())
+            .env("MESH_NETNS", &ns)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    mesh(&["adopt", decl.to_str().unwrap()]);
+    let noop_cli = median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                mesh(&["reconcile"]);
+                t.elapsed()
+            })
+            .collect(),
+    );
+    let exec_floor = median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                run(&ns, &["true"], "");
+                t.elapsed()
+            })
+            .collect(),
+    );
+
+    println!(
+        "\nthe guard and 100 openings (200 rules: incoming and forwarded), in a fresh namespace"
+    );
+    println!("{:<44} {:>10} {:>10}", "", "time", "ratio");
+    println!(
+        "{:<44} {:>10} {:>10}",
+        "nft -f of the same rules as text (reference)",
+        ms(reference),
+        "1.00x"
+    );
+    println!(
+        "{:<44} {:>10} {:>9.2}x",
+        "mesh, nftables native driver",
+        ms(native),
+        native.as_secs_f64() / reference.as_secs_f64()
+    );
+    println!(
+        "{:<44} {:>10} {:>9.2}x",
+        "mesh, iptables-nft driver",
+        ms(iptables),
+        iptables.as_secs_f64() / reference.as_secs_f64()
+    );
+    println!("\nno-op reconcile (everything already in force)");
+    println!(
+        "  in process (list + compare):          {:>10}",
+        ms(noop_native)
+    );
+    println!(
+        "  `mesh reconcile`, whole command:      {:>10}",
+        ms(noop_cli)
+    );
+    println!(
+        "  of which entering the namespace costs {:>10} per nft call (`ip netns exec true`)",
+        ms(exec_floor)
+    );
+    println!("\ntargets: nftables native <= 1.5x nft -f; no-op reconcile < 20 ms");
+}
