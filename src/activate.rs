@@ -13,7 +13,8 @@ use mesh_lib::{Generation, GenerationId, NodeRecord};
 use serde_json::json;
 
 use crate::cli::{
-    AdoptArgs, DiffArgs, FlipArgs, GcArgs, ReconcileArgs, RollbackArgs, SwitchArgs, TakeArgs,
+    AdoptArgs, DiffArgs, FlipArgs, GcArgs, GenesisArgs, ReconcileArgs, RollbackArgs, SwitchArgs,
+    TakeArgs,
 };
 use crate::failure::{Exit, Failure};
 use crate::show;
@@ -510,5 +511,109 @@ pub fn flip(
     node.save_record(&record)?;
     let switched = switch_declaration(&node, state, &decl, Some(record), Trigger::Flip, false)?;
     report(&switched, args.json);
+    Ok(())
+}
+
+pub fn genesis(
+    state: &Path,
+    root: &Path,
+    netns: Option<String>,
+    args: GenesisArgs,
+) -> Result<(), Failure> {
+    use mesh_lib::model::{Port, Protocol, FOUNDATION_PORTS};
+    let node = Node::open(state, root, netns)?;
+    let mut record = match node.record()? {
+        Some(r) => r,
+        None => NodeRecord::managed(build_with(state, &args.node, None)?.generation.node.clone()),
+    };
+    // The declaration's ports: built without the pins when repinning.
+    let mut unpinned = record.clone();
+    if args.repin {
+        unpinned.pinned.clear();
+    }
+    let built = build_with(state, &args.node, Some(&unpinned))?;
+    let settings = &built.generation.settings;
+    let already: Vec<&str> = FOUNDATION_PORTS
+        .iter()
+        .copied()
+        .filter(|p| record.pinned.contains_key(*p))
+        .collect();
+    if already.len() == FOUNDATION_PORTS.len() && !args.repin {
+        let pins: Vec<String> = FOUNDATION_PORTS
+            .iter()
+            .map(|p| format!("{p} {}", record.pinned[*p]))
+            .collect();
+        if args.json {
+            say!("{}", json!({ "pinned": record.pinned, "changed": false }));
+        } else {
+            say!(
+                "the foundation's ports are already pinned: {} (change them with --repin)",
+                pins.join(", ")
+            );
+        }
+        return Ok(());
+    }
+    let taken = node.bound().map_err(Failure::system)?;
+    let protocol = |name: &str| {
+        if name == "hub" {
+            Protocol::Udp
+        } else {
+            Protocol::Tcp
+        }
+    };
+    let holder =
+        |port: u16, proto: Protocol| taken.iter().find(|l| l.port == port && l.protocol == proto);
+    let used: Vec<u16> = settings.ports.values().map(|p| p.get()).collect();
+    let mut conflicts = Vec::new();
+    for name in FOUNDATION_PORTS {
+        let port = settings.ports[name].get();
+        // A port pinned before is the node's already: the foundation may be what holds it.
+        if record.pinned.get(name).is_some_and(|p| p.get() == port) && !args.repin {
+            continue;
+        }
+        if let Some(l) = holder(port, protocol(name)) {
+            let free = (1..=1000u16)
+                .flat_map(|d| [port.checked_add(d), port.checked_sub(d)])
+                .flatten()
+                .find(|p| *p >= 1024 && holder(*p, protocol(name)).is_none() && !used.contains(p));
+            conflicts.push(format!(
+                "port {port}/{} ({name}) is taken by {}{}",
+                protocol(name),
+                l.owner
+                    .as_deref()
+                    .unwrap_or("a process that could not be identified"),
+                free.map(|f| format!("; {f} is free")).unwrap_or_default()
+            ));
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(Failure::new(
+            Exit::Refused,
+            miette::miette!(
+                help = "choose free ports in the node's settings.ports, then run genesis again",
+                "the foundation cannot come up on these ports:\n  {}",
+                conflicts.join("\n  ")
+            ),
+        ));
+    }
+    for name in FOUNDATION_PORTS {
+        record.pinned.insert(
+            name.to_string(),
+            Port::new(i64::from(settings.ports[name].get())).expect("a setting is a port"),
+        );
+    }
+    node.save_record(&record)?;
+    if args.json {
+        say!("{}", json!({ "pinned": record.pinned, "changed": true }));
+    } else {
+        let pins: Vec<String> = FOUNDATION_PORTS
+            .iter()
+            .map(|p| format!("{p} {}", record.pinned[*p]))
+            .collect();
+        say!(
+            "pinned the foundation's ports in the node record: {}",
+            pins.join(", ")
+        );
+    }
     Ok(())
 }

@@ -73,6 +73,10 @@ pub enum Command {
     /// removed. `--preview` shows, from the sockets actually listening, what stays reachable and
     /// what the flip would close.
     Flip(FlipArgs),
+    /// First bring-up of the foundation: check each of its ports free (no socket bound to it),
+    /// naming the holder and a free alternative when one is taken, and pin them in the node
+    /// record, so every later build reads them.
+    Genesis(GenesisArgs),
     /// Put the current generation's firewall back in force: the guard, and on an adopted node
     /// the openings through the found firewall's own chains (after a reload or a reboot lost
     /// them).
@@ -171,6 +175,19 @@ pub struct TakeArgs {
     pub module: String,
     /// The node declaration. Default: the one the current generation was built from.
     pub node: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GenesisArgs {
+    /// The node declaration.
+    pub node: PathBuf,
+    /// Replace ports already pinned with the declaration's (an explicit act: a pinned port never
+    /// changes otherwise).
+    #[arg(long)]
+    pub repin: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -93,6 +93,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             flag.json,
         ),
         Command::Gc(args) => activate::gc(&state, &cli.global.root, cli.global.netns.clone(), args),
+        Command::Genesis(args) => {
+            activate::genesis(&state, &cli.global.root, cli.global.netns.clone(), args)
+        }
         Command::Flip(args) => {
             activate::flip(&state, &cli.global.root, cli.global.netns.clone(), args)
         }

@@ -104,7 +104,7 @@ fn owners() -> BTreeMap<u64, String> {
     out
 }
 
-fn read_tables() -> std::io::Result<Vec<(Protocol, IpAddr, u16, u64)>> {
+fn read_tables(include_loopback: bool) -> std::io::Result<Vec<(Protocol, IpAddr, u16, u64)>> {
     let mut out = Vec::new();
     for (file, protocol, v6, wanted_state) in [
         ("tcp", Protocol::Tcp, false, 0x0A),
@@ -118,7 +118,7 @@ fn read_tables() -> std::io::Result<Vec<(Protocol, IpAddr, u16, u64)>> {
             Err(e) => return Err(e),
         };
         for (address, port, state, inode) in parse_table(&text, v6) {
-            if state == wanted_state && !loopback(&address) {
+            if state == wanted_state && (include_loopback || !loopback(&address)) {
                 out.push((protocol, address, port, inode));
             }
         }
@@ -128,12 +128,21 @@ fn read_tables() -> std::io::Result<Vec<(Protocol, IpAddr, u16, u64)>> {
 
 /// Every socket not bound to loopback, in `netns` (or the machine's own namespace).
 pub fn listening(netns: Option<&str>) -> Result<Vec<Listening>, SocketsError> {
+    sockets(netns, false)
+}
+
+/// Every listening (TCP) or bound (UDP) socket, loopback ones too: what takes a port.
+pub fn bound(netns: Option<&str>) -> Result<Vec<Listening>, SocketsError> {
+    sockets(netns, true)
+}
+
+fn sockets(netns: Option<&str>, include_loopback: bool) -> Result<Vec<Listening>, SocketsError> {
     let err = |source| SocketsError {
         netns: netns.map(str::to_owned),
         source,
     };
     let tables = match netns {
-        None => read_tables().map_err(err)?,
+        None => read_tables(include_loopback).map_err(err)?,
         Some(ns) => std::thread::scope(|s| {
             s.spawn(|| {
                 let fd = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
@@ -141,7 +150,7 @@ pub fn listening(netns: Option<&str>) -> Result<Vec<Listening>, SocketsError> {
                     fd.as_fd(),
                     Some(rustix::thread::LinkNameSpaceType::Network),
                 )?;
-                read_tables()
+                read_tables(include_loopback)
             })
             .join()
             .expect("the socket reader does not panic")

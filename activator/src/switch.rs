@@ -784,6 +784,11 @@ impl Node {
         Ok(self.nft.restore_missing(&dump)?)
     }
 
+    /// Every port taken on the node, loopback included: what genesis checks.
+    pub fn bound(&self) -> Result<Vec<crate::sockets::Listening>, crate::sockets::SocketsError> {
+        crate::sockets::bound(self.nft.netns())
+    }
+
     /// What is reachable on the node: its sockets not bound to loopback.
     pub fn listening(
         &self,

@@ -7,6 +7,7 @@ mod crash;
 mod faults;
 mod firewall_adopted;
 mod firewall_rules;
+mod genesis;
 mod held;
 mod netlab;
 mod node_fixture;
