@@ -48,7 +48,7 @@ fn switch_declaration(
     })?;
     let mut built = build_with(state, &decl, record.as_ref())?;
     if let Some(r) = record.as_mut() {
-        if !node.record_found(&built.generation, r)?.is_empty() {
+        if node.record_found(&built.generation, r)? > 0 {
             if !dry_run {
                 node.save_record(r)?;
             }

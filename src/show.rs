@@ -210,6 +210,18 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
     for a in &s.plan.actions {
         let _ = writeln!(o, "  {a}");
     }
+    for step in &s.containers {
+        use mesh_activator::docker::Step;
+        let _ = match step {
+            Step::Hold { name } => writeln!(o, "  hold     container {name}  (found, module not taken: not stopped, not restarted)"),
+            Step::Stage { name } => writeln!(o, "  stage    container {name}  (created, not started)"),
+            Step::Retire { name } => writeln!(o, "  retire   container {name}  (the found one stops, kept as {name}.found)"),
+            Step::Run { name, replace } => writeln!(o, "  run      container {name}{}", if *replace { "  (recreated: its spec changed)" } else { "" }),
+            Step::Start { name } => writeln!(o, "  start    container {name}"),
+            Step::Restore { name } => writeln!(o, "  restore  container {name}  (the found one, back under its name)"),
+            Step::Remove { name } => writeln!(o, "  remove   container {name}"),
+        };
+    }
     o
 }
 

@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod crash;
+pub mod docker;
 pub mod firewall;
 pub mod host;
 pub mod lock;

@@ -110,6 +110,15 @@ pub enum ActivateError {
     /// Nothing to roll back to, or no such generation number.
     #[error("{0}")]
     NoSuchGeneration(String),
+    /// The Docker engine failed or does not answer.
+    #[error("{0}")]
+    Docker(#[from] crate::docker::DockerError),
+    /// A found container the generation does not hold would be replaced.
+    #[error("container {name} was found on this adopted node and the generation does not hold it: switching would replace it (switch the declaration on this node, which records and holds it); nothing was changed")]
+    FoundContainerNotHeld {
+        /// Its name.
+        name: String,
+    },
     /// The firewall refused (nft's own message); the kernel's ruleset is unchanged.
     #[error("{0}; the firewall was left as it was and no file was changed")]
     Firewall(#[from] crate::firewall::FirewallError),
@@ -144,6 +153,7 @@ impl ActivateError {
                 Kind::User
             }
             ActivateError::WrongNode { .. } | ActivateError::NoSuchGeneration(_) => Kind::User,
+            ActivateError::FoundContainerNotHeld { .. } => Kind::Refused,
             ActivateError::Firewall(crate::firewall::FirewallError::NotCovered(_)) => Kind::Refused,
             _ => Kind::System,
         }
@@ -186,6 +196,8 @@ pub struct Switched {
     pub number: Option<u64>,
     /// The plan.
     pub plan: Plan,
+    /// The container steps.
+    pub containers: Vec<crate::docker::Step>,
     /// Whether it was only planned.
     pub dry_run: bool,
 }
@@ -355,7 +367,7 @@ impl Node {
         Ok(true)
     }
 
-    /// Records every found file of `generation` that it does not hold yet: present at a declared
+    /// Records every found file and container of `generation` that it does not hold yet: present at a declared
     /// path of a module not taken, with no record in the host store that the mesh wrote it. The
     /// content goes into the store (durably), the hash, mode and owner into `record`. The caller
     /// saves the record and builds again, so the generation holds them.
@@ -363,12 +375,36 @@ impl Node {
         &self,
         generation: &Generation,
         record: &mut NodeRecord,
-    ) -> Result<Vec<TargetPath>, ActivateError> {
+    ) -> Result<usize, ActivateError> {
         if record.mode != Mode::Adopted {
-            return Ok(Vec::new());
+            return Ok(0);
         }
         let host = HostStore::load(&self.state)?;
-        let mut found = Vec::new();
+        let mut found = 0;
+        let staged: Vec<&mesh_lib::model::ContainerName> = generation
+            .containers
+            .iter()
+            .filter(|(n, c)| {
+                c.state == mesh_lib::model::ContainerState::Staged
+                    && !record.found.containers.contains_key(*n)
+            })
+            .map(|(n, _)| n)
+            .collect();
+        if !staged.is_empty() {
+            let engine = crate::docker::Engine::connect()?;
+            let present = engine.containers()?;
+            for name in staged {
+                if present.get(name.as_str()).is_some_and(|p| !p.is_ours()) {
+                    let spec = engine.spec_of(name.as_str())?;
+                    let hash = self.store.put_blob(&spec, true)?;
+                    record.found.containers.insert(
+                        name.clone(),
+                        mesh_lib::record::FoundContainer { spec: hash },
+                    );
+                    found += 1;
+                }
+            }
+        }
         for (path, file) in &generation.files {
             if file.state != FileState::Staged
                 || host.written.contains_key(path)
@@ -387,7 +423,7 @@ impl Node {
                         group: self.ids.group_name(f.gid),
                     },
                 );
-                found.push(path.clone());
+                found += 1;
             }
         }
         Ok(found)
@@ -484,16 +520,34 @@ impl Node {
             observed: &observed,
             ids: &self.ids,
         })?;
+        // Containers: only when the generation declares some (then the engine must answer,
+        // before anything changes).
+        let (engine, containers) = if target.containers.is_empty() {
+            (None, Vec::new())
+        } else {
+            let engine = crate::docker::Engine::connect()?;
+            let steps = crate::docker::plan(
+                &target.containers,
+                &engine.containers()?,
+                record.mode == Mode::Adopted,
+            )
+            .map_err(|name| ActivateError::FoundContainerNotHeld { name })?;
+            (Some(engine), steps)
+        };
         let already = in_force.is_some_and(|(_, cid)| cid == id);
         let bookkeeping = plan
             .actions
             .iter()
             .any(|a| matches!(a, Action::Claim { .. } | Action::Keep { .. }));
-        if dry_run || (already && !plan.changes_machine() && !bookkeeping) {
+        let busy = |s: &crate::docker::Step| !matches!(s, crate::docker::Step::Hold { .. });
+        if dry_run
+            || (already && !plan.changes_machine() && !bookkeeping && !containers.iter().any(busy))
+        {
             return Ok(Switched {
                 id,
                 number: None,
                 plan,
+                containers,
                 dry_run,
             });
         }
@@ -671,6 +725,11 @@ impl Node {
         // The renames and removals, durable.
         self.root.sync()?;
 
+        // Containers after the files they may mount.
+        if let Some(engine) = &engine {
+            engine.apply(&target.containers, &containers)?;
+        }
+
         for action in &plan.actions {
             match action {
                 Action::Write {
@@ -728,6 +787,7 @@ impl Node {
             id,
             number,
             plan,
+            containers,
             dry_run: false,
         })
     }

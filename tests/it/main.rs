@@ -3,6 +3,7 @@
 
 mod build;
 mod cache;
+mod containers;
 mod crash;
 mod faults;
 mod firewall_adopted;

@@ -1,0 +1,422 @@
+//! Containers, through the Docker engine at `DOCKER_HOST` (default: the local socket), with
+//! bollard. The mesh's own containers carry the labels [`LABEL_MODULE`] and [`LABEL_SPEC`]: that
+//! label is the host store's record for containers. A container under a declared name without
+//! it is *found*, and is never removed: a take stops it and keeps it as `NAME.found`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    RenameContainerOptionsBuilder, StopContainerOptionsBuilder,
+};
+use bollard::Docker;
+use mesh_lib::model::{ContainerEntry, ContainerName, ContainerState};
+use serde_json::{json, Value};
+
+/// The label naming the module of a container the mesh created.
+pub const LABEL_MODULE: &str = "mesh.module";
+/// The label holding the digest of the declared spec a container was created from.
+pub const LABEL_SPEC: &str = "mesh.spec";
+/// The suffix a found container is renamed with when its module is taken.
+pub const FOUND_SUFFIX: &str = ".found";
+
+/// A Docker failure.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// The engine does not answer.
+    #[error("the Docker engine is not reachable{}: {source}", .host.as_ref().map(|h| format!(" at {h}")).unwrap_or_default())]
+    Unreachable {
+        /// `DOCKER_HOST`, if set.
+        host: Option<String>,
+        /// The cause.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// An operation on a container failed.
+    #[error("docker {what} {name}: {source}")]
+    Call {
+        /// What was asked.
+        what: &'static str,
+        /// The container.
+        name: String,
+        /// The cause.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The runtime for the calls could not start.
+    #[error("cannot start the runtime for Docker calls: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// A container on the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Present {
+    /// Its id.
+    pub id: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// Whether it runs.
+    pub running: bool,
+}
+
+impl Present {
+    /// Whether the mesh created it.
+    pub fn is_ours(&self) -> bool {
+        self.labels.contains_key(LABEL_MODULE)
+    }
+}
+
+/// The engine, and a runtime to call it from synchronous code.
+pub struct Engine {
+    docker: Docker,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// The digest of a declared container's spec (its state aside): equal digests, equal containers.
+pub fn spec_digest(entry: &ContainerEntry) -> String {
+    let mut e = entry.clone();
+    e.state = ContainerState::Managed;
+    blake3::hash(&mesh_lib::canonical::to_canonical_json(&e).unwrap_or_default())
+        .to_hex()
+        .to_string()
+}
+
+impl Engine {
+    /// Connects to the engine and checks that it answers.
+    pub fn connect() -> Result<Self, DockerError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let host = std::env::var("DOCKER_HOST").ok();
+        let unreachable = |source| DockerError::Unreachable {
+            host: host.clone(),
+            source,
+        };
+        let docker = Docker::connect_with_local_defaults().map_err(unreachable)?;
+        let docker = runtime.block_on(async {
+            let docker = docker.negotiate_version().await?;
+            docker.ping().await?;
+            Ok::<_, bollard::errors::Error>(docker)
+        });
+        Ok(Self {
+            docker: docker.map_err(unreachable)?,
+            runtime,
+        })
+    }
+
+    fn call<T>(
+        &self,
+        what: &'static str,
+        name: &str,
+        f: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
+    ) -> Result<T, DockerError> {
+        self.runtime
+            .block_on(f)
+            .map_err(|source| DockerError::Call {
+                what,
+                name: name.to_owned(),
+                source,
+            })
+    }
+
+    /// Every container, by name (without Docker's leading `/`).
+    pub fn containers(&self) -> Result<BTreeMap<String, Present>, DockerError> {
+        let options = ListContainersOptionsBuilder::default().all(true).build();
+        let list = self.call(
+            "list",
+            "containers",
+            self.docker.list_containers(Some(options)),
+        )?;
+        let mut out = BTreeMap::new();
+        for c in list {
+            let running = matches!(
+                c.state,
+                Some(bollard::models::ContainerSummaryStateEnum::RUNNING)
+            );
+            let labels: BTreeMap<String, String> =
+                c.labels.unwrap_or_default().into_iter().collect();
+            for name in c.names.unwrap_or_default() {
+                let present = Present {
+                    id: c.id.clone().unwrap_or_default(),
+                    labels: labels.clone(),
+                    running,
+                };
+                out.insert(name.trim_start_matches('/').to_owned(), present);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The parts of a container's inspect data that say what it is — image, command,
+    /// environment, published ports, mounts, labels — as canonical JSON: a found container's
+    /// recorded original.
+    pub fn spec_of(&self, name: &str) -> Result<Vec<u8>, DockerError> {
+        let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
+        let v = serde_json::to_value(&inspect).unwrap_or_default();
+        let spec = json!({
+            "Name": v["Name"],
+            "Image": v["Config"]["Image"],
+            "Cmd": v["Config"]["Cmd"],
+            "Entrypoint": v["Config"]["Entrypoint"],
+            "Env": v["Config"]["Env"],
+            "Labels": v["Config"]["Labels"],
+            "PortBindings": v["HostConfig"]["PortBindings"],
+            "Binds": v["HostConfig"]["Binds"],
+            "Mounts": v["Mounts"].as_array().map(|m| m.iter().map(|m| json!({
+                "Type": m["Type"], "Name": m["Name"], "Source": m["Source"], "Destination": m["Destination"], "RW": m["RW"],
+            })).collect::<Vec<Value>>()),
+        });
+        Ok(mesh_lib::canonical::to_canonical_pretty(&spec).unwrap_or_default())
+    }
+
+    /// When the container last started (Docker's `State.StartedAt`) and its id.
+    pub fn started(&self, name: &str) -> Result<(String, String), DockerError> {
+        let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
+        let started = inspect.state.and_then(|s| s.started_at).unwrap_or_default();
+        Ok((inspect.id.unwrap_or_default(), started))
+    }
+
+    /// Creates (not starts) the declared container under `name`, labelled as the mesh's.
+    pub fn create(&self, name: &str, entry: &ContainerEntry) -> Result<(), DockerError> {
+        let mut labels: HashMap<String, String> = entry.labels.clone().into_iter().collect();
+        labels.insert(LABEL_MODULE.into(), entry.module.to_string());
+        labels.insert(LABEL_SPEC.into(), spec_digest(entry));
+        let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+        for p in &entry.ports {
+            bindings
+                .entry(format!("{}/{}", p.container_port, p.protocol))
+                .or_insert_with(|| Some(Vec::new()))
+                .get_or_insert_with(Vec::new)
+                .push(PortBinding {
+                    host_ip: Some(p.host_ip.to_string()),
+                    host_port: Some(p.host_port.to_string()),
+                });
+        }
+        let body = ContainerCreateBody {
+            image: Some(entry.image.clone()),
+            cmd: (!entry.command.is_empty()).then(|| entry.command.clone()),
+            env: Some(
+                entry
+                    .environment
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
+            ),
+            labels: Some(labels),
+            exposed_ports: Some(bindings.keys().cloned().collect()),
+            host_config: Some(HostConfig {
+                port_bindings: Some(bindings),
+                binds: Some(
+                    entry
+                        .volumes
+                        .iter()
+                        .map(|v| {
+                            format!(
+                                "{}:{}{}",
+                                v.source,
+                                v.target,
+                                if v.read_only { ":ro" } else { "" }
+                            )
+                        })
+                        .collect(),
+                ),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(name).build();
+        self.call(
+            "create",
+            name,
+            self.docker.create_container(Some(options), body),
+        )
+        .map(|_| ())
+    }
+
+    /// Starts a container.
+    pub fn start(&self, name: &str) -> Result<(), DockerError> {
+        self.call("start", name, self.docker.start_container(name, None))
+    }
+
+    /// Stops a container (10 s to go before it is killed).
+    pub fn stop(&self, name: &str) -> Result<(), DockerError> {
+        let options = StopContainerOptionsBuilder::default().t(10).build();
+        self.call(
+            "stop",
+            name,
+            self.docker.stop_container(name, Some(options)),
+        )
+    }
+
+    /// Renames a container.
+    pub fn rename(&self, name: &str, to: &str) -> Result<(), DockerError> {
+        let options = RenameContainerOptionsBuilder::default().name(to).build();
+        self.call("rename", name, self.docker.rename_container(name, options))
+    }
+
+    /// Removes one of the mesh's containers (its volumes stay).
+    pub fn remove(&self, name: &str) -> Result<(), DockerError> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(false)
+            .build();
+        self.call(
+            "remove",
+            name,
+            self.docker.remove_container(name, Some(options)),
+        )
+    }
+}
+
+/// One step for one declared container, or one of the mesh's no longer declared.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub enum Step {
+    /// A found container stays as it is, running or not.
+    Hold {
+        /// Its name.
+        name: String,
+    },
+    /// Create it, not started.
+    Stage {
+        /// Its name.
+        name: String,
+    },
+    /// The take: stop the found container and keep it as `NAME.found`.
+    Retire {
+        /// Its name.
+        name: String,
+    },
+    /// Create (after removing the mesh's container of another spec) and start.
+    Run {
+        /// Its name.
+        name: String,
+        /// Whether the mesh's container of an older spec goes first.
+        replace: bool,
+    },
+    /// Start the mesh's container of the same spec that does not run.
+    Start {
+        /// Its name.
+        name: String,
+    },
+    /// Rollback across a take: the mesh's container goes, the found one comes back under its
+    /// name and starts.
+    Restore {
+        /// Its name.
+        name: String,
+    },
+    /// Remove one of the mesh's containers no longer declared.
+    Remove {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// The container steps from the target generation to what is on the engine. A found container
+/// the generation does not hold is refused on an adopted node, by name.
+pub fn plan(
+    containers: &BTreeMap<ContainerName, ContainerEntry>,
+    present: &BTreeMap<String, Present>,
+    adopted: bool,
+) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for (name, entry) in containers {
+        let name = name.to_string();
+        let here = present.get(&name);
+        let found_kept = present.get(&format!("{name}{FOUND_SUFFIX}"));
+        let same_spec = here.is_some_and(|p| p.labels.get(LABEL_SPEC) == Some(&spec_digest(entry)));
+        match entry.state {
+            ContainerState::Held { .. } => match here {
+                Some(p) if !p.is_ours() => steps.push(Step::Hold { name }),
+                _ if found_kept.is_some() => steps.push(Step::Restore { name }),
+                _ => steps.push(Step::Hold { name }),
+            },
+            ContainerState::Staged => match here {
+                Some(p) if !p.is_ours() => {
+                    if adopted {
+                        return Err(name);
+                    }
+                    steps.push(Step::Retire { name: name.clone() });
+                    steps.push(Step::Stage { name });
+                }
+                Some(_) if same_spec => {}
+                Some(_) => {
+                    steps.push(Step::Remove { name: name.clone() });
+                    steps.push(Step::Stage { name });
+                }
+                None => steps.push(Step::Stage { name }),
+            },
+            ContainerState::Managed => match here {
+                Some(p) if !p.is_ours() => {
+                    steps.push(Step::Retire { name: name.clone() });
+                    steps.push(Step::Run {
+                        name,
+                        replace: false,
+                    });
+                }
+                Some(p) if same_spec && p.running => {}
+                Some(_) if same_spec => steps.push(Step::Start { name }),
+                Some(_) => steps.push(Step::Run {
+                    name,
+                    replace: true,
+                }),
+                None => steps.push(Step::Run {
+                    name,
+                    replace: false,
+                }),
+            },
+        }
+    }
+    for (name, p) in present {
+        let declared = containers.keys().any(|n| n.as_str() == name);
+        if p.is_ours() && !declared && !name.ends_with(FOUND_SUFFIX) {
+            steps.push(Step::Remove { name: name.clone() });
+        }
+    }
+    Ok(steps)
+}
+
+impl Engine {
+    /// Carries out `steps` for `containers`.
+    pub fn apply(
+        &self,
+        containers: &BTreeMap<ContainerName, ContainerEntry>,
+        steps: &[Step],
+    ) -> Result<(), DockerError> {
+        let entry = |name: &str| {
+            containers
+                .iter()
+                .find(|(n, _)| n.as_str() == name)
+                .map(|(_, e)| e)
+                .expect("planned from it")
+        };
+        for step in steps {
+            match step {
+                Step::Hold { .. } => {}
+                Step::Stage { name } => self.create(name, entry(name))?,
+                Step::Retire { name } => {
+                    let _not_running = self.stop(name);
+                    self.rename(name, &format!("{name}{FOUND_SUFFIX}"))?;
+                }
+                Step::Run { name, replace } => {
+                    if *replace {
+                        self.remove(name)?;
+                    }
+                    self.create(name, entry(name))?;
+                    self.start(name)?;
+                }
+                Step::Start { name } => self.start(name)?,
+                Step::Restore { name } => {
+                    if self.containers()?.get(name).is_some_and(Present::is_ours) {
+                        self.remove(name)?;
+                    }
+                    self.rename(&format!("{name}{FOUND_SUFFIX}"), name)?;
+                    self.start(name)?;
+                }
+                Step::Remove { name } => self.remove(name)?,
+            }
+        }
+        Ok(())
+    }
+}
