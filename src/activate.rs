@@ -449,6 +449,23 @@ pub fn flip(
             .current()?
             .ok_or_else(|| Failure::user("this node has no generation yet"))?;
         let sockets = node.listening().map_err(Failure::system)?;
+        // Published container ports, when an engine answers: reached through the forwarded
+        // path, which the found firewall's allow list does not show.
+        let published = match mesh_activator::docker::Engine::connect() {
+            Ok(engine) => engine.published().map_err(Failure::system)?,
+            Err(_) => Vec::new(),
+        };
+        let containers: Vec<_> = published
+            .iter()
+            .map(|p| {
+                use mesh_lib::model::{Source, TrafficPath};
+                let kept = g.openings.iter().any(|o| {
+                    o.protocol == p.protocol && o.port.get() == p.port && o.paths.contains(&TrafficPath::Forwarded) && o.from == Source::Anywhere
+                });
+                let verdict = if kept { "stays reachable" } else { "closed by the flip (or open to a source range only)" };
+                json!({ "container": p.container, "host_ip": p.host_ip, "port": p.port, "protocol": p.protocol, "kept": kept, "verdict": verdict })
+            })
+            .collect();
         let rows: Vec<_> = sockets
             .iter()
             .map(|l| {
@@ -457,7 +474,10 @@ pub fn flip(
             })
             .collect();
         if args.json {
-            say!("{}", json!({ "id": id, "sockets": rows }));
+            say!(
+                "{}",
+                json!({ "id": id, "sockets": rows, "containers": containers })
+            );
         } else {
             say!(
                 "what is reachable now, and what the base ruleset of {} would do with it:",
@@ -473,8 +493,22 @@ pub fn flip(
                     r["verdict"].as_str().unwrap_or_default()
                 );
             }
-            let closed = rows.iter().filter(|r| r["kept"] == false).count();
-            say!("{closed} would be closed; nothing was changed (published container ports are not listed yet)");
+            for c in &containers {
+                say!(
+                    "  {:>5}/{}  {:<24} container {:<18} {}",
+                    c["port"],
+                    c["protocol"].as_str().unwrap_or_default(),
+                    c["host_ip"].as_str().unwrap_or_default(),
+                    c["container"].as_str().unwrap_or_default(),
+                    c["verdict"].as_str().unwrap_or_default()
+                );
+            }
+            let closed = rows
+                .iter()
+                .chain(&containers)
+                .filter(|r| r["kept"] == false)
+                .count();
+            say!("{closed} would be closed; nothing was changed");
         }
         return Ok(());
     }
@@ -561,8 +595,27 @@ pub fn genesis(
             Protocol::Tcp
         }
     };
-    let holder =
-        |port: u16, proto: Protocol| taken.iter().find(|l| l.port == port && l.protocol == proto);
+    // Published container ports too, when an engine answers (a node without Docker has none).
+    let published = match mesh_activator::docker::Engine::connect() {
+        Ok(engine) => engine.published().map_err(Failure::system)?,
+        Err(_) => Vec::new(),
+    };
+    let holder = |port: u16, proto: Protocol| -> Option<String> {
+        taken
+            .iter()
+            .find(|l| l.port == port && l.protocol == proto)
+            .map(|l| {
+                l.owner
+                    .clone()
+                    .unwrap_or_else(|| "a process that could not be identified".into())
+            })
+            .or_else(|| {
+                published
+                    .iter()
+                    .find(|p| p.port == port && p.protocol == proto)
+                    .map(|p| format!("container {}", p.container))
+            })
+    };
     let used: Vec<u16> = settings.ports.values().map(|p| p.get()).collect();
     let mut conflicts = Vec::new();
     for name in FOUNDATION_PORTS {
@@ -577,11 +630,8 @@ pub fn genesis(
                 .flatten()
                 .find(|p| *p >= 1024 && holder(*p, protocol(name)).is_none() && !used.contains(p));
             conflicts.push(format!(
-                "port {port}/{} ({name}) is taken by {}{}",
+                "port {port}/{} ({name}) is taken by {l}{}",
                 protocol(name),
-                l.owner
-                    .as_deref()
-                    .unwrap_or("a process that could not be identified"),
                 free.map(|f| format!("; {f} is free")).unwrap_or_default()
             ));
         }

@@ -291,6 +291,14 @@ pub fn status(s: &mesh_activator::Status) -> String {
             s.taken.join(", ")
         }
     );
+    let (held, staged, managed) = s.containers;
+    let _ = writeln!(
+        o,
+        "containers: {managed} managed, {staged} staged, {held} held"
+    );
+    for (module, name) in &s.take_would_retire {
+        let _ = writeln!(o, "  take {module}: container {name} stops and is kept as {name}.found; the declared one runs");
+    }
     if !s.not_taken.is_empty() {
         let _ = writeln!(o, "modules not taken: {}", s.not_taken.join(", "));
     }

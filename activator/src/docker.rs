@@ -49,6 +49,19 @@ pub enum DockerError {
     Runtime(#[from] std::io::Error),
 }
 
+/// A host port a container publishes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Published {
+    /// The container's name.
+    pub container: String,
+    /// The host address (`0.0.0.0` or `::` for every one).
+    pub host_ip: String,
+    /// The host port.
+    pub port: u16,
+    /// TCP or UDP.
+    pub protocol: mesh_lib::model::Protocol,
+}
+
 /// A container on the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Present {
@@ -145,6 +158,46 @@ impl Engine {
                 out.insert(name.trim_start_matches('/').to_owned(), present);
             }
         }
+        Ok(out)
+    }
+
+    /// Every host port a container publishes, once (the engine lists a port once per host
+    /// address family).
+    pub fn published(&self) -> Result<Vec<Published>, DockerError> {
+        let options = ListContainersOptionsBuilder::default().all(false).build();
+        let list = self.call(
+            "list",
+            "containers",
+            self.docker.list_containers(Some(options)),
+        )?;
+        let mut out = Vec::new();
+        for c in list {
+            let name = c
+                .names
+                .unwrap_or_default()
+                .first()
+                .map(|n| n.trim_start_matches('/').to_owned())
+                .unwrap_or_default();
+            for p in c.ports.unwrap_or_default() {
+                let Some(port) = p.public_port else { continue };
+                let protocol = match p.typ {
+                    Some(bollard::models::PortSummaryTypeEnum::UDP) => {
+                        mesh_lib::model::Protocol::Udp
+                    }
+                    _ => mesh_lib::model::Protocol::Tcp,
+                };
+                out.push(Published {
+                    container: name.clone(),
+                    host_ip: p.ip.unwrap_or_default(),
+                    port,
+                    protocol,
+                });
+            }
+        }
+        out.sort();
+        out.dedup_by(|a, b| {
+            a.container == b.container && a.port == b.port && a.protocol == b.protocol
+        });
         Ok(out)
     }
 

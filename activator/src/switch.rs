@@ -223,6 +223,10 @@ pub struct Status {
     pub drift: Vec<(TargetPath, String)>,
     /// Whether an interrupted switch is waiting to be finished.
     pub interrupted: bool,
+    /// Containers by state: (held, staged, managed).
+    pub containers: (usize, usize, usize),
+    /// What a take would do to each held container: its module and name.
+    pub take_would_retire: Vec<(String, String)>,
 }
 
 /// A node, its lock held.
@@ -975,6 +979,8 @@ impl Node {
             not_taken: Vec::new(),
             drift: Vec::new(),
             interrupted: journal_path(&self.state).exists(),
+            containers: (0, 0, 0),
+            take_would_retire: Vec::new(),
         };
         if let Some((_, _, g)) = &current {
             for (name, state) in &g.modules {
@@ -983,6 +989,18 @@ impl Node {
                     mesh_lib::model::ModuleState::Assigned => {
                         status.not_taken.push(name.to_string())
                     }
+                }
+            }
+            for (name, c) in &g.containers {
+                match c.state {
+                    mesh_lib::model::ContainerState::Held { .. } => {
+                        status.containers.0 += 1;
+                        status
+                            .take_would_retire
+                            .push((c.module.to_string(), name.to_string()));
+                    }
+                    mesh_lib::model::ContainerState::Staged => status.containers.1 += 1,
+                    mesh_lib::model::ContainerState::Managed => status.containers.2 += 1,
                 }
             }
             for (path, f) in &g.files {

@@ -185,6 +185,17 @@ fn predecessor_container_is_held_taken_and_restored() {
 
     let f = Fixture::new();
     f.write_decl("n.ncl", &declaration(&made, port, true));
+    // Genesis on the store's port: the predecessor's container publishes it.
+    let genesis = f.mesh(&["genesis", f.decl("n.ncl").to_str().unwrap()]);
+    assert_eq!(genesis.code, 2, "{}", genesis.stderr);
+    assert!(
+        genesis.stderr.contains(&format!(
+            "port {port}/tcp (store) is taken by container {store}"
+        )),
+        "{}",
+        genesis.stderr
+    );
+
     let adopted = f.ok(&["adopt", f.decl("n.ncl").to_str().unwrap()]);
     assert!(
         adopted
@@ -200,11 +211,33 @@ fn predecessor_container_is_held_taken_and_restored() {
         "not restarted"
     );
     assert_eq!(get(port).as_deref(), Some("hello\n"));
+    // The flip preview sees the published port, which no opening keeps.
+    let preview: serde_json::Value =
+        serde_json::from_str(f.ok(&["flip", "--preview", "--json"]).last_line()).unwrap();
+    let listed = preview["containers"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|c| c["container"] == store.as_str() && c["port"] == port && c["kept"] == false),
+        "{preview}"
+    );
     // The cache collides with nothing: staged, created but not running.
     let cache = format!("{}-cache", made.prefix);
     assert_eq!(
         docker(&["inspect", "-f", "{{.State.Status}}", &cache]),
         "created"
+    );
+
+    let status: serde_json::Value =
+        serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        status["containers"],
+        serde_json::json!([1, 1, 0]),
+        "held, staged, managed"
+    );
+    assert_eq!(
+        status["take_would_retire"],
+        serde_json::json!([["store", store]])
     );
 
     // The take: the predecessor's stops and is kept; the mesh's serves the same data.
