@@ -84,6 +84,7 @@ impl Present {
 pub struct Engine {
     docker: Docker,
     runtime: tokio::runtime::Runtime,
+    calls: std::sync::atomic::AtomicUsize,
 }
 
 /// The digest of a declared container's spec (its state aside): equal digests, equal containers.
@@ -112,10 +113,17 @@ impl Engine {
             docker.ping().await?;
             Ok::<_, bollard::errors::Error>(docker)
         });
+        // Version negotiation and the ping are two calls.
         Ok(Self {
             docker: docker.map_err(unreachable)?,
             runtime,
+            calls: std::sync::atomic::AtomicUsize::new(2),
         })
+    }
+
+    /// How many Docker API calls this engine made.
+    pub fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn call<T>(
@@ -124,6 +132,8 @@ impl Engine {
         name: &str,
         f: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
     ) -> Result<T, DockerError> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.runtime
             .block_on(f)
             .map_err(|source| DockerError::Call {

@@ -198,6 +198,8 @@ pub struct Switched {
     pub plan: Plan,
     /// The container steps.
     pub containers: Vec<crate::docker::Step>,
+    /// How many Docker API calls the switch made.
+    pub docker_calls: usize,
     /// Whether it was only planned.
     pub dry_run: bool,
 }
@@ -547,11 +549,13 @@ impl Node {
         if dry_run
             || (already && !plan.changes_machine() && !bookkeeping && !containers.iter().any(busy))
         {
+            let docker_calls = engine.as_ref().map_or(0, crate::docker::Engine::calls);
             return Ok(Switched {
                 id,
                 number: None,
                 plan,
                 containers,
+                docker_calls,
                 dry_run,
             });
         }
@@ -787,11 +791,13 @@ impl Node {
             std::fs::remove_file(&journal).map_err(io_err("removing", &journal))?;
             atomic::sync_dir(&self.state).map_err(io_err("syncing", &self.state))?;
         }
+        let docker_calls = engine.as_ref().map_or(0, crate::docker::Engine::calls);
         Ok(Switched {
             id,
             number,
             plan,
             containers,
+            docker_calls,
             dry_run: false,
         })
     }

@@ -1,0 +1,212 @@
+//! `sudo cargo bench --bench containers` (with a Docker engine): a no-op `mesh switch` of a node
+//! with 60 declared containers, 50 of them held (the predecessor's, found) and 10 taken (the
+//! mesh's), against the engine's own `docker ps` of them. It must restart none (checked) and
+//! cost under 1 s; it prints the time and the Docker API calls it made. Everything it creates
+//! carries its prefix and is removed at the end.
+//!
+//! Target (issue 5): under 1 s with a local engine.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+struct Cleanup(String, String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Ok(out) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("name={}", self.0)])
+            .output()
+        {
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker")
+                    .arg("rm")
+                    .arg("-f")
+                    .args(&ids)
+                    .output();
+            }
+        }
+        let _ = Command::new("docker").args(["rmi", "-f", &self.1]).output();
+    }
+}
+
+fn main() {
+    if Command::new("docker")
+        .arg("info")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("the containers bench needs a Docker engine");
+        return;
+    }
+    let prefix = format!("meshbench{}", std::process::id());
+    let image = format!("{prefix}-busybox:1");
+    let _cleanup = Cleanup(prefix.clone(), image.clone());
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
+    let tar = Command::new("tar")
+        .arg("-C")
+        .arg(root.path())
+        .args(["-c", "."])
+        .output()
+        .unwrap();
+    let mut import = Command::new("docker")
+        .args(["import", "-", &image])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
+    assert!(import.wait().unwrap().success());
+
+    let n = 60;
+    let cmd = r#"["/bin/busybox", "sleep", "100000"]"#;
+    for i in 0..n {
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &format!("{prefix}-c{i}"),
+            &image,
+            "/bin/busybox",
+            "sleep",
+            "100000",
+        ]);
+    }
+    let modules: String = (0..n)
+        .map(|i| format!("{{ name = \"m{i}\", config = fun s => {{ containers = [{{ name = \"{prefix}-c{i}\", image = \"{image}\", command = {cmd} }}] }} }},\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let decl = dir.path().join("node.ncl");
+    std::fs::write(
+        &decl,
+        format!("let mesh = import \"mesh.ncl\" in\nmesh.node {{ name = \"c60\", settings = {{ ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }}, private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.1\" }} }}, modules = [\n{modules}] }}\n"),
+    )
+    .unwrap();
+    let ns = format!("{prefix}-ns");
+    assert!(Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .unwrap()
+        .success());
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _ns = Gone(ns.clone());
+    let mesh = |args: &[&str]| -> String {
+        let out = Command::new(MESH)
+            .env("MESH_STATE_DIR", dir.path().join("state"))
+            .env("MESH_ROOT", dir.path())
+            .env("MESH_NETNS", &ns)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mesh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    mesh(&["adopt", decl.to_str().unwrap()]);
+    for i in 0..10 {
+        mesh(&["take", &format!("m{i}")]);
+    }
+    let started = || {
+        docker(&[
+            "ps",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            &format!("name={prefix}-c"),
+            "--format",
+            "{{.ID}} {{.Names}} {{.RunningFor}}",
+        ])
+    };
+    let starts: Vec<String> = (0..n)
+        .map(|i| {
+            docker(&[
+                "inspect",
+                "-f",
+                "{{.Id}} {{.State.StartedAt}}",
+                &format!("{prefix}-c{i}"),
+            ])
+        })
+        .collect();
+
+    let mut calls = 0;
+    let noop = median(
+        (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                let out = mesh(&["switch", decl.to_str().unwrap(), "--json"]);
+                let d = t.elapsed();
+                let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+                assert_eq!(
+                    v["number"],
+                    serde_json::Value::Null,
+                    "a no-op switch adds no generation"
+                );
+                calls = v["docker_calls"].as_u64().unwrap();
+                d
+            })
+            .collect(),
+    );
+    let ps = median(
+        (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                let _ = started();
+                t.elapsed()
+            })
+            .collect(),
+    );
+    let after: Vec<String> = (0..n)
+        .map(|i| {
+            docker(&[
+                "inspect",
+                "-f",
+                "{{.Id}} {{.State.StartedAt}}",
+                &format!("{prefix}-c{i}"),
+            ])
+        })
+        .collect();
+    assert_eq!(starts, after, "a no-op switch restarted a container");
+
+    println!("\nno-op switch of a node with {n} declared containers (50 held, 10 managed)");
+    println!(
+        "  mesh switch NODE.ncl:   {:>8.1} ms   {calls} Docker API calls   0 containers restarted",
+        noop.as_secs_f64() * 1e3
+    );
+    println!(
+        "  docker ps of them:      {:>8.1} ms   (reference: the engine's own listing)",
+        ps.as_secs_f64() * 1e3
+    );
+    println!("\ntarget: under 1 s, no restart");
+}
