@@ -1,6 +1,6 @@
 //! Containers, through the Docker engine at `DOCKER_HOST` (default: the local socket), with
-//! bollard. The mesh's own containers carry the labels [`LABEL_MODULE`] and [`LABEL_SPEC`]: that
-//! label is the host store's record for containers. A container under a declared name without
+//! bollard. The mesh's own containers carry the labels [`LABEL_MODULE`], [`LABEL_GENERATION`]
+//! and [`LABEL_SPEC`]: those labels are the host store's record for containers. A container under a declared name without
 //! it is *found*, and is never removed: a take stops it and keeps it as `NAME.found`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 
 /// The label naming the module of a container the mesh created.
 pub const LABEL_MODULE: &str = "mesh.module";
+/// The label naming the generation that created a container of the mesh's.
+pub const LABEL_GENERATION: &str = "mesh.generation";
 /// The label holding the digest of the declared spec a container was created from.
 pub const LABEL_SPEC: &str = "mesh.spec";
 /// The suffix a found container is renamed with when its module is taken.
@@ -241,10 +243,16 @@ impl Engine {
     }
 
     /// Creates (not starts) the declared container under `name`, labelled as the mesh's.
-    pub fn create(&self, name: &str, entry: &ContainerEntry) -> Result<(), DockerError> {
+    pub fn create(
+        &self,
+        name: &str,
+        entry: &ContainerEntry,
+        generation: &mesh_lib::GenerationId,
+    ) -> Result<(), DockerError> {
         let mut labels: HashMap<String, String> = entry.labels.clone().into_iter().collect();
         labels.insert(LABEL_MODULE.into(), entry.module.to_string());
         labels.insert(LABEL_SPEC.into(), spec_digest(entry));
+        labels.insert(LABEL_GENERATION.into(), generation.to_string());
         let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
         for p in &entry.ports {
             bindings
@@ -446,6 +454,7 @@ impl Engine {
         &self,
         containers: &BTreeMap<ContainerName, ContainerEntry>,
         steps: &[Step],
+        generation: &mesh_lib::GenerationId,
     ) -> Result<(), DockerError> {
         let entry = |name: &str| {
             containers
@@ -457,7 +466,7 @@ impl Engine {
         for step in steps {
             match step {
                 Step::Hold { .. } => {}
-                Step::Stage { name } => self.create(name, entry(name))?,
+                Step::Stage { name } => self.create(name, entry(name), generation)?,
                 Step::Retire { name } => {
                     let _not_running = self.stop(name);
                     self.rename(name, &format!("{name}{FOUND_SUFFIX}"))?;
@@ -466,7 +475,7 @@ impl Engine {
                     if *replace {
                         self.remove(name)?;
                     }
-                    self.create(name, entry(name))?;
+                    self.create(name, entry(name), generation)?;
                     self.start(name)?;
                 }
                 Step::Start { name } => self.start(name)?,

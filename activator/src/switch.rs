@@ -735,7 +735,7 @@ impl Node {
 
         // Containers after the files they may mount.
         if let Some(engine) = &engine {
-            engine.apply(&target.containers, &containers)?;
+            engine.apply(&target.containers, &containers, &id)?;
         }
 
         for action in &plan.actions {

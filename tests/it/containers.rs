@@ -290,6 +290,44 @@ fn predecessor_container_is_held_taken_and_restored() {
         ]),
         "store"
     );
+    assert!(docker(&[
+        "inspect",
+        "-f",
+        "{{index .Config.Labels \"mesh.generation\"}}",
+        &store
+    ])
+    .starts_with("b3:"));
+    assert_eq!(get(port).as_deref(), Some("hello\n"));
+
+    // A switch to what is in force restarts nothing; a changed spec recreates the container.
+    let ours = docker(&["inspect", "-f", "{{.Id}} {{.State.StartedAt}}", &store]);
+    f.ok(&["switch", f.decl("n.ncl").to_str().unwrap()]);
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.Id}} {{.State.StartedAt}}", &store]),
+        ours,
+        "equal spec: left alone"
+    );
+    f.write_decl(
+        "n.ncl",
+        &declaration(&made, port, true).replacen(
+            r#"image = "#,
+            r#"environment = { GREETING = "hi" }, image = "#,
+            1,
+        ),
+    );
+    let ran = f.ok(&["switch", f.decl("n.ncl").to_str().unwrap()]);
+    assert!(
+        ran.stdout.contains(&format!(
+            "run      container {store}  (recreated: its spec changed)"
+        )),
+        "{}",
+        ran.stdout
+    );
+    assert_ne!(
+        docker(&["inspect", "-f", "{{.Id}}", &store]),
+        ours.split(' ').next().unwrap()
+    );
+    assert!(docker(&["inspect", "-f", "{{.Config.Env}}", &store]).contains("GREETING=hi"));
     assert_eq!(get(port).as_deref(), Some("hello\n"));
 }
 
