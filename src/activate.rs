@@ -160,11 +160,24 @@ pub fn take(
         None => last_declaration(&node)?,
     };
     record.taken.insert(module);
-    // Built before the record is saved: a take of a module that is not assigned changes nothing.
-    build_with(state, &decl, Some(&record))?;
+    commit_record(&node, state, &decl, record, Trigger::Take, args.json)
+}
+
+/// Saves a changed record and switches to what it builds to: a take, a flip. Built before the
+/// record is saved, so a record the declaration rejects (a take of a module not assigned)
+/// changes nothing.
+fn commit_record(
+    node: &Node,
+    state: &Path,
+    decl: &Path,
+    record: NodeRecord,
+    trigger: Trigger,
+    json_out: bool,
+) -> Result<(), Failure> {
+    build_with(state, decl, Some(&record))?;
     node.save_record(&record)?;
-    let switched = switch_declaration(&node, state, &decl, Some(record), Trigger::Take, false)?;
-    report(&switched, args.json);
+    let switched = switch_declaration(node, state, decl, Some(record), trigger, false)?;
+    report(&switched, json_out);
     Ok(())
 }
 
@@ -541,11 +554,7 @@ pub fn flip(
         None => last_declaration(&node)?,
     };
     record.mode = Mode::Managed;
-    build_with(state, &decl, Some(&record))?;
-    node.save_record(&record)?;
-    let switched = switch_declaration(&node, state, &decl, Some(record), Trigger::Flip, false)?;
-    report(&switched, args.json);
-    Ok(())
+    commit_record(&node, state, &decl, record, Trigger::Flip, args.json)
 }
 
 pub fn genesis(

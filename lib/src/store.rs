@@ -147,14 +147,10 @@ impl Store {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if guard.is_none() {
-            let dir = self.root.join("packs");
             let mut index = PackIndex::new();
-            for entry in fs::read_dir(&dir).map_err(io_err("listing", &dir))? {
-                let path = entry.map_err(io_err("listing", &dir))?.path();
-                if path.extension().is_some_and(|e| e == "pack") {
-                    for (hash, e) in pack::read_index(&path).map_err(io_err("reading", &path))? {
-                        index.entry(hash).or_insert((path.clone(), e));
-                    }
+            for (path, _) in self.packs()? {
+                for (hash, e) in pack::read_index(&path).map_err(io_err("reading", &path))? {
+                    index.entry(hash).or_insert((path.clone(), e));
                 }
             }
             *guard = Some(index);
@@ -438,30 +434,14 @@ impl Store {
                 report.generations += 1;
             }
         }
-        let blobs = self.root.join("blobs");
-        for shard in fs::read_dir(&blobs).map_err(io_err("listing", &blobs))? {
-            let shard = shard.map_err(io_err("listing", &blobs))?.path();
-            if !shard.is_dir() {
-                continue;
-            }
-            for entry in fs::read_dir(&shard).map_err(io_err("listing", &shard))? {
-                let path = entry.map_err(io_err("listing", &shard))?.path();
-                let name = path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| BlobHash::from_hex(n).ok());
-                if name.is_some_and(|h| !keep_blobs.contains(&h)) {
-                    fs::remove_file(&path).map_err(io_err("removing", &path))?;
-                    report.blobs += 1;
-                }
+        for (path, name) in self.loose_blobs()? {
+            if !keep_blobs.contains(&name) {
+                fs::remove_file(&path).map_err(io_err("removing", &path))?;
+                report.blobs += 1;
             }
         }
         let packs = self.root.join("packs");
-        for entry in fs::read_dir(&packs).map_err(io_err("listing", &packs))? {
-            let path = entry.map_err(io_err("listing", &packs))?.path();
-            if path.extension().is_none_or(|e| e != "pack") {
-                continue;
-            }
+        for (path, _) in self.packs()? {
             let index = pack::read_index(&path).map_err(io_err("reading", &path))?;
             let kept: Vec<_> = index
                 .iter()
@@ -503,10 +483,10 @@ impl Store {
         Ok(report)
     }
 
-    /// Checks every object's bytes against its name.
-    pub fn verify(&self) -> Result<VerifyReport, StoreError> {
-        let mut report = VerifyReport::default();
+    /// Every loose blob's file and the digest it is named by.
+    fn loose_blobs(&self) -> Result<Vec<(PathBuf, BlobHash)>, StoreError> {
         let blobs = self.root.join("blobs");
+        let mut out = Vec::new();
         for shard in fs::read_dir(&blobs).map_err(io_err("listing", &blobs))? {
             let shard = shard.map_err(io_err("listing", &blobs))?.path();
             if !shard.is_dir() {
@@ -514,30 +494,39 @@ impl Store {
             }
             for entry in fs::read_dir(&shard).map_err(io_err("listing", &shard))? {
                 let path = entry.map_err(io_err("listing", &shard))?.path();
-                let Some(expected) = path
+                if let Some(name) = path
                     .file_name()
                     .and_then(|n| n.to_str())
                     .and_then(|n| BlobHash::from_hex(n).ok())
-                else {
-                    continue;
-                };
-                report.checked += 1;
-                let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
-                if BlobHash::of(&bytes) != expected {
-                    report.corrupt.push(path);
+                {
+                    out.push((path, name));
                 }
             }
         }
+        Ok(out)
+    }
+
+    /// Every pack's file and the digest it is named by.
+    fn packs(&self) -> Result<Vec<(PathBuf, BlobHash)>, StoreError> {
         let packs = self.root.join("packs");
+        let mut out = Vec::new();
         for entry in fs::read_dir(&packs).map_err(io_err("listing", &packs))? {
             let path = entry.map_err(io_err("listing", &packs))?.path();
-            let Some(name) = path
+            let name = path
                 .file_stem()
                 .and_then(|n| n.to_str())
-                .and_then(|n| BlobHash::from_hex(n).ok())
-            else {
-                continue;
-            };
+                .and_then(|n| BlobHash::from_hex(n).ok());
+            if let (Some(name), true) = (name, path.extension().is_some_and(|e| e == "pack")) {
+                out.push((path, name));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks every object's bytes against its name.
+    pub fn verify(&self) -> Result<VerifyReport, StoreError> {
+        let mut report = VerifyReport::default();
+        for (path, name) in self.loose_blobs()?.into_iter().chain(self.packs()?) {
             report.checked += 1;
             let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
             if BlobHash::of(&bytes) != name {
