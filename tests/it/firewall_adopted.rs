@@ -156,6 +156,13 @@ fn story(kind: Kind) {
     for port in [5432, 5000] {
         Lab::serve(&lab.ctr, port);
     }
+    // The hub: the private network's port, UDP, open to anywhere (a node enrols before it has a
+    // private address).
+    Lab::serve_udp(&lab.node, 51820);
+    assert!(
+        !Lab::reaches_udp(&lab.outside, "192.0.2.1", 51820),
+        "the predecessor drops it"
+    );
     let before = matrix(&lab);
     assert_eq!(
         open_in(&before),
@@ -198,6 +205,14 @@ fn story(kind: Kind) {
     );
 
     let after = matrix(&lab);
+    assert!(
+        Lab::reaches_udp(&lab.outside, "192.0.2.1", 51820),
+        "the hub's port is open over IPv4"
+    );
+    assert!(
+        Lab::reaches_udp(&lab.outside, "2001:db8:1::1", 51820),
+        "and over IPv6"
+    );
     assert_eq!(
         open_in(&after),
         [

@@ -203,6 +203,46 @@ impl Lab {
         });
     }
 
+    /// Echoes UDP datagrams on `port` (IPv4 and IPv6) inside `ns`, for as long as the test runs.
+    pub fn serve_udp(ns: &Netns, port: u16) {
+        let socket = in_ns(&ns.name, || {
+            std::net::UdpSocket::bind(SocketAddr::from(([0u16; 8], port))).unwrap()
+        });
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            while let Ok((n, peer)) = socket.recv_from(&mut buf) {
+                let _ = socket.send_to(&buf[..n], peer);
+            }
+        });
+    }
+
+    /// Whether a client in `from` gets its datagram echoed by `addr:port`.
+    pub fn reaches_udp(from: &Netns, addr: &str, port: u16) -> bool {
+        let target: SocketAddr = if addr.contains(':') {
+            format!("[{addr}]:{port}")
+        } else {
+            format!("{addr}:{port}")
+        }
+        .parse()
+        .unwrap();
+        in_ns(&from.name, || {
+            let bind: SocketAddr = if target.is_ipv6() {
+                "[::]:0".parse().unwrap()
+            } else {
+                "0.0.0.0:0".parse().unwrap()
+            };
+            let socket = std::net::UdpSocket::bind(bind).unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_millis(1500)))
+                .unwrap();
+            let mut buf = [0u8; 8];
+            socket.send_to(b"mesh", target).is_ok()
+                && socket
+                    .recv_from(&mut buf)
+                    .is_ok_and(|(n, _)| &buf[..n] == b"mesh")
+        })
+    }
+
     /// Whether a client in `from` gets `hi` from `addr:port`.
     pub fn reaches(from: &Netns, addr: &str, port: u16) -> bool {
         let target: SocketAddr = if addr.contains(':') {
