@@ -218,7 +218,7 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
             Step::Retire { name } => writeln!(o, "  retire   container {name}  (the found one stops, kept as {name}.found)"),
             Step::Run { name, replace } => writeln!(o, "  run      container {name}{}", if *replace { "  (recreated: its spec changed)" } else { "" }),
             Step::Start { name } => writeln!(o, "  start    container {name}"),
-            Step::Restore { name } => writeln!(o, "  restore  container {name}  (the found one, back under its name)"),
+            Step::Restore { name, start } => writeln!(o, "  restore  container {name}  (the found one, back under its name{})", if *start { ", started" } else { ", not running, as it was found" }),
             Step::Remove { name } => writeln!(o, "  remove   container {name}"),
         };
     }

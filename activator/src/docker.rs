@@ -372,10 +372,12 @@ pub enum Step {
         name: String,
     },
     /// Rollback across a take: the mesh's container goes, the found one comes back under its
-    /// name and starts.
+    /// name, started if it ran when it was found.
     Restore {
         /// Its name.
         name: String,
+        /// Whether it ran when found.
+        start: bool,
     },
     /// Remove one of the mesh's containers no longer declared.
     Remove {
@@ -389,6 +391,7 @@ pub enum Step {
 pub fn plan(
     containers: &BTreeMap<ContainerName, ContainerEntry>,
     present: &BTreeMap<String, Present>,
+    found: &BTreeMap<ContainerName, mesh_lib::record::FoundContainer>,
     adopted: bool,
 ) -> Result<Vec<Step>, String> {
     let mut steps = Vec::new();
@@ -400,7 +403,13 @@ pub fn plan(
         match entry.state {
             ContainerState::Held { .. } => match here {
                 Some(p) if !p.is_ours() => steps.push(Step::Hold { name }),
-                _ if found_kept.is_some() => steps.push(Step::Restore { name }),
+                _ if found_kept.is_some() => {
+                    let start = found
+                        .iter()
+                        .find(|(n, _)| n.as_str() == name)
+                        .is_none_or(|(_, f)| f.running);
+                    steps.push(Step::Restore { name, start })
+                }
                 _ => steps.push(Step::Hold { name }),
             },
             ContainerState::Staged => match here {
@@ -479,16 +488,138 @@ impl Engine {
                     self.start(name)?;
                 }
                 Step::Start { name } => self.start(name)?,
-                Step::Restore { name } => {
+                Step::Restore { name, start } => {
                     if self.containers()?.get(name).is_some_and(Present::is_ours) {
                         self.remove(name)?;
                     }
                     self.rename(&format!("{name}{FOUND_SUFFIX}"), name)?;
-                    self.start(name)?;
+                    if *start {
+                        self.start(name)?;
+                    }
                 }
                 Step::Remove { name } => self.remove(name)?,
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use mesh_lib::model::{ContainerEntry, ContainerName, ContainerState, ModuleName};
+    use mesh_lib::record::FoundContainer;
+    use mesh_lib::BlobHash;
+
+    use super::*;
+
+    fn entry(state: ContainerState) -> ContainerEntry {
+        ContainerEntry {
+            module: ModuleName::new("m").unwrap(),
+            image: "img".into(),
+            command: vec![],
+            environment: BTreeMap::new(),
+            ports: vec![],
+            volumes: vec![],
+            labels: BTreeMap::new(),
+            state,
+        }
+    }
+
+    fn present(ours: Option<&ContainerEntry>, running: bool) -> Present {
+        let mut labels = BTreeMap::new();
+        if let Some(e) = ours {
+            labels.insert(LABEL_MODULE.to_string(), "m".to_string());
+            labels.insert(LABEL_SPEC.to_string(), spec_digest(e));
+        }
+        Present {
+            id: "id".into(),
+            labels,
+            running,
+        }
+    }
+
+    fn one(state: ContainerState) -> BTreeMap<ContainerName, ContainerEntry> {
+        BTreeMap::from([(ContainerName::new("c").unwrap(), entry(state))])
+    }
+
+    fn held() -> ContainerState {
+        ContainerState::Held {
+            original: BlobHash::of(b"the found spec"),
+        }
+    }
+
+    /// Held is held; a found one the generation does not hold is refused on an adopted node; the
+    /// take retires the found one; an equal running container of ours is left alone; ours not
+    /// declared goes.
+    #[test]
+    fn steps_from_states() {
+        let none = BTreeMap::new();
+        let found = BTreeMap::from([("c".to_string(), present(None, true))]);
+        assert_eq!(
+            plan(&one(held()), &found, &none, true).unwrap(),
+            vec![Step::Hold { name: "c".into() }]
+        );
+        assert_eq!(
+            plan(&one(ContainerState::Staged), &found, &none, true).unwrap_err(),
+            "c"
+        );
+        assert_eq!(
+            plan(&one(ContainerState::Staged), &BTreeMap::new(), &none, true).unwrap(),
+            vec![Step::Stage { name: "c".into() }]
+        );
+        assert_eq!(
+            plan(&one(ContainerState::Managed), &found, &none, true).unwrap(),
+            vec![
+                Step::Retire { name: "c".into() },
+                Step::Run {
+                    name: "c".into(),
+                    replace: false
+                }
+            ]
+        );
+        let managed = entry(ContainerState::Managed);
+        let ours = BTreeMap::from([("c".to_string(), present(Some(&managed), true))]);
+        assert_eq!(
+            plan(&one(ContainerState::Managed), &ours, &none, false).unwrap(),
+            vec![]
+        );
+        let stale = BTreeMap::from([("old".to_string(), present(Some(&managed), true))]);
+        assert_eq!(
+            plan(&BTreeMap::new(), &stale, &none, false).unwrap(),
+            vec![Step::Remove { name: "old".into() }]
+        );
+    }
+
+    /// Back across a take, the found container is started again only if it ran when found.
+    #[test]
+    fn restore_starts_only_what_ran() {
+        let managed = entry(ContainerState::Managed);
+        let after_take = BTreeMap::from([
+            ("c".to_string(), present(Some(&managed), true)),
+            (format!("c{FOUND_SUFFIX}"), present(None, false)),
+        ]);
+        let stopped = BTreeMap::from([(
+            ContainerName::new("c").unwrap(),
+            FoundContainer {
+                spec: BlobHash::of(b"s"),
+                running: false,
+            },
+        )]);
+        assert_eq!(
+            plan(&one(held()), &after_take, &stopped, true).unwrap(),
+            vec![Step::Restore {
+                name: "c".into(),
+                start: false
+            }]
+        );
+        assert_eq!(
+            plan(&one(held()), &after_take, &BTreeMap::new(), true).unwrap(),
+            vec![Step::Restore {
+                name: "c".into(),
+                start: true
+            }]
+        );
     }
 }

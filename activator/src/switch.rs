@@ -405,7 +405,10 @@ impl Node {
                     let hash = self.store.put_blob(&spec, true)?;
                     record.found.containers.insert(
                         name.clone(),
-                        mesh_lib::record::FoundContainer { spec: hash },
+                        mesh_lib::record::FoundContainer {
+                            spec: hash,
+                            running: present[name.as_str()].running,
+                        },
                     );
                     found += 1;
                 }
@@ -535,6 +538,7 @@ impl Node {
             let steps = crate::docker::plan(
                 &target.containers,
                 &engine.containers()?,
+                &record.found.containers,
                 record.mode == Mode::Adopted,
             )
             .map_err(|name| ActivateError::FoundContainerNotHeld { name })?;

@@ -37,6 +37,17 @@ pub struct FoundFile {
 pub struct FoundContainer {
     /// The hash of its recorded inspect data (a blob in the store).
     pub spec: BlobHash,
+    /// Whether it ran when it was found: a rollback across the take starts it again only then.
+    #[serde(default = "running_by_default", skip_serializing_if = "is_running")]
+    pub running: bool,
+}
+
+fn running_by_default() -> bool {
+    true
+}
+
+fn is_running(running: &bool) -> bool {
+    *running
 }
 
 /// The kind of firewall found in force.
