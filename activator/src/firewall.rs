@@ -12,10 +12,12 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use mesh_lib::firewall::{opening_comment, opening_rule, BASE_TABLE, GUARD_TABLE};
+use mesh_lib::firewall::{
+    opening_comment, opening_rule, render_nft, render_rule, BASE_TABLE, GUARD_TABLE,
+};
 use mesh_lib::model::{Opening, Settings, TrafficPath};
 use nftables::types::NfFamily;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The prefix of the comment on every rule the mesh puts in a found chain.
 pub const MARK: &str = "mesh: ";
@@ -118,15 +120,11 @@ fn same_table(ruleset: &[Value], name: &str, wanted: &nftables::schema::Nftables
     chains == want_chains && rules == want_rules
 }
 
-/// The commands that replace one of the mesh's tables. When its base chains are already the
+/// The `nft` commands (text) that replace one of the mesh's tables. When its base chains are already the
 /// wanted ones (hook, priority, policy), the table is flushed and refilled: deleting a table
 /// with base chains makes the kernel wait out an RCU grace period, the largest part of a
 /// converge. Otherwise it is deleted, if it exists, and built anew.
-fn replace_table(
-    ruleset: &[Value],
-    name: &str,
-    rules: &nftables::schema::Nftables<'_>,
-) -> Vec<Value> {
+fn replace_table(ruleset: &[Value], name: &str, rules: &nftables::schema::Nftables<'_>) -> String {
     use nftables::schema::{NfListObject, NfObject};
     let present: Vec<&Value> = ruleset
         .iter()
@@ -155,21 +153,23 @@ fn replace_table(
         .iter()
         .filter_map(|o| o.get("table"))
         .any(|t| t["name"] == name && t["family"] == "inet");
-    let mut commands = Vec::new();
+    let mut commands = String::new();
     if exists && same_chains {
-        commands.push(json!({"flush": {"table": {"family": "inet", "name": name}}}));
-        commands.extend(
-            rules
-                .objects
-                .iter()
-                .filter(|o| matches!(o, NfObject::ListObject(NfListObject::Rule(_))))
-                .map(|o| json!({ "add": o })),
-        );
+        commands.push_str(&format!("flush table inet {name}\n"));
+        for o in rules.objects.iter() {
+            if let NfObject::ListObject(NfListObject::Rule(r)) = o {
+                commands.push_str(&format!(
+                    "add rule inet {name} {} {}\n",
+                    r.chain,
+                    render_rule(&r.expr, r.comment.as_deref())
+                ));
+            }
+        }
     } else {
         if exists {
-            commands.push(json!({"delete": {"table": {"family": "inet", "name": name}}}));
+            commands.push_str(&format!("delete table inet {name}\n"));
         }
-        commands.extend(rules.objects.iter().map(|o| json!({ "add": o })));
+        commands.push_str(&render_nft(rules));
     }
     commands
 }
@@ -360,12 +360,6 @@ impl Nft {
         Ok(v["nftables"].as_array().cloned().unwrap_or_default())
     }
 
-    /// Applies `commands` (nft JSON commands) as one transaction: all or nothing.
-    pub fn apply(&self, commands: Vec<Value>, what: &str) -> Result<(), FirewallError> {
-        let bytes = serde_json::to_vec(&json!({ "nftables": commands }))
-            .map_err(|e| FirewallError::Listing(e.to_string()))?;
-        self.run(&["-j", "-f", "-"], Some(&bytes), what).map(|_| ())
-    }
 
     /// The found firewall's base chains on the input and forward hooks: every filter chain
     /// hooked there that is not in a table of the mesh's.
@@ -563,20 +557,24 @@ impl Nft {
             (want.guard, want.base, want.settings, want.openings);
         let ruleset = self.ruleset()?;
         let mut done = Converged::default();
-        // Every change goes into one transaction: if nft refuses any of it, nothing changes.
-        let mut commands = Vec::new();
+        // Every change goes into one transaction (one `nft -f` of text, which nft reads faster
+        // than its JSON): if nft refuses any of it, nothing changes.
+        let mut commands = String::new();
         let base_present = ruleset
             .iter()
             .filter_map(|o| o.get("table"))
             .any(|t| t["name"] == BASE_TABLE && t["family"] == "inet");
         match base {
             Some(base) if !same_table(&ruleset, BASE_TABLE, base) => {
-                commands.extend(replace_table(&ruleset, BASE_TABLE, base));
+                commands.push_str(&replace_table(&ruleset, BASE_TABLE, base));
                 done.base = true;
             }
             Some(_) => {}
             None if base_present => {
-                commands.push(json!({"delete": {"table": {"family": "inet", "name": BASE_TABLE}}}));
+                commands.push_str(&format!(
+                    "delete table inet {BASE_TABLE}
+"
+                ));
                 done.base = true;
             }
             None => {}
@@ -587,13 +585,16 @@ impl Nft {
                 .filter_map(|o| o.get("table"))
                 .any(|t| t["family"] == family.as_str() && t["name"] == name.as_str());
             if present {
-                commands.push(json!({"delete": {"table": {"family": family, "name": name}}}));
+                commands.push_str(&format!(
+                    "delete table {family} {name}
+"
+                ));
                 done.removed_tables += 1;
             }
         }
         // The guard: compared by what the kernel lists back, rule by rule.
         if !same_table(&ruleset, GUARD_TABLE, guard) {
-            commands.extend(replace_table(&ruleset, GUARD_TABLE, guard));
+            commands.push_str(&replace_table(&ruleset, GUARD_TABLE, guard));
             done.guard = true;
         }
 
@@ -634,14 +635,19 @@ impl Nft {
             .collect();
         if present_keys != wanted_keys || present.len() != wanted.len() {
             for r in &present {
-                commands.push(json!({"delete": {"rule": {"family": r.family, "table": r.table, "chain": r.chain, "handle": r.handle}}}));
+                commands.push_str(&format!(
+                    "delete rule {} {} {} handle {}\n",
+                    r.family, r.table, r.chain, r.handle
+                ));
             }
             for (chain, comment, expr) in &wanted {
-                commands.push(json!({"insert": {"rule": {
-                    "family": chain.family, "table": chain.table, "chain": chain.name,
-                    "expr": serde_json::to_value(expr).map_err(|e| FirewallError::Listing(e.to_string()))?,
-                    "comment": comment,
-                }}}));
+                commands.push_str(&format!(
+                    "insert rule {} {} {} {}\n",
+                    chain.family,
+                    chain.table,
+                    chain.name,
+                    render_rule(expr, Some(comment))
+                ));
             }
             done.removed = present.len();
             done.inserted = wanted.len();
@@ -652,7 +658,7 @@ impl Nft {
                 (false, true) => "loading the guard",
                 (false, false) => "converging the openings through the found firewall",
             };
-            self.apply(commands, what)?;
+            self.run(&["-f", "-"], Some(commands.as_bytes()), what)?;
         }
         // iptables-nft's chains, through iptables itself.
         for (family, tool) in [("ip", "iptables-nft"), ("ip6", "ip6tables-nft")] {

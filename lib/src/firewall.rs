@@ -375,10 +375,7 @@ pub fn render_nft(rules: &Nftables<'_>) -> String {
                 }
             }
             NfObject::ListObject(NfListObject::Rule(r)) => {
-                let mut line = r.expr.iter().map(statement).collect::<Vec<_>>().join(" ");
-                if let Some(c) = &r.comment {
-                    let _ = write!(line, " comment {c:?}");
-                }
+                let line = render_rule(&r.expr, r.comment.as_deref());
                 if let Some(chain) = tables
                     .last_mut()
                     .and_then(|t| t.1.iter_mut().find(|ch| ch.0 == r.chain))
@@ -419,6 +416,20 @@ fn word<T: serde::Serialize>(v: &T) -> String {
 
 fn family(f: NfFamily) -> String {
     word(&f)
+}
+
+/// A rule's statements as `nft` text, with its comment: the body of an `add rule` or `insert
+/// rule` command.
+pub fn render_rule(statements: &[Statement<'_>], comment: Option<&str>) -> String {
+    let mut line = statements
+        .iter()
+        .map(statement)
+        .collect::<Vec<_>>()
+        .join(" ");
+    if let Some(c) = comment {
+        let _ = write!(line, " comment {c:?}");
+    }
+    line
 }
 
 fn statement(s: &Statement<'_>) -> String {
