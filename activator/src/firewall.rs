@@ -360,7 +360,6 @@ impl Nft {
         Ok(v["nftables"].as_array().cloned().unwrap_or_default())
     }
 
-
     /// The found firewall's base chains on the input and forward hooks: every filter chain
     /// hooked there that is not in a table of the mesh's.
     pub fn found_chains(ruleset: &[Value]) -> Vec<FoundChain> {
