@@ -72,10 +72,15 @@ fn source_tree(dir: &Path, n: usize, limit: usize) -> PathBuf {
     src
 }
 
+/// The network namespace the bench's firewall goes into: a switch puts the generation's firewall
+/// in force, and the bench must never touch the machine's own ruleset.
+static NETNS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 fn mesh(state: &Path, root: &Path, args: &[&str]) -> String {
     let out = Command::new(MESH)
         .env("MESH_STATE_DIR", state)
         .env("MESH_ROOT", root)
+        .env("MESH_NETNS", NETNS.get().expect("set in main"))
         .args(args)
         .output()
         .unwrap();
@@ -178,6 +183,20 @@ fn main() {
         eprintln!("the switch bench needs root (files are owned by root) and rsync");
         return;
     }
+    let ns = format!("mesh-bench-sw-{}", std::process::id());
+    assert!(Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .unwrap()
+        .success());
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _gone = Gone(ns.clone());
+    NETNS.set(ns).unwrap();
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     println!("\nfirst switch into an empty root, against rsync -a of the same files (on disk, then on tmpfs where fsync is free)");
     println!(

@@ -993,6 +993,8 @@ impl Node {
             take_would_retire: Vec::new(),
         };
         if let Some((_, _, g)) = &current {
+            // Unchanged files the mesh wrote are known by their stamps, as in a switch.
+            let (observed, _) = self.observe_all(g, &host)?;
             for (name, state) in &g.modules {
                 match state {
                     mesh_lib::model::ModuleState::Taken => status.taken.push(name.to_string()),
@@ -1022,7 +1024,10 @@ impl Node {
                     FileState::Staged => status.staged += 1,
                     FileState::Managed => status.managed += 1,
                 }
-                let what = match (self.root.observe(path)?.0, host.written.get(path)) {
+                let what = match (
+                    observed.get(path).cloned().unwrap_or(Observed::Absent),
+                    host.written.get(path),
+                ) {
                     (Observed::File(o), Some(w))
                         if o.hash == w.hash
                             && o.mode == w.mode
