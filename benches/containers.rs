@@ -7,8 +7,11 @@
 //! Target (issue 5): under 1 s with a local engine.
 
 use std::io::Write;
+mod common;
+use common::median;
+
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 
@@ -20,11 +23,6 @@ fn docker(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 struct Cleanup(String, String);
@@ -107,18 +105,7 @@ fn main() {
     )
     .unwrap();
     let ns = format!("{prefix}-ns");
-    assert!(Command::new("ip")
-        .args(["netns", "add", &ns])
-        .status()
-        .unwrap()
-        .success());
-    struct Gone(String);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-        }
-    }
-    let _ns = Gone(ns.clone());
+    let _ns = common::Netns::add(ns.clone());
     let mesh = |args: &[&str]| -> String {
         let out = Command::new(MESH)
             .env("MESH_STATE_DIR", dir.path().join("state"))

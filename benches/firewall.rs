@@ -8,8 +8,11 @@
 
 use std::collections::BTreeSet;
 use std::io::Write;
+mod common;
+use common::{median, ms};
+
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mesh_activator::firewall::{Nft, Want};
 use mesh_lib::firewall::{guard_ruleset, opening_comment};
@@ -32,15 +35,6 @@ const IPT_PREDECESSOR: &str = "*filter
 -A INPUT -p tcp -m tcp --dport 80 -j ACCEPT
 COMMIT
 ";
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
 
 /// Runs a command (the bench runs inside its own network namespace: no `ip netns exec`).
 fn run(_ns: &str, args: &[&str], input: &str) {
@@ -120,18 +114,14 @@ fn main() {
         Ok(ns) => ns,
         Err(_) => {
             let ns = format!("mesh-bench-fw-{}", std::process::id());
-            assert!(Command::new("ip")
-                .args(["netns", "add", &ns])
-                .status()
-                .unwrap()
-                .success());
+            let netns = common::Netns::add(ns.clone());
             let me = std::env::current_exe().unwrap();
             let status = Command::new("ip")
                 .args(["netns", "exec", &ns])
                 .arg(me)
                 .env("MESH_BENCH_NETNS", &ns)
                 .status();
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+            drop(netns);
             assert!(status.unwrap().success());
             return;
         }

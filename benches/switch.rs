@@ -14,19 +14,13 @@
 //! no-op under 50 ms at 10,000 files.
 
 use std::path::{Path, PathBuf};
+mod common;
+use common::{median, ms};
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
 
 fn content(i: usize, variant: usize) -> String {
     format!(
@@ -184,18 +178,7 @@ fn main() {
         return;
     }
     let ns = format!("mesh-bench-sw-{}", std::process::id());
-    assert!(Command::new("ip")
-        .args(["netns", "add", &ns])
-        .status()
-        .unwrap()
-        .success());
-    struct Gone(String);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-        }
-    }
-    let _gone = Gone(ns.clone());
+    let _gone = common::Netns::add(ns.clone());
     NETNS.set(ns).unwrap();
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     println!("\nfirst switch into an empty root, against rsync -a of the same files (on disk, then on tmpfs where fsync is free)");

@@ -19,6 +19,26 @@ use crate::cli::{
 use crate::failure::{Exit, Failure};
 use crate::show;
 
+/// Where the commands act: the state directory, the root files go under, the network
+/// namespace the firewall and sockets are read and written in.
+pub struct Machine {
+    pub state: PathBuf,
+    pub root: PathBuf,
+    pub netns: Option<String>,
+}
+
+impl Machine {
+    /// The node, its lock taken: for a command that changes it.
+    fn open(&self) -> Result<Node, Failure> {
+        Ok(Node::open(&self.state, &self.root, self.netns.clone())?)
+    }
+
+    /// The node, to look at it.
+    fn inspect(&self) -> Result<Node, Failure> {
+        Ok(Node::inspect(&self.state, &self.root, self.netns.clone())?)
+    }
+}
+
 /// Builds `decl` with `record` (kept in memory: the caller saves it).
 fn build_with(state: &Path, decl: &Path, record: Option<&NodeRecord>) -> Result<Built, Failure> {
     let path = record_path(state);
@@ -66,13 +86,9 @@ fn report(switched: &Switched, json_out: bool) {
     }
 }
 
-pub fn switch(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    args: SwitchArgs,
-) -> Result<(), Failure> {
-    let node = Node::open(state, root, netns.clone())?;
+pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
+    let node = machine.open()?;
     let switched = match (&args.node, &args.generation) {
         (Some(decl), _) => switch_declaration(
             &node,
@@ -93,13 +109,9 @@ pub fn switch(
     Ok(())
 }
 
-pub fn adopt(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    args: AdoptArgs,
-) -> Result<(), Failure> {
-    let node = Node::open(state, root, netns.clone())?;
+pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
+    let node = machine.open()?;
     let mut record = match node.record()? {
         Some(r) => r,
         None => {
@@ -135,13 +147,9 @@ fn last_declaration(node: &Node) -> Result<PathBuf, Failure> {
         .ok_or_else(|| Failure::user("no declaration to build from: give NODE.ncl"))
 }
 
-pub fn take(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    args: TakeArgs,
-) -> Result<(), Failure> {
-    let node = Node::open(state, root, netns.clone())?;
+pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
+    let node = machine.open()?;
     let module = ModuleName::new(&args.module).map_err(Failure::user)?;
     let mut record = node
         .record()?
@@ -181,13 +189,8 @@ fn commit_record(
     Ok(())
 }
 
-pub fn rollback(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    args: RollbackArgs,
-) -> Result<(), Failure> {
-    let node = Node::open(state, root, netns.clone())?;
+pub fn rollback(machine: &Machine, args: RollbackArgs) -> Result<(), Failure> {
+    let node = machine.open()?;
     node.recover()?;
     let (_, id) = node.rollback_target(args.to)?;
     let generation = node.store.generation(&id)?;
@@ -226,13 +229,8 @@ pub fn rollback(
     Ok(())
 }
 
-pub fn generations(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    json_out: bool,
-) -> Result<(), Failure> {
-    let node = Node::inspect(state, root, netns.clone())?;
+pub fn generations(machine: &Machine, json_out: bool) -> Result<(), Failure> {
+    let node = machine.inspect()?;
     let read = |e: std::io::Error| Failure::system(format!("reading the profile: {e}"));
     let links = node.profile.generations().map_err(read)?;
     let current = node.profile.current().map_err(read)?.map(|(n, _)| n);
@@ -289,13 +287,8 @@ fn resolve(node: &Node, text: &str) -> Result<(GenerationId, Generation), Failur
     Ok((id, node.store.generation(&id)?))
 }
 
-pub fn diff(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    args: DiffArgs,
-) -> Result<(), Failure> {
-    let node = Node::inspect(state, root, netns.clone())?;
+pub fn diff(machine: &Machine, args: DiffArgs) -> Result<(), Failure> {
+    let node = machine.inspect()?;
     let to = match &args.to {
         Some(t) => resolve(&node, t)?,
         None => {
@@ -334,13 +327,8 @@ pub fn diff(
     Ok(())
 }
 
-pub fn status(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    json_out: bool,
-) -> Result<(), Failure> {
-    let node = Node::inspect(state, root, netns.clone())?;
+pub fn status(machine: &Machine, json_out: bool) -> Result<(), Failure> {
+    let node = machine.inspect()?;
     let s = node.status()?;
     if json_out {
         say!("{}", serde_json::to_string(&s).unwrap_or_default());
@@ -350,8 +338,8 @@ pub fn status(
     Ok(())
 }
 
-pub fn gc(state: &Path, root: &Path, netns: Option<String>, args: GcArgs) -> Result<(), Failure> {
-    let node = Node::open(state, root, netns.clone())?;
+pub fn gc(machine: &Machine, args: GcArgs) -> Result<(), Failure> {
+    let node = machine.open()?;
     let (removed, report) = node.gc(args.keep)?;
     if args.json {
         say!(
@@ -383,14 +371,9 @@ fn say_round(id: &GenerationId, done: &mesh_activator::firewall::Converged, json
     }
 }
 
-pub fn reconcile(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    args: ReconcileArgs,
-) -> Result<(), Failure> {
+pub fn reconcile(machine: &Machine, args: ReconcileArgs) -> Result<(), Failure> {
     let Some(seconds) = args.watch else {
-        let node = Node::open(state, root, netns)?;
+        let node = machine.open()?;
         let (_, id, g) = node.current()?.ok_or_else(|| {
             Failure::user("this node has no generation yet: nothing to reconcile")
         })?;
@@ -400,9 +383,9 @@ pub fn reconcile(
     };
     let json_out = args.json;
     mesh_activator::switch::watch(
-        state,
-        root,
-        netns,
+        &machine.state,
+        &machine.root,
+        machine.netns.clone(),
         std::time::Duration::from_secs(seconds),
         |round| match round {
             // A quiet round says nothing: the log shows only what was repaired.
@@ -450,14 +433,10 @@ fn verdict(g: &Generation, l: &mesh_activator::sockets::Listening) -> (bool, Str
     }
 }
 
-pub fn flip(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    args: FlipArgs,
-) -> Result<(), Failure> {
+pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
     if args.preview {
-        let node = Node::inspect(state, root, netns)?;
+        let node = machine.inspect()?;
         let (_, id, g) = node
             .current()?
             .ok_or_else(|| Failure::user("this node has no generation yet"))?;
@@ -525,7 +504,7 @@ pub fn flip(
         }
         return Ok(());
     }
-    let node = Node::open(state, root, netns)?;
+    let node = machine.open()?;
     let mut record = node
         .record()?
         .filter(|r| r.mode == Mode::Adopted)
@@ -557,14 +536,10 @@ pub fn flip(
     commit_record(&node, state, &decl, record, Trigger::Flip, args.json)
 }
 
-pub fn genesis(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
-    args: GenesisArgs,
-) -> Result<(), Failure> {
+pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
     use mesh_lib::model::{Port, Protocol, FOUNDATION_PORTS};
-    let node = Node::open(state, root, netns)?;
+    let node = machine.open()?;
     let mut record = match node.record()? {
         Some(r) => r,
         None => NodeRecord::managed(build_with(state, &args.node, None)?.generation.node.clone()),

@@ -58,6 +58,11 @@ fn load_record(
 
 pub fn run(cli: Cli) -> Result<(), Failure> {
     let state = state_dir(cli.global.state_dir)?;
+    let machine = activate::Machine {
+        state: state.clone(),
+        root: cli.global.root,
+        netns: cli.global.netns,
+    };
     match cli.command {
         Command::Build(args) => build_cmd(&state, args),
         Command::Show(args) => show_cmd(&state, args),
@@ -65,43 +70,17 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Record {
             command: RecordCommand::Export,
         } => record_export(&state),
-        Command::Switch(args) => {
-            activate::switch(&state, &cli.global.root, cli.global.netns.clone(), args)
-        }
-        Command::Rollback(args) => {
-            activate::rollback(&state, &cli.global.root, cli.global.netns.clone(), args)
-        }
-        Command::Generations(flag) => activate::generations(
-            &state,
-            &cli.global.root,
-            cli.global.netns.clone(),
-            flag.json,
-        ),
-        Command::Diff(args) => {
-            activate::diff(&state, &cli.global.root, cli.global.netns.clone(), args)
-        }
-        Command::Adopt(args) => {
-            activate::adopt(&state, &cli.global.root, cli.global.netns.clone(), args)
-        }
-        Command::Take(args) => {
-            activate::take(&state, &cli.global.root, cli.global.netns.clone(), args)
-        }
-        Command::Status(flag) => activate::status(
-            &state,
-            &cli.global.root,
-            cli.global.netns.clone(),
-            flag.json,
-        ),
-        Command::Gc(args) => activate::gc(&state, &cli.global.root, cli.global.netns.clone(), args),
-        Command::Genesis(args) => {
-            activate::genesis(&state, &cli.global.root, cli.global.netns.clone(), args)
-        }
-        Command::Flip(args) => {
-            activate::flip(&state, &cli.global.root, cli.global.netns.clone(), args)
-        }
-        Command::Reconcile(args) => {
-            activate::reconcile(&state, &cli.global.root, cli.global.netns, args)
-        }
+        Command::Switch(args) => activate::switch(&machine, args),
+        Command::Rollback(args) => activate::rollback(&machine, args),
+        Command::Generations(flag) => activate::generations(&machine, flag.json),
+        Command::Diff(args) => activate::diff(&machine, args),
+        Command::Adopt(args) => activate::adopt(&machine, args),
+        Command::Take(args) => activate::take(&machine, args),
+        Command::Status(flag) => activate::status(&machine, flag.json),
+        Command::Gc(args) => activate::gc(&machine, args),
+        Command::Genesis(args) => activate::genesis(&machine, args),
+        Command::Flip(args) => activate::flip(&machine, args),
+        Command::Reconcile(args) => activate::reconcile(&machine, args),
     }
 }
 

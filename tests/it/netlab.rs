@@ -218,13 +218,7 @@ impl Lab {
 
     /// Whether a client in `from` gets its datagram echoed by `addr:port`.
     pub fn reaches_udp(from: &Netns, addr: &str, port: u16) -> bool {
-        let target: SocketAddr = if addr.contains(':') {
-            format!("[{addr}]:{port}")
-        } else {
-            format!("{addr}:{port}")
-        }
-        .parse()
-        .unwrap();
+        let target = SocketAddr::new(addr.parse().unwrap(), port);
         in_ns(&from.name, || {
             let bind: SocketAddr = if target.is_ipv6() {
                 "[::]:0".parse().unwrap()
@@ -245,13 +239,7 @@ impl Lab {
 
     /// Whether a client in `from` gets `hi` from `addr:port`.
     pub fn reaches(from: &Netns, addr: &str, port: u16) -> bool {
-        let target: SocketAddr = if addr.contains(':') {
-            format!("[{addr}]:{port}")
-        } else {
-            format!("{addr}:{port}")
-        }
-        .parse()
-        .unwrap();
+        let target = SocketAddr::new(addr.parse().unwrap(), port);
         in_ns(&from.name, || {
             // Past the 1 s SYN retransmission: a first SYN can meet an unresolved IPv6 neighbour.
             let Ok(mut s) = TcpStream::connect_timeout(&target, Duration::from_millis(1500)) else {
