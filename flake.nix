@@ -18,6 +18,11 @@
           # The suite needs root, network namespaces and a Docker engine: the check below runs
           # the parts that need none of them.
           doCheck = false;
+          # The nftables driver opens libnftables (libnftables.so.1) at run time; without it on
+          # the search path it falls back to the `nft` command.
+          postFixup = ''
+            patchelf --add-rpath ${pkgs.lib.getLib pkgs.nftables}/lib $out/bin/mesh
+          '';
           meta.mainProgram = "mesh";
         };
       in

@@ -1,5 +1,6 @@
-//! The firewall, spoken through `nft` (inside `--netns` when given, so tests never touch the
-//! machine's own ruleset).
+//! The firewall, spoken in nft's language — through libnftables in process, or the `nft`
+//! command where the library cannot be opened — inside `--netns` when given, so tests never
+//! touch the machine's own ruleset.
 //!
 //! On every node the mesh's guard table is replaced in one `nft -f` transaction. On an adopted
 //! node the mesh loads no table of its own that accepts or drops by default: each opening is
@@ -34,6 +35,15 @@ pub enum FirewallError {
         #[source]
         source: std::io::Error,
     },
+    /// The network namespace cannot be entered (it does not exist, or no privilege).
+    #[error("cannot enter network namespace {netns}: {source}")]
+    Netns {
+        /// The namespace.
+        netns: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// `nft` refused; its own message.
     #[error("nft {what} failed{}: {stderr}", netns_note(.netns))]
     Nft {
@@ -59,10 +69,12 @@ fn netns_note(netns: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-/// `nft`, in a network namespace or not.
+/// nftables, in a network namespace or not: through libnftables in process when it can be
+/// opened (see [`crate::libnft`]), through the `nft` command otherwise.
 #[derive(Debug, Clone)]
 pub struct Nft {
     netns: Option<String>,
+    in_process: bool,
 }
 
 /// A base chain of the found firewall that openings go into.
@@ -278,7 +290,24 @@ fn family_of(name: &str) -> Option<NfFamily> {
 impl Nft {
     /// `nft` in `netns`, or in the machine's own namespace when `None`.
     pub fn new(netns: Option<String>) -> Self {
-        Self { netns }
+        Self {
+            netns,
+            in_process: crate::libnft::available(),
+        }
+    }
+
+    /// The same driver, always through the `nft` command (what it falls back to when
+    /// libnftables cannot be opened).
+    pub fn with_command(netns: Option<String>) -> Self {
+        Self {
+            netns,
+            in_process: false,
+        }
+    }
+
+    /// Whether it calls libnftables in process.
+    pub fn in_process(&self) -> bool {
+        self.in_process
     }
 
     /// The namespace it works in.
@@ -297,14 +326,54 @@ impl Nft {
         }
     }
 
-    /// Runs `nft ARGS` with `input` on its stdin; its stdout, or its own error message.
-    fn run(
+    /// Lists `what` (`ruleset`, `table inet NAME`), as JSON (`nft -j`) or nft's text.
+    fn list(&self, what: &str, json: bool) -> Result<String, FirewallError> {
+        let command = format!("list {what}");
+        if let Some(outcome) = self.library(&command, json, &command) {
+            return outcome;
+        }
+        let mut args: Vec<&str> = if json { vec!["-j"] } else { Vec::new() };
+        args.extend(command.split(' '));
+        self.run_tool("nft", &args, None, &command)
+    }
+
+    /// Applies `commands` (nft's text syntax) as one transaction: all of them or, when nft
+    /// refuses any, none.
+    fn apply(&self, commands: &str, what: &str) -> Result<(), FirewallError> {
+        if let Some(outcome) = self.library(commands, false, what) {
+            return outcome.map(drop);
+        }
+        self.run_tool("nft", &["-f", "-"], Some(commands.as_bytes()), what)
+            .map(drop)
+    }
+
+    /// Runs `commands` through libnftables in the namespace; `None` when the driver uses the
+    /// `nft` command instead.
+    fn library(
         &self,
-        args: &[&str],
-        input: Option<&[u8]>,
+        commands: &str,
+        json: bool,
         what: &str,
-    ) -> Result<String, FirewallError> {
-        self.run_tool("nft", args, input, what)
+    ) -> Option<Result<String, FirewallError>> {
+        if !self.in_process {
+            return None;
+        }
+        let outcome = crate::netns::within(self.netns.as_deref(), || {
+            Ok(crate::libnft::run(commands, json))
+        });
+        match outcome {
+            Err(source) => Some(Err(FirewallError::Netns {
+                netns: self.netns.clone().unwrap_or_default(),
+                source,
+            })),
+            Ok(None) => None,
+            Ok(Some(Ok(out))) => Some(Ok(out)),
+            Ok(Some(Err(stderr))) => Some(Err(FirewallError::Nft {
+                what: what.to_owned(),
+                netns: self.netns.clone(),
+                stderr,
+            })),
+        }
     }
 
     /// Runs `TOOL ARGS` (nft, iptables-nft, …) with `input`; its stdout, or its own message.
@@ -354,7 +423,7 @@ impl Nft {
 
     /// The whole ruleset as nft's JSON objects.
     pub fn ruleset(&self) -> Result<Vec<Value>, FirewallError> {
-        let text = self.run(&["-j", "list", "ruleset"], None, "list ruleset")?;
+        let text = self.list("ruleset", true)?;
         let v: Value =
             serde_json::from_str(&text).map_err(|e| FirewallError::Listing(e.to_string()))?;
         Ok(v["nftables"].as_array().cloned().unwrap_or_default())
@@ -443,7 +512,7 @@ impl Nft {
         };
         let mut dump = Dump::default();
         for (family, name) in &tables {
-            let text = self.run(&["list", "table", family, name], None, "list table")?;
+            let text = self.list(&format!("table {family} {name}"), false)?;
             dump.tables.insert(format!("{family} {name}"), text);
             if is_iptables_table(family, name) && !dump.iptables.contains_key(family) {
                 let tool = if family == "ip" {
@@ -495,11 +564,7 @@ impl Nft {
             .map(|(f, n)| dump.tables[&format!("{f} {n}")].as_str())
             .collect();
         if !native.is_empty() {
-            self.run(
-                &["-f", "-"],
-                Some(native.as_bytes()),
-                "restoring the found firewall",
-            )?;
+            self.apply(&native, "restoring the found firewall")?;
         }
         for (family, tool) in [
             ("ip", "iptables-nft-restore"),
@@ -657,7 +722,7 @@ impl Nft {
                 (false, true) => "loading the guard",
                 (false, false) => "converging the openings through the found firewall",
             };
-            self.run(&["-f", "-"], Some(commands.as_bytes()), what)?;
+            self.apply(&commands, what)?;
         }
         // iptables-nft's chains, through iptables itself.
         for (family, tool) in [("ip", "iptables-nft"), ("ip6", "ip6tables-nft")] {

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsFd;
 
 use mesh_lib::model::Protocol;
 use serde::Serialize;
@@ -141,22 +140,7 @@ fn sockets(netns: Option<&str>, include_loopback: bool) -> Result<Vec<Listening>
         netns: netns.map(str::to_owned),
         source,
     };
-    let tables = match netns {
-        None => read_tables(include_loopback).map_err(err)?,
-        Some(ns) => std::thread::scope(|s| {
-            s.spawn(|| {
-                let fd = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
-                rustix::thread::move_into_link_name_space(
-                    fd.as_fd(),
-                    Some(rustix::thread::LinkNameSpaceType::Network),
-                )?;
-                read_tables(include_loopback)
-            })
-            .join()
-            .expect("the socket reader does not panic")
-        })
-        .map_err(err)?,
-    };
+    let tables = crate::netns::within(netns, || read_tables(include_loopback)).map_err(err)?;
     let owners = owners();
     let mut out: Vec<Listening> = tables
         .into_iter()

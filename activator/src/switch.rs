@@ -155,6 +155,12 @@ impl ActivateError {
             ActivateError::WrongNode { .. } | ActivateError::NoSuchGeneration(_) => Kind::User,
             ActivateError::FoundContainerNotHeld { .. } => Kind::Refused,
             ActivateError::Firewall(crate::firewall::FirewallError::NotCovered(_)) => Kind::Refused,
+            // `--netns` names a namespace that does not exist: the user's input.
+            ActivateError::Firewall(crate::firewall::FirewallError::Netns { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Kind::User
+            }
             _ => Kind::System,
         }
     }

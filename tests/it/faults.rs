@@ -213,6 +213,29 @@ fn unknown_generation() {
     assert!(ran.stderr.contains("no generation yet"), "{}", ran.stderr);
 }
 
+/// `--netns` naming a namespace that does not exist: exit 1, the namespace named, nothing
+/// changed (and never the machine's own ruleset in its place).
+#[test]
+fn missing_network_namespace() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    let f = Fixture::new();
+    let before = f.snapshot();
+    let gone = format!("{}-gone", f.netns);
+    let mut c = f.command(&["switch", f.decl("a.ncl").to_str().unwrap()]);
+    c.env("MESH_NETNS", &gone);
+    let ran = crate::support::run(c);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains(&format!("cannot enter network namespace {gone}")),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(f.snapshot(), before);
+}
+
 /// A file or folder made immutable (`chattr +i`) for one test; made mutable again when dropped.
 struct Immutable(std::path::PathBuf);
 

@@ -7,6 +7,7 @@ mod containers;
 mod crash;
 mod faults;
 mod firewall_adopted;
+mod firewall_drivers;
 mod firewall_rules;
 mod genesis;
 mod held;

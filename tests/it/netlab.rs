@@ -13,7 +13,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -33,19 +32,7 @@ fn ip(args: &[&str]) {
 
 /// Runs `f` on a thread inside the network namespace `ns`.
 pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let fd = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
-            rustix::thread::move_into_link_name_space(
-                fd.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
-    })
+    mesh_activator::netns::within(Some(ns), || Ok(f())).expect("the namespace can be entered")
 }
 
 pub struct Lab {

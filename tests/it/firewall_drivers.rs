@@ -1,0 +1,155 @@
+//! The nftables driver speaks nft two ways: through libnftables in process (what a node uses)
+//! and through the `nft` command (its fallback where the library cannot be opened). Both must
+//! leave the kernel with the same ruleset, converge idempotently, and fail with nft's own
+//! message, changing nothing.
+
+use std::collections::BTreeSet;
+
+use mesh_activator::firewall::{Dump, Nft, Want};
+use mesh_lib::firewall::guard_ruleset;
+use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
+
+use crate::support::{have_root_tools, Netns};
+
+const PREDECESSOR: &str = "flush ruleset
+table inet pred {
+  chain input { type filter hook input priority 0; policy drop; tcp dport 80 accept; }
+  chain forward { type filter hook forward priority 0; policy drop; }
+}
+";
+
+fn settings() -> Settings {
+    Settings {
+        ports: [("bus", 4222), ("registry", 5000), ("hub", 51820)]
+            .into_iter()
+            .map(|(n, p)| (n.to_owned(), Port::new(p).unwrap()))
+            .collect(),
+        private_network: PrivateNetwork {
+            range: "10.77.0.0/24".parse().unwrap(),
+            address: "10.77.0.1".parse().unwrap(),
+            hub: false,
+        },
+    }
+}
+
+fn openings() -> Vec<Opening> {
+    let both = BTreeSet::from([TrafficPath::Incoming, TrafficPath::Forwarded]);
+    vec![
+        Opening {
+            module: "bus".into(),
+            setting: "bus".into(),
+            port: Port::new(4222).unwrap(),
+            protocol: Protocol::Tcp,
+            paths: both.clone(),
+            from: Source::Anywhere,
+        },
+        Opening {
+            module: "registry".into(),
+            setting: "registry".into(),
+            port: Port::new(5000).unwrap(),
+            protocol: Protocol::Tcp,
+            paths: both,
+            from: Source::Private,
+        },
+        Opening {
+            module: "hub".into(),
+            setting: "hub".into(),
+            port: Port::new(51820).unwrap(),
+            protocol: Protocol::Udp,
+            paths: BTreeSet::from([TrafficPath::Incoming]),
+            from: Source::Anywhere,
+        },
+    ]
+}
+
+fn nft(ns: &Netns, args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut full = vec!["nft"];
+    full.extend_from_slice(args);
+    let mut child = ns
+        .exec(&full)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "nft {args:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// What a converge through `driver` leaves in the kernel, starting from the predecessor alone.
+fn converged(ns: &Netns, driver: &Nft) -> String {
+    nft(ns, &["-f", "-"], PREDECESSOR);
+    let (settings, openings) = (settings(), openings());
+    let guard = guard_ruleset(&settings);
+    let want = Want {
+        guard: &guard,
+        base: None,
+        settings: &settings,
+        openings: &openings,
+        remove_tables: &[],
+    };
+    let done = driver.converge(&want).unwrap();
+    // bus and registry on both paths of both chains, hub on the incoming chain only.
+    assert_eq!((done.guard, done.inserted, done.removed), (true, 5, 0));
+    let again = driver.converge(&want).unwrap();
+    assert_eq!(
+        (again.guard, again.inserted, again.removed),
+        (false, 0, 0),
+        "a second converge changes nothing"
+    );
+    nft(ns, &["list", "ruleset"], "")
+}
+
+#[test]
+fn library_and_command_put_the_same_ruleset_in_force() {
+    if !have_root_tools(&["nft", "ip"]) {
+        return;
+    }
+    let ns = Netns::new("drivers");
+    let library = Nft::new(Some(ns.name.clone()));
+    assert!(
+        library.in_process(),
+        "libnftables.so.1 (package libnftables1, a dependency of nftables) can be opened"
+    );
+    let command = Nft::with_command(Some(ns.name.clone()));
+    assert!(!command.in_process());
+
+    let by_library = converged(&ns, &library);
+    let by_command = converged(&ns, &command);
+    assert_eq!(by_library, by_command);
+    assert!(by_library.contains("comment \"mesh: hub hub 51820/udp from anywhere\""));
+    assert!(by_library.contains("table inet mesh_guard"));
+
+    // nft refuses a table: both report nft's own message, and the ruleset is as it was.
+    let broken = Dump {
+        tables: [(
+            "inet broken".to_owned(),
+            "table inet broken { chain c { type filter hook nowhere priority 0; } }\n".to_owned(),
+        )]
+        .into(),
+        iptables: Default::default(),
+    };
+    for driver in [&library, &command] {
+        let err = driver.restore_missing(&broken).unwrap_err().to_string();
+        assert!(
+            err.contains("Error:") && err.contains("nowhere"),
+            "nft's own message: {err}"
+        );
+        assert_eq!(nft(&ns, &["list", "ruleset"], ""), by_command);
+    }
+
+    // A namespace that does not exist is an error, not the machine's own ruleset.
+    let missing = Nft::new(Some(format!("{}-gone", ns.name)));
+    let err = missing.ruleset().unwrap_err().to_string();
+    assert!(
+        err.starts_with("cannot enter network namespace") && err.contains("-gone"),
+        "{err}"
+    );
+}
