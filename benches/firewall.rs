@@ -135,6 +135,7 @@ fn main() {
         settings: &settings,
         openings: &openings,
         remove_tables: &[],
+        empty_inputs: &[],
     };
     let runs = 9;
 

@@ -360,11 +360,12 @@ fn say_round(id: &GenerationId, done: &mesh_activator::firewall::Converged, json
         say!("{}", json!({ "id": id, "converged": done }));
     } else {
         say!(
-            "{}: guard {}; base ruleset {}; found firewall: {} table(s) removed; through it: {} rule(s) inserted, {} removed",
+            "{}: guard {}; base ruleset {}; found firewall: {} table(s) removed, {} INPUT chain(s) emptied beside a container runtime; through it: {} rule(s) inserted, {} removed",
             id.short(),
             if done.guard { "loaded" } else { "in force" },
             if done.base { "changed" } else { "as it was" },
             done.removed_tables,
+            done.emptied_inputs,
             done.inserted,
             done.removed
         );

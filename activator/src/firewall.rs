@@ -198,6 +198,9 @@ pub struct Want<'a> {
     pub openings: &'a [Opening],
     /// Tables of the found firewall to remove (the flip).
     pub remove_tables: &'a [(String, String)],
+    /// Families whose iptables INPUT chain is the predecessor's in a table the container
+    /// runtime shares: emptied, policy accept (the flip), the rest of the table left alone.
+    pub empty_inputs: &'a [String],
 }
 
 /// The firewall found at adoption, as recorded in the store (JSON): every table as `nft list
@@ -218,20 +221,77 @@ impl Dump {
             .map_err(|e| FirewallError::Listing(format!("the recorded firewall dump: {e}")))
     }
 
-    /// The tables that hold a firewall (a filter chain on the input or forward hook), as
-    /// (family, name); a runtime's NAT tables are not the firewall.
+    /// The tables that hold the found firewall (a filter chain on the input or forward hook),
+    /// as (family, name): what the flip removes. A runtime's NAT tables are not the firewall, and
+    /// a container runtime's tables are not the predecessor's (see [`is_runtime_table`]).
     pub fn firewall_tables(&self) -> Vec<(String, String)> {
         self.tables
             .iter()
-            .filter(|(_, text)| {
-                text.contains("type filter hook input") || text.contains("type filter hook forward")
+            .filter(|(key, text)| {
+                (text.contains("type filter hook input")
+                    || text.contains("type filter hook forward"))
+                    && !is_runtime_table(key, text)
             })
-            .filter_map(|(key, _)| {
-                key.split_once(' ')
-                    .map(|(f, n)| (f.to_owned(), n.to_owned()))
-            })
+            .filter_map(|(key, _)| split_key(key))
             .collect()
     }
+
+    /// The families (`ip`, `ip6`) whose iptables `filter` table is shared by the container
+    /// runtime and the predecessor: the runtime's chains stay, the predecessor's INPUT chain is
+    /// its firewall (Docker never writes INPUT), so the flip empties that chain alone.
+    pub fn shared_inputs(&self) -> Vec<String> {
+        self.tables
+            .iter()
+            .filter(|(key, text)| {
+                is_runtime_table(key, text) && text.contains("type filter hook input")
+            })
+            .filter_map(|(key, _)| split_key(key))
+            .filter(|(family, name)| name == "filter" && matches!(family.as_str(), "ip" | "ip6"))
+            .map(|(family, _)| family)
+            .collect()
+    }
+
+    /// An `iptables-nft-restore --noflush` batch that puts a shared INPUT chain back as it was
+    /// found: its policy and its rules (not the mesh's, which the next converge inserts).
+    fn input_batch(&self, family: &str) -> Option<String> {
+        let save = self.iptables.get(family)?;
+        let filter = save
+            .split("\n*")
+            .find(|section| section.trim_start_matches('*').starts_with("filter"))?;
+        let mut policy = "ACCEPT";
+        let mut rules = String::new();
+        for line in filter.lines() {
+            if let Some(rest) = line.strip_prefix(":INPUT ") {
+                policy = rest.split_whitespace().next().unwrap_or("ACCEPT");
+            } else if line.starts_with("-A INPUT ")
+                && !line.contains(&format!("--comment \"{MARK}"))
+            {
+                rules.push_str(line);
+                rules.push('\n');
+            }
+        }
+        Some(format!(
+            "*filter\n:INPUT {policy} [0:0]\n-F INPUT\n{rules}COMMIT\n"
+        ))
+    }
+}
+
+/// Whether a table (`family name`, and its text as nft lists it) is a container runtime's:
+/// Docker's iptables chains (`DOCKER`, `DOCKER-USER`, `DOCKER-ISOLATION-STAGE-1`, …) or its
+/// nftables tables (`docker-bridges`). The runtime adds and removes its rules as containers come
+/// and go: the flip does not remove them (Docker could no longer publish a port), and a
+/// rollback does not load an old copy of them.
+pub fn is_runtime_table(key: &str, text: &str) -> bool {
+    key.split_once(' ')
+        .is_some_and(|(_, name)| name.starts_with("docker"))
+        || text
+            .lines()
+            .any(|l| l.trim_start().starts_with("chain DOCKER"))
+}
+
+fn split_key(key: &str) -> Option<(String, String)> {
+    key.split_once(' ')
+        .map(|(f, n)| (f.to_owned(), n.to_owned()))
 }
 
 fn is_iptables_table(family: &str, name: &str) -> bool {
@@ -252,6 +312,9 @@ pub struct Converged {
     pub inserted: usize,
     /// Rules of the mesh's removed from found chains (no longer wanted, or to be rewritten).
     pub removed: usize,
+    /// The predecessor's INPUT chains emptied in tables the container runtime shares (the
+    /// flip).
+    pub emptied_inputs: usize,
 }
 
 /// The comment of an `iptables -S` line, unquoted.
@@ -543,7 +606,9 @@ impl Nft {
 
     /// Loads back every table of `dump` that is not in force: the found firewall after a
     /// rollback across the flip. nft's own tables in one transaction; iptables-nft's through
-    /// iptables-nft-restore, so iptables still speaks them. Returns the tables restored.
+    /// iptables-nft-restore, so iptables still speaks them; a container runtime's tables never
+    /// (they are the runtime's, and an old copy would be wrong), but the predecessor's INPUT
+    /// chain in a table the runtime shares is put back as found. Returns what was restored.
     pub fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
         let ruleset = self.ruleset()?;
         let present = |f: &str, n: &str| {
@@ -554,8 +619,9 @@ impl Nft {
         };
         let missing: Vec<(String, String)> = dump
             .tables
-            .keys()
-            .filter_map(|k| k.split_once(' ').map(|(f, n)| (f.to_owned(), n.to_owned())))
+            .iter()
+            .filter(|(key, text)| !is_runtime_table(key, text))
+            .filter_map(|(key, _)| split_key(key))
             .filter(|(f, n)| !present(f, n))
             .collect();
         let native: String = missing
@@ -584,7 +650,25 @@ impl Nft {
                 }
             }
         }
-        Ok(missing)
+        // The predecessor's INPUT chains in tables the runtime shares, as they were found.
+        let mut restored = missing;
+        for family in dump.shared_inputs() {
+            let tool = if family == "ip" {
+                "iptables-nft-restore"
+            } else {
+                "ip6tables-nft-restore"
+            };
+            if let Some(batch) = dump.input_batch(&family) {
+                self.run_tool(
+                    tool,
+                    &["--noflush"],
+                    Some(batch.as_bytes()),
+                    "restoring the predecessor's INPUT chain",
+                )?;
+                restored.push((family, "filter INPUT".to_owned()));
+            }
+        }
+        Ok(restored)
     }
 
     fn mesh_rules(ruleset: &[Value], chains: &[FoundChain]) -> Vec<MeshRule> {
@@ -729,12 +813,16 @@ impl Nft {
             if removed(family, "filter") {
                 continue;
             }
+            let emptied = want.empty_inputs.iter().any(|f| f == family);
+            if emptied && self.empty_input(&ruleset, family, tool)? {
+                done.emptied_inputs += 1;
+            }
             let chains: Vec<&str> = ruleset
                 .iter()
                 .filter_map(|o| o.get("chain"))
                 .filter(|c| c["family"] == family && c["table"] == "filter")
                 .filter_map(|c| c["name"].as_str())
-                .filter(|n| matches!(*n, "INPUT" | "FORWARD"))
+                .filter(|n| *n == "FORWARD" || (*n == "INPUT" && !emptied))
                 .collect();
             if chains.is_empty() {
                 continue;
@@ -745,6 +833,41 @@ impl Nft {
             done.removed += removed;
         }
         Ok(done)
+    }
+
+    /// Empties the predecessor's INPUT chain of a `filter` table the container runtime shares
+    /// (its rules flushed, its policy accept) unless it already is; whether it did.
+    fn empty_input(
+        &self,
+        ruleset: &[Value],
+        family: &str,
+        tool: &str,
+    ) -> Result<bool, FirewallError> {
+        let input = |x: &Value, name_key: &str| {
+            x["family"] == family && x["table"] == "filter" && x[name_key] == "INPUT"
+        };
+        let Some(chain) = ruleset
+            .iter()
+            .filter_map(|o| o.get("chain"))
+            .find(|c| input(c, "name"))
+        else {
+            return Ok(false);
+        };
+        let rules = ruleset
+            .iter()
+            .filter_map(|o| o.get("rule"))
+            .filter(|r| input(r, "chain"))
+            .count();
+        if chain["policy"] == "accept" && rules == 0 {
+            return Ok(false);
+        }
+        self.run_tool(
+            &format!("{tool}-restore"),
+            &["--noflush"],
+            Some(b"*filter\n:INPUT ACCEPT [0:0]\n-F INPUT\nCOMMIT\n"),
+            "emptying the predecessor's INPUT chain",
+        )?;
+        Ok(true)
     }
 
     /// Converges the openings through iptables-nft's INPUT and FORWARD chains, spoken through
@@ -826,5 +949,41 @@ impl Nft {
             "converging the openings through iptables",
         )?;
         Ok((wanted.len(), present.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Docker's tables are the runtime's; the predecessor's INPUT in the table it shares comes
+    /// back from the save with its policy and rules, never the mesh's own.
+    #[test]
+    fn runtime_tables_and_the_shared_input() {
+        let shared = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n\tchain DOCKER-USER {\n\t}\n}\n";
+        let pred = "table inet pred {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n}\n";
+        let dump = Dump {
+            tables: [
+                ("ip filter".to_owned(), shared.to_owned()),
+                ("inet pred".to_owned(), pred.to_owned()),
+                ("ip docker-bridges".to_owned(), String::new()),
+            ]
+            .into(),
+            iptables: [(
+                "ip".to_owned(),
+                "# Generated by iptables-nft-save\n*nat\n:INPUT ACCEPT [0:0]\n-A INPUT -j X\nCOMMIT\n*filter\n:INPUT DROP [12:34]\n:DOCKER-USER - [0:0]\n-A INPUT -p tcp -m tcp --dport 22 -m comment --comment \"mesh: ssh ssh 22/tcp from anywhere\" -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 80 -j ACCEPT\n-A DOCKER-USER -j RETURN\nCOMMIT\n".to_owned(),
+            )]
+            .into(),
+        };
+        assert!(is_runtime_table("ip filter", shared));
+        assert!(is_runtime_table("ip docker-bridges", ""));
+        assert!(!is_runtime_table("inet pred", pred));
+        assert_eq!(dump.firewall_tables(), [("inet".into(), "pred".into())]);
+        assert_eq!(dump.shared_inputs(), ["ip"]);
+        assert_eq!(
+            dump.input_batch("ip").unwrap(),
+            "*filter\n:INPUT DROP [0:0]\n-F INPUT\n-A INPUT -p tcp -m tcp --dport 80 -j ACCEPT\nCOMMIT\n"
+        );
+        assert_eq!(dump.input_batch("ip6"), None);
     }
 }

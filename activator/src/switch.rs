@@ -831,26 +831,27 @@ impl Node {
         &self,
         generation: &Generation,
     ) -> Result<crate::firewall::Converged, ActivateError> {
-        let openings: &[mesh_lib::model::Opening] = if generation.mode == Mode::Adopted {
-            &generation.openings
-        } else {
-            &[]
-        };
         // On a managed node that was adopted, the found firewall goes: its tables are those of
-        // the dump recorded at adoption that hold a firewall.
-        let mut remove_tables = Vec::new();
+        // the dump recorded at adoption that hold a firewall, and its INPUT chain in a table a
+        // container runtime shares.
+        let (mut remove_tables, mut empty_inputs) = (Vec::new(), Vec::new());
         if generation.mode == Mode::Managed {
             if let Some(found) = self.record()?.and_then(|r| r.found.firewall) {
-                remove_tables =
-                    crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?.firewall_tables();
+                let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
+                remove_tables = dump.firewall_tables();
+                empty_inputs = dump.shared_inputs();
             }
         }
+        // The openings go through every foreign base chain that stays in force: on an adopted
+        // node the predecessor's; on a managed one what a container runtime keeps (a drop
+        // there is as final as anywhere).
         Ok(self.nft.converge(&crate::firewall::Want {
             guard: &generation.firewall.guard,
             base: generation.firewall.base.as_ref(),
             settings: &generation.settings,
-            openings,
+            openings: &generation.openings,
             remove_tables: &remove_tables,
+            empty_inputs: &empty_inputs,
         })?)
     }
 

@@ -48,19 +48,10 @@ fn matrix(lab: &Lab) -> Vec<(String, u16, bool)> {
     for port in [5432, 15672] {
         probes.push(("loopback", &lab.node, "127.0.0.1", port));
     }
-    // All at once: a refused probe waits for its timeout.
-    std::thread::scope(|s| {
-        let handles: Vec<_> = probes
-            .iter()
-            .map(|(who, ns, addr, port)| {
-                s.spawn(move || (who.to_string(), *port, Lab::reaches(ns, addr, *port)))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
+    Lab::probe(&probes)
 }
 
-fn open_in(m: &[(String, u16, bool)]) -> Vec<String> {
+pub fn open_in(m: &[(String, u16, bool)]) -> Vec<String> {
     m.iter()
         .filter(|(_, _, open)| *open)
         .map(|(who, port, _)| format!("{who}:{port}"))
@@ -244,7 +235,7 @@ fn story(kind: Kind) {
     let done: serde_json::Value = serde_json::from_str(again.last_line()).unwrap();
     assert_eq!(
         done["converged"],
-        serde_json::json!({"base": false, "guard": false, "inserted": 0, "removed": 0, "removed_tables": 0})
+        serde_json::json!({"base": false, "guard": false, "inserted": 0, "removed": 0, "removed_tables": 0, "emptied_inputs": 0})
     );
     let listing = match kind {
         Kind::Nftables => lab

@@ -94,6 +94,7 @@ fn converged(ns: &Netns, driver: &Nft) -> String {
         settings: &settings,
         openings: &openings,
         remove_tables: &[],
+        empty_inputs: &[],
     };
     let done = driver.converge(&want).unwrap();
     // bus and registry on both paths of both chains, hub on the incoming chain only.

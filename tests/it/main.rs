@@ -9,6 +9,7 @@ mod faults;
 mod firewall_adopted;
 mod firewall_drivers;
 mod firewall_rules;
+mod firewall_runtime;
 mod genesis;
 mod held;
 mod netlab;

@@ -237,4 +237,18 @@ impl Lab {
             s.read_exact(&mut buf).is_ok() && &buf == b"hi\n"
         })
     }
+
+    /// Probes every (who, from, address, port) at once — a refused probe waits for its
+    /// timeout — and says, in the order given, which were reached.
+    pub fn probe(probes: &[(&str, &Netns, &str, u16)]) -> Vec<(String, u16, bool)> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = probes
+                .iter()
+                .map(|(who, ns, addr, port)| {
+                    s.spawn(move || (who.to_string(), *port, Lab::reaches(ns, addr, *port)))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
 }
