@@ -14,7 +14,7 @@ use common::{median, ms};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use mesh_activator::firewall::{Nft, Want};
+use mesh_activator::firewall::{Firewall, Kernel, Want};
 use mesh_lib::firewall::{guard_ruleset, opening_comment};
 use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
 
@@ -128,7 +128,7 @@ fn main() {
     };
     let (settings, openings) = (settings(), openings());
     let guard = guard_ruleset(&settings);
-    let nft = Nft::new(None);
+    let nft = Kernel::new(None);
     let want = Want {
         guard: &guard,
         base: None,
@@ -152,9 +152,9 @@ fn main() {
     );
     // The native driver as a node runs it (libnftables in process) and as it falls back when
     // the library cannot be opened (the `nft` command).
-    let command = Nft::with_command(None);
+    let command = Kernel::with_command(None);
     assert!(nft.in_process(), "libnftables.so.1 cannot be opened here");
-    let first = |driver: &Nft| {
+    let first = |driver: &Kernel| {
         median(
             (0..runs)
                 .map(|_| {
@@ -168,7 +168,7 @@ fn main() {
                 .collect(),
         )
     };
-    let noop = |driver: &Nft| {
+    let noop = |driver: &Kernel| {
         median(
             (0..runs)
                 .map(|_| {

@@ -9,15 +9,16 @@
 //! - a switch commits by atomically moving the profile's `current` link, so a crash leaves the
 //!   old or the new generation, never a mix.
 //!
-//! Files are done; the firewall and containers take their place in the same plan in the issues
-//! that build them.
+//! The effects sit behind small seams: [`root::Root`] for files (openat2, never following a
+//! link), [`firewall::Firewall`] for the kernel's firewall (a real [`firewall::Kernel`] and a
+//! [`firewall::Recording`] one), [`docker::Engine`] for containers. A switch puts the firewall
+//! in force first, then the files, then the containers.
 #![deny(missing_docs)]
 
 pub mod crash;
 pub mod docker;
 pub mod firewall;
 pub mod host;
-pub mod libnft;
 pub mod lock;
 pub mod netns;
 pub mod plan;

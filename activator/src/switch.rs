@@ -246,7 +246,7 @@ pub struct Node {
     /// The profile.
     pub profile: Profile,
     ids: Ids,
-    nft: crate::firewall::Nft,
+    firewall: Box<dyn crate::firewall::Firewall>,
     _lock: Option<StateLock>,
 }
 
@@ -290,9 +290,18 @@ impl Node {
             store,
             profile,
             ids: Ids::load(),
-            nft: crate::firewall::Nft::new(netns),
+            firewall: Box::new(crate::firewall::Kernel::new(netns)),
             _lock: lock,
         })
+    }
+
+    /// The same node, its firewall spoken to through `firewall` (a [`Recording`] one in tests
+    /// of what the activator asks of it).
+    ///
+    /// [`Recording`]: crate::firewall::Recording
+    pub fn with_firewall(mut self, firewall: Box<dyn crate::firewall::Firewall>) -> Self {
+        self.firewall = firewall;
+        self
     }
 
     /// The node record, if the node was ever adopted.
@@ -818,7 +827,7 @@ impl Node {
         if record.found.firewall.is_some() {
             return Ok(());
         }
-        if let Some((kind, dump)) = self.nft.detect()? {
+        if let Some((kind, dump)) = self.firewall.detect()? {
             let hash = self.store.put_blob(dump.as_bytes(), true)?;
             record.found.firewall = Some(mesh_lib::record::FoundFirewall { kind, dump: hash });
         }
@@ -845,7 +854,7 @@ impl Node {
         // The openings go through every foreign base chain that stays in force: on an adopted
         // node the predecessor's; on a managed one what a container runtime keeps (a drop
         // there is as final as anywhere).
-        Ok(self.nft.converge(&crate::firewall::Want {
+        Ok(self.firewall.converge(&crate::firewall::Want {
             guard: &generation.firewall.guard,
             base: generation.firewall.base.as_ref(),
             settings: &generation.settings,
@@ -862,19 +871,19 @@ impl Node {
             return Ok(Vec::new());
         };
         let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
-        Ok(self.nft.restore_missing(&dump)?)
+        Ok(self.firewall.restore_missing(&dump)?)
     }
 
     /// Every port taken on the node, loopback included: what genesis checks.
     pub fn bound(&self) -> Result<Vec<crate::sockets::Listening>, crate::sockets::SocketsError> {
-        crate::sockets::bound(self.nft.netns())
+        crate::sockets::bound(self.firewall.netns())
     }
 
     /// What is reachable on the node: its sockets not bound to loopback.
     pub fn listening(
         &self,
     ) -> Result<Vec<crate::sockets::Listening>, crate::sockets::SocketsError> {
-        crate::sockets::listening(self.nft.netns())
+        crate::sockets::listening(self.firewall.netns())
     }
 
     /// Puts back what `applied` changed: the content observed before, or nothing where there was
@@ -1101,4 +1110,108 @@ pub fn watch(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use mesh_lib::model::{
+        FirewallRules, NodeName, Opening, Port, PrivateNetwork, Protocol, Settings, Source,
+        TrafficPath,
+    };
+    use mesh_lib::record::{FirewallKind, FoundFirewall};
+
+    use super::*;
+    use crate::firewall::{Call, Dump, Recording};
+
+    fn generation(mode: Mode) -> Generation {
+        let settings = Settings {
+            ports: [("pg".to_owned(), Port::new(15432).unwrap())].into(),
+            private_network: PrivateNetwork {
+                range: "10.77.0.0/24".parse().unwrap(),
+                address: "10.77.0.1".parse().unwrap(),
+                hub: false,
+            },
+        };
+        let openings = vec![Opening {
+            module: "pg".into(),
+            setting: "pg".into(),
+            port: Port::new(15432).unwrap(),
+            protocol: Protocol::Tcp,
+            paths: BTreeSet::from([TrafficPath::Forwarded]),
+            from: Source::Anywhere,
+        }];
+        Generation {
+            format: 1,
+            node: NodeName::new("n1").unwrap(),
+            mode,
+            firewall: FirewallRules {
+                guard: mesh_lib::firewall::guard_ruleset(&settings),
+                base: (mode == Mode::Managed)
+                    .then(|| mesh_lib::firewall::base_ruleset(&settings, &openings)),
+            },
+            settings,
+            modules: BTreeMap::new(),
+            files: BTreeMap::new(),
+            containers: BTreeMap::new(),
+            openings,
+        }
+    }
+
+    /// What the flip removes is decided from the dump recorded at adoption: the predecessor's
+    /// own table, never a container runtime's (whose shared INPUT chain is emptied instead);
+    /// and the openings go on through what stays, on the adopted and the managed node alike.
+    #[test]
+    fn converge_asks_for_the_predecessor_gone_and_the_runtime_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, root) = (dir.path().join("state"), dir.path().join("root"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let firewall = Arc::new(Recording::default());
+        let node = Node::open(&state, &root, None)
+            .unwrap()
+            .with_firewall(Box::new(firewall.clone()));
+        let dump = Dump {
+            tables: [
+                ("inet pred".to_owned(), "table inet pred {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n}\n".to_owned()),
+                ("ip filter".to_owned(), "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n\tchain DOCKER {\n\t}\n}\n".to_owned()),
+                ("ip nat".to_owned(), "table ip nat {\n\tchain DOCKER {\n\t}\n}\n".to_owned()),
+            ]
+            .into(),
+            iptables: BTreeMap::new(),
+        };
+        let mut record = NodeRecord::managed(NodeName::new("n1").unwrap());
+        record.mode = Mode::Adopted;
+        record.found.firewall = Some(FoundFirewall {
+            kind: FirewallKind::Nftables,
+            dump: node
+                .store
+                .put_blob(&serde_json::to_vec(&dump).unwrap(), true)
+                .unwrap(),
+        });
+        std::fs::write(record_path(&state), serde_json::to_vec(&record).unwrap()).unwrap();
+
+        node.converge_firewall(&generation(Mode::Adopted)).unwrap();
+        node.converge_firewall(&generation(Mode::Managed)).unwrap();
+        let opening = vec!["mesh: pg pg 15432/tcp from anywhere".to_owned()];
+        assert_eq!(
+            firewall.calls(),
+            [
+                Call::Converge {
+                    base: false,
+                    openings: opening.clone(),
+                    remove_tables: vec![],
+                    empty_inputs: vec![],
+                },
+                Call::Converge {
+                    base: true,
+                    openings: opening,
+                    remove_tables: vec![("inet".into(), "pred".into())],
+                    empty_inputs: vec!["ip".into()],
+                },
+            ]
+        );
+    }
 }

@@ -555,7 +555,8 @@ pub struct Generation {
     /// Declared containers by name.
     pub containers: BTreeMap<ContainerName, ContainerEntry>,
     /// Openings, sorted. On an adopted node they are converged through the found firewall; on a
-    /// managed node the base ruleset accepts them.
+    /// managed node the base ruleset accepts them (and they go through a container runtime's
+    /// chains that stay in force, as on an adopted one).
     pub openings: Vec<Opening>,
     /// The guard and, on a managed node, the base ruleset.
     pub firewall: FirewallRules,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use mesh_activator::firewall::{Dump, Nft, Want};
+use mesh_activator::firewall::{Dump, Firewall, Kernel, Want};
 use mesh_lib::firewall::guard_ruleset;
 use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
 
@@ -84,7 +84,7 @@ fn nft(ns: &Netns, args: &[&str], input: &str) -> String {
 }
 
 /// What a converge through `driver` leaves in the kernel, starting from the predecessor alone.
-fn converged(ns: &Netns, driver: &Nft) -> String {
+fn converged(ns: &Netns, driver: &Kernel) -> String {
     nft(ns, &["-f", "-"], PREDECESSOR);
     let (settings, openings) = (settings(), openings());
     let guard = guard_ruleset(&settings);
@@ -114,12 +114,12 @@ fn library_and_command_put_the_same_ruleset_in_force() {
         return;
     }
     let ns = Netns::new("drivers");
-    let library = Nft::new(Some(ns.name.clone()));
+    let library = Kernel::new(Some(ns.name.clone()));
     assert!(
         library.in_process(),
         "libnftables.so.1 (package libnftables1, a dependency of nftables) can be opened"
     );
-    let command = Nft::with_command(Some(ns.name.clone()));
+    let command = Kernel::with_command(Some(ns.name.clone()));
     assert!(!command.in_process());
 
     let by_library = converged(&ns, &library);
@@ -147,7 +147,7 @@ fn library_and_command_put_the_same_ruleset_in_force() {
     }
 
     // A namespace that does not exist is an error, not the machine's own ruleset.
-    let missing = Nft::new(Some(format!("{}-gone", ns.name)));
+    let missing = Kernel::new(Some(format!("{}-gone", ns.name)));
     let err = missing.ruleset().unwrap_err().to_string();
     assert!(
         err.starts_with("cannot enter network namespace") && err.contains("-gone"),

@@ -1,0 +1,276 @@
+//! The firewall in the kernel: the [`Firewall`] a node's switch goes through. It lists the
+//! ruleset once, writes the mesh's own tables (guard, base ruleset), the removal of the found
+//! firewall and the nftables driver's openings in one nft transaction, then the iptables-nft
+//! driver's openings through iptables.
+
+use mesh_lib::firewall::{render_nft, render_rule, BASE_TABLE, GUARD_TABLE};
+use serde_json::Value;
+
+use super::dump::{is_iptables_table, split_key};
+use super::nft::Nft;
+use super::{
+    iptables, is_runtime_table, netns_note, nftables, Converged, Dump, Firewall, FirewallError,
+    FoundChain, Want,
+};
+
+/// The kernel's firewall, in a network namespace or the machine's own.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    nft: Nft,
+}
+
+/// Whether one of the mesh's tables in force is the wanted one: the same chains, and the same
+/// rules by their comments and count, in order.
+fn same_table(ruleset: &[Value], name: &str, wanted: &::nftables::schema::Nftables<'_>) -> bool {
+    use ::nftables::schema::{NfListObject, NfObject};
+    let in_table = |o: &&Value, kind: &str| {
+        o.get(kind)
+            .is_some_and(|x| x["table"] == name && x["family"] == "inet")
+    };
+    let chains: Vec<&str> = ruleset
+        .iter()
+        .filter(|o| in_table(o, "chain"))
+        .filter_map(|o| o["chain"]["name"].as_str())
+        .collect();
+    let rules: Vec<(&str, Option<&str>)> = ruleset
+        .iter()
+        .filter(|o| in_table(o, "rule"))
+        .filter_map(|o| Some((o["rule"]["chain"].as_str()?, o["rule"]["comment"].as_str())))
+        .collect();
+    let mut want_chains = Vec::new();
+    let mut want_rules = Vec::new();
+    for o in wanted.objects.iter() {
+        match o {
+            NfObject::ListObject(NfListObject::Chain(c)) => want_chains.push(c.name.as_ref()),
+            NfObject::ListObject(NfListObject::Rule(r)) => {
+                want_rules.push((r.chain.as_ref(), r.comment.as_deref()))
+            }
+            _ => {}
+        }
+    }
+    chains == want_chains && rules == want_rules
+}
+
+/// The `nft` commands (text) that replace one of the mesh's tables. When its base chains are already the
+/// wanted ones (hook, priority, policy), the table is flushed and refilled: deleting a table
+/// with base chains makes the kernel wait out an RCU grace period, the largest part of a
+/// converge. Otherwise it is deleted, if it exists, and built anew.
+fn replace_table(
+    ruleset: &[Value],
+    name: &str,
+    rules: &::nftables::schema::Nftables<'_>,
+) -> String {
+    use ::nftables::schema::{NfListObject, NfObject};
+    let present: Vec<&Value> = ruleset
+        .iter()
+        .filter_map(|o| o.get("chain"))
+        .filter(|c| c["table"] == name && c["family"] == "inet")
+        .collect();
+    let wanted: Vec<Value> = rules
+        .objects
+        .iter()
+        .filter_map(|o| match o {
+            NfObject::ListObject(NfListObject::Chain(c)) => serde_json::to_value(c).ok(),
+            _ => None,
+        })
+        .collect();
+    let spec = |c: &Value| {
+        (
+            c["name"].clone(),
+            c["hook"].clone(),
+            c["prio"].clone(),
+            c["policy"].clone(),
+        )
+    };
+    let same_chains = present.len() == wanted.len()
+        && present.iter().zip(&wanted).all(|(p, w)| spec(p) == spec(w));
+    let exists = ruleset
+        .iter()
+        .filter_map(|o| o.get("table"))
+        .any(|t| t["name"] == name && t["family"] == "inet");
+    let mut commands = String::new();
+    if exists && same_chains {
+        commands.push_str(&format!("flush table inet {name}\n"));
+        for o in rules.objects.iter() {
+            if let NfObject::ListObject(NfListObject::Rule(r)) = o {
+                commands.push_str(&format!(
+                    "add rule inet {name} {} {}\n",
+                    r.chain,
+                    render_rule(&r.expr, r.comment.as_deref())
+                ));
+            }
+        }
+    } else {
+        if exists {
+            commands.push_str(&format!("delete table inet {name}\n"));
+        }
+        commands.push_str(&render_nft(rules));
+    }
+    commands
+}
+
+fn table_present(ruleset: &[Value], family: &str, name: &str) -> bool {
+    ruleset
+        .iter()
+        .filter_map(|o| o.get("table"))
+        .any(|t| t["family"] == family && t["name"] == name)
+}
+
+impl Kernel {
+    /// The firewall of network namespace `netns` (`None`: the machine's own), spoken through
+    /// libnftables when it can be opened, the `nft` command otherwise.
+    pub fn new(netns: Option<String>) -> Self {
+        Self {
+            nft: Nft::new(netns),
+        }
+    }
+
+    /// The same, always through the `nft` command (what it falls back to).
+    pub fn with_command(netns: Option<String>) -> Self {
+        Self {
+            nft: Nft::with_command(netns),
+        }
+    }
+
+    /// Whether nft is spoken to in process (libnftables).
+    pub fn in_process(&self) -> bool {
+        self.nft.in_process()
+    }
+
+    /// The whole ruleset as nft's JSON objects.
+    pub fn ruleset(&self) -> Result<Vec<Value>, FirewallError> {
+        self.nft.ruleset()
+    }
+}
+
+impl Firewall for Kernel {
+    /// Every table besides the mesh's is dumped (`nft list table …`, which `nft -f` loads back;
+    /// for iptables-nft's tables also what `iptables-nft-save` prints). Legacy iptables rules
+    /// are refused.
+    fn detect(&self) -> Result<Option<(mesh_lib::record::FirewallKind, String)>, FirewallError> {
+        if let Some(save) = iptables::legacy_rules(&self.nft) {
+            return Err(FirewallError::NotCovered(format!(
+                "legacy iptables rules are in force{} ({save} lists them)",
+                netns_note(&self.nft.netns().map(str::to_owned))
+            )));
+        }
+        let ruleset = self.nft.ruleset()?;
+        let chains = nftables::found_chains(&ruleset);
+        if chains.is_empty() {
+            return Ok(None);
+        }
+        let kind = if chains.iter().all(iptables::speaks) {
+            mesh_lib::record::FirewallKind::IptablesNft
+        } else {
+            mesh_lib::record::FirewallKind::Nftables
+        };
+        let mut tables: Vec<(&str, &str)> = ruleset
+            .iter()
+            .filter_map(|o| o.get("table"))
+            .filter_map(|t| Some((t["family"].as_str()?, t["name"].as_str()?)))
+            .filter(|(_, name)| !name.starts_with("mesh_"))
+            .collect();
+        tables.sort();
+        let mut dump = Dump::default();
+        for (family, name) in tables {
+            let text = self.nft.list(&format!("table {family} {name}"), false)?;
+            dump.tables.insert(format!("{family} {name}"), text);
+            if is_iptables_table(family, name) && !dump.iptables.contains_key(family) {
+                dump.iptables
+                    .insert(family.to_owned(), iptables::save(&self.nft, family)?);
+            }
+        }
+        let text =
+            serde_json::to_string(&dump).map_err(|e| FirewallError::Listing(e.to_string()))?;
+        Ok(Some((kind, text)))
+    }
+
+    /// The base ruleset loaded (replaced when it differs) or removed, the guard replaced when it
+    /// differs, the found firewall's tables removed when asked (the flip) and the openings
+    /// through nft's own found chains, all in one nft transaction; then the openings through
+    /// iptables-nft's chains.
+    fn converge(&self, want: &Want<'_>) -> Result<Converged, FirewallError> {
+        let ruleset = self.nft.ruleset()?;
+        let mut done = Converged::default();
+        // One transaction, written in nft's text syntax (nft reads it faster than its JSON).
+        let mut commands = String::new();
+        match want.base {
+            Some(base) if !same_table(&ruleset, BASE_TABLE, base) => {
+                commands.push_str(&replace_table(&ruleset, BASE_TABLE, base));
+                done.base = true;
+            }
+            Some(_) => {}
+            None if table_present(&ruleset, "inet", BASE_TABLE) => {
+                commands.push_str(&format!("delete table inet {BASE_TABLE}\n"));
+                done.base = true;
+            }
+            None => {}
+        }
+        for (family, name) in want.remove_tables {
+            if table_present(&ruleset, family, name) {
+                commands.push_str(&format!("delete table {family} {name}\n"));
+                done.removed_tables += 1;
+            }
+        }
+        // The guard: compared by what the kernel lists back, rule by rule.
+        if !same_table(&ruleset, GUARD_TABLE, want.guard) {
+            commands.push_str(&replace_table(&ruleset, GUARD_TABLE, want.guard));
+            done.guard = true;
+        }
+        // The openings through nft's own found chains; none into tables the flip removes.
+        let chains: Vec<FoundChain> = nftables::found_chains(&ruleset)
+            .into_iter()
+            .filter(|c| !iptables::speaks(c))
+            .filter(|c| {
+                !want
+                    .remove_tables
+                    .iter()
+                    .any(|(f, t)| *f == c.family && *t == c.table)
+            })
+            .collect();
+        let (openings, inserted, removed) = nftables::openings(&ruleset, &chains, want);
+        commands.push_str(&openings);
+        (done.inserted, done.removed) = (inserted, removed);
+        if !commands.is_empty() {
+            let what = match (done.base, done.guard) {
+                (true, _) => "loading the base ruleset and the guard",
+                (false, true) => "loading the guard",
+                (false, false) => "converging the openings through the found firewall",
+            };
+            self.nft.apply(&commands, what)?;
+        }
+        let (inserted, removed, emptied) = iptables::converge(&self.nft, &ruleset, want)?;
+        done.inserted += inserted;
+        done.removed += removed;
+        done.emptied_inputs = emptied;
+        Ok(done)
+    }
+
+    /// nft's own tables in one transaction; iptables-nft's through iptables-nft-restore; a
+    /// container runtime's never (they are the runtime's, and an old copy would be wrong), but
+    /// the predecessor's INPUT chain in a table the runtime shares is put back as found.
+    fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
+        let ruleset = self.nft.ruleset()?;
+        let missing: Vec<(String, String)> = dump
+            .tables
+            .iter()
+            .filter(|(key, text)| !is_runtime_table(key, text))
+            .filter_map(|(key, _)| split_key(key))
+            .filter(|(f, n)| !table_present(&ruleset, f, n))
+            .collect();
+        let native: String = missing
+            .iter()
+            .filter(|(f, n)| !is_iptables_table(f, n))
+            .map(|(f, n)| dump.tables[&format!("{f} {n}")].as_str())
+            .collect();
+        if !native.is_empty() {
+            self.nft.apply(&native, "restoring the found firewall")?;
+        }
+        let inputs = iptables::restore(&self.nft, dump, &missing)?;
+        Ok(missing.into_iter().chain(inputs).collect())
+    }
+
+    fn netns(&self) -> Option<&str> {
+        self.nft.netns()
+    }
+}
