@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    RenameContainerOptionsBuilder, StopContainerOptionsBuilder,
+    RenameContainerOptionsBuilder,
 };
 use bollard::Docker;
 use mesh_lib::model::{ContainerEntry, ContainerName, ContainerState};
@@ -308,16 +308,15 @@ impl Engine {
     /// Starts a container.
     pub fn start(&self, name: &str) -> Result<(), DockerError> {
         self.call("start", name, self.docker.start_container(name, None))
+            .or_else(not_modified)
     }
 
-    /// Stops a container (10 s to go before it is killed).
+    /// Stops a container, giving it the time to stop its own configuration asks for (`docker
+    /// run --stop-timeout`, 10 s unless set) before it is killed. One that does not run is no
+    /// error.
     pub fn stop(&self, name: &str) -> Result<(), DockerError> {
-        let options = StopContainerOptionsBuilder::default().t(10).build();
-        self.call(
-            "stop",
-            name,
-            self.docker.stop_container(name, Some(options)),
-        )
+        self.call("stop", name, self.docker.stop_container(name, None))
+            .or_else(not_modified)
     }
 
     /// Renames a container.
@@ -337,6 +336,20 @@ impl Engine {
             name,
             self.docker.remove_container(name, Some(options)),
         )
+    }
+}
+
+/// Docker's "not modified" (304): the container already is started, or stopped.
+fn not_modified(e: DockerError) -> Result<(), DockerError> {
+    match e {
+        DockerError::Call {
+            source:
+                bollard::errors::Error::DockerResponseServerError {
+                    status_code: 304, ..
+                },
+            ..
+        } => Ok(()),
+        other => Err(other),
     }
 }
 
@@ -472,32 +485,57 @@ impl Engine {
                 .map(|(_, e)| e)
                 .expect("planned from it")
         };
+        // Every change is one engine call, and each leaves a state the plan converges from if
+        // the process stops right after it (the crash test stops after each in turn): a found
+        // container renamed `NAME.found` is retired whether or not the mesh's is created yet;
+        // ours created but not running is started. So a rollback starts the found container
+        // before it gets its name back: once it has its name it is held, and held is never
+        // started.
+        let changed = || crate::crash::point("container-changed");
         for step in steps {
             match step {
                 Step::Hold { .. } => {}
-                Step::Stage { name } => self.create(name, entry(name), generation)?,
+                Step::Stage { name } => {
+                    self.create(name, entry(name), generation)?;
+                    changed();
+                }
                 Step::Retire { name } => {
-                    let _not_running = self.stop(name);
+                    self.stop(name)?;
+                    changed();
                     self.rename(name, &format!("{name}{FOUND_SUFFIX}"))?;
+                    changed();
                 }
                 Step::Run { name, replace } => {
                     if *replace {
                         self.remove(name)?;
+                        changed();
                     }
                     self.create(name, entry(name), generation)?;
+                    changed();
                     self.start(name)?;
+                    changed();
                 }
-                Step::Start { name } => self.start(name)?,
+                Step::Start { name } => {
+                    self.start(name)?;
+                    changed();
+                }
                 Step::Restore { name, start } => {
                     if self.containers()?.get(name).is_some_and(Present::is_ours) {
                         self.remove(name)?;
+                        changed();
                     }
-                    self.rename(&format!("{name}{FOUND_SUFFIX}"), name)?;
+                    let kept = format!("{name}{FOUND_SUFFIX}");
                     if *start {
-                        self.start(name)?;
+                        self.start(&kept)?;
+                        changed();
                     }
+                    self.rename(&kept, name)?;
+                    changed();
                 }
-                Step::Remove { name } => self.remove(name)?,
+                Step::Remove { name } => {
+                    self.remove(name)?;
+                    changed();
+                }
             }
         }
         Ok(())
