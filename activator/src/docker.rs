@@ -1,7 +1,9 @@
 //! Containers, through the Docker engine at `DOCKER_HOST` (default: the local socket), with
-//! bollard. The mesh's own containers carry the labels [`LABEL_MODULE`], [`LABEL_GENERATION`]
-//! and [`LABEL_SPEC`]: those labels are the host store's record for containers. A container under a declared name without
-//! it is *found*, and is never removed: a take stops it and keeps it as `NAME.found`.
+//! bollard. The mesh's own containers carry the labels [`LABEL_MODULE`], [`LABEL_GENERATION`],
+//! [`LABEL_SPEC`] and [`LABEL_OWNER`]: those labels are the host store's record for containers.
+//! A container under a declared name without them is *found*, and is never removed: a take
+//! stops it and keeps it as `NAME.found`. The mesh removes a container of its own that is no
+//! longer declared only when its owner label names this node's state.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,6 +22,11 @@ pub const LABEL_MODULE: &str = "mesh.module";
 pub const LABEL_GENERATION: &str = "mesh.generation";
 /// The label holding the digest of the declared spec a container was created from.
 pub const LABEL_SPEC: &str = "mesh.spec";
+/// The label naming the state directory whose switch created a container of the mesh's (a
+/// digest of its path): only that state removes it when it is no longer declared, so a second
+/// state on the same engine (a trial with `--state-dir`, a test) never removes a node's
+/// containers.
+pub const LABEL_OWNER: &str = "mesh.owner";
 /// The suffix a found container is renamed with when its module is taken.
 pub const FOUND_SUFFIX: &str = ".found";
 
@@ -79,6 +86,11 @@ impl Present {
     /// Whether the mesh created it.
     pub fn is_ours(&self) -> bool {
         self.labels.contains_key(LABEL_MODULE)
+    }
+
+    /// Whether the mesh created it for the state `owner` names.
+    pub fn is_owned_by(&self, owner: &str) -> bool {
+        self.is_ours() && self.labels.get(LABEL_OWNER).map(String::as_str) == Some(owner)
     }
 }
 
@@ -173,6 +185,39 @@ impl Engine {
         Ok(out)
     }
 
+    /// The images of `steps` that create a container and that the engine does not have: the
+    /// mesh does not pull, and creating would fail after the files were switched.
+    pub fn missing_images(
+        &self,
+        containers: &BTreeMap<ContainerName, ContainerEntry>,
+        steps: &[Step],
+    ) -> Result<Vec<String>, DockerError> {
+        let wanted: std::collections::BTreeSet<&str> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Stage { name } | Step::Run { name, .. } => Some(name),
+                _ => None,
+            })
+            .filter_map(|name| containers.iter().find(|(n, _)| n.as_str() == name))
+            .map(|(_, e)| e.image.as_str())
+            .collect();
+        let mut missing = Vec::new();
+        for image in wanted {
+            match self.call("inspect image", image, self.docker.inspect_image(image)) {
+                Ok(_) => {}
+                Err(DockerError::Call {
+                    source:
+                        bollard::errors::Error::DockerResponseServerError {
+                            status_code: 404, ..
+                        },
+                    ..
+                }) => missing.push(image.to_owned()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(missing)
+    }
+
     /// Every host port a container publishes, once (the engine lists a port once per host
     /// address family).
     pub fn published(&self) -> Result<Vec<Published>, DockerError> {
@@ -248,8 +293,10 @@ impl Engine {
         name: &str,
         entry: &ContainerEntry,
         generation: &mesh_lib::GenerationId,
+        owner: &str,
     ) -> Result<(), DockerError> {
         let mut labels: HashMap<String, String> = entry.labels.clone().into_iter().collect();
+        labels.insert(LABEL_OWNER.into(), owner.to_owned());
         labels.insert(LABEL_MODULE.into(), entry.module.to_string());
         labels.insert(LABEL_SPEC.into(), spec_digest(entry));
         labels.insert(LABEL_GENERATION.into(), generation.to_string());
@@ -406,6 +453,7 @@ pub fn plan(
     present: &BTreeMap<String, Present>,
     found: &BTreeMap<ContainerName, mesh_lib::record::FoundContainer>,
     adopted: bool,
+    owner: &str,
 ) -> Result<Vec<Step>, String> {
     let mut steps = Vec::new();
     for (name, entry) in containers {
@@ -463,7 +511,7 @@ pub fn plan(
     }
     for (name, p) in present {
         let declared = containers.keys().any(|n| n.as_str() == name);
-        if p.is_ours() && !declared && !name.ends_with(FOUND_SUFFIX) {
+        if p.is_owned_by(owner) && !declared && !name.ends_with(FOUND_SUFFIX) {
             steps.push(Step::Remove { name: name.clone() });
         }
     }
@@ -471,12 +519,13 @@ pub fn plan(
 }
 
 impl Engine {
-    /// Carries out `steps` for `containers`.
+    /// Carries out `steps` for `containers`, creating containers labelled for `owner`.
     pub fn apply(
         &self,
         containers: &BTreeMap<ContainerName, ContainerEntry>,
         steps: &[Step],
         generation: &mesh_lib::GenerationId,
+        owner: &str,
     ) -> Result<(), DockerError> {
         let entry = |name: &str| {
             containers
@@ -496,7 +545,7 @@ impl Engine {
             match step {
                 Step::Hold { .. } => {}
                 Step::Stage { name } => {
-                    self.create(name, entry(name), generation)?;
+                    self.create(name, entry(name), generation, owner)?;
                     changed();
                 }
                 Step::Retire { name } => {
@@ -510,7 +559,7 @@ impl Engine {
                         self.remove(name)?;
                         changed();
                     }
-                    self.create(name, entry(name), generation)?;
+                    self.create(name, entry(name), generation, owner)?;
                     changed();
                     self.start(name)?;
                     changed();
@@ -570,6 +619,7 @@ mod tests {
         if let Some(e) = ours {
             labels.insert(LABEL_MODULE.to_string(), "m".to_string());
             labels.insert(LABEL_SPEC.to_string(), spec_digest(e));
+            labels.insert(LABEL_OWNER.to_string(), "me".to_string());
         }
         Present {
             id: "id".into(),
@@ -590,25 +640,32 @@ mod tests {
 
     /// Held is held; a found one the generation does not hold is refused on an adopted node; the
     /// take retires the found one; an equal running container of ours is left alone; ours not
-    /// declared goes.
+    /// declared goes, if this state made it.
     #[test]
     fn steps_from_states() {
         let none = BTreeMap::new();
         let found = BTreeMap::from([("c".to_string(), present(None, true))]);
         assert_eq!(
-            plan(&one(held()), &found, &none, true).unwrap(),
+            plan(&one(held()), &found, &none, true, "me").unwrap(),
             vec![Step::Hold { name: "c".into() }]
         );
         assert_eq!(
-            plan(&one(ContainerState::Staged), &found, &none, true).unwrap_err(),
+            plan(&one(ContainerState::Staged), &found, &none, true, "me").unwrap_err(),
             "c"
         );
         assert_eq!(
-            plan(&one(ContainerState::Staged), &BTreeMap::new(), &none, true).unwrap(),
+            plan(
+                &one(ContainerState::Staged),
+                &BTreeMap::new(),
+                &none,
+                true,
+                "me"
+            )
+            .unwrap(),
             vec![Step::Stage { name: "c".into() }]
         );
         assert_eq!(
-            plan(&one(ContainerState::Managed), &found, &none, true).unwrap(),
+            plan(&one(ContainerState::Managed), &found, &none, true, "me").unwrap(),
             vec![
                 Step::Retire { name: "c".into() },
                 Step::Run {
@@ -620,13 +677,18 @@ mod tests {
         let managed = entry(ContainerState::Managed);
         let ours = BTreeMap::from([("c".to_string(), present(Some(&managed), true))]);
         assert_eq!(
-            plan(&one(ContainerState::Managed), &ours, &none, false).unwrap(),
+            plan(&one(ContainerState::Managed), &ours, &none, false, "me").unwrap(),
             vec![]
         );
         let stale = BTreeMap::from([("old".to_string(), present(Some(&managed), true))]);
         assert_eq!(
-            plan(&BTreeMap::new(), &stale, &none, false).unwrap(),
+            plan(&BTreeMap::new(), &stale, &none, false, "me").unwrap(),
             vec![Step::Remove { name: "old".into() }]
+        );
+        // Another state's container is not this node's to remove.
+        assert_eq!(
+            plan(&BTreeMap::new(), &stale, &none, false, "someone else").unwrap(),
+            vec![]
         );
     }
 
@@ -646,14 +708,14 @@ mod tests {
             },
         )]);
         assert_eq!(
-            plan(&one(held()), &after_take, &stopped, true).unwrap(),
+            plan(&one(held()), &after_take, &stopped, true, "me").unwrap(),
             vec![Step::Restore {
                 name: "c".into(),
                 start: false
             }]
         );
         assert_eq!(
-            plan(&one(held()), &after_take, &BTreeMap::new(), true).unwrap(),
+            plan(&one(held()), &after_take, &BTreeMap::new(), true, "me").unwrap(),
             vec![Step::Restore {
                 name: "c".into(),
                 start: true

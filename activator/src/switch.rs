@@ -119,6 +119,23 @@ pub enum ActivateError {
         /// Its name.
         name: String,
     },
+    /// Images a container to create needs are not on the engine.
+    #[error("image{} not on the Docker engine: {}; the mesh does not pull (docker pull or docker load them first); nothing was changed", if .images.len() == 1 { " is" } else { "s are" }, .images.join(", "))]
+    MissingImages {
+        /// The images.
+        images: Vec<String>,
+    },
+    /// A container step failed after the files of the new generation were put in place.
+    #[error("{source}: a container step failed after the files of {target} were put in place; {previous} is still the generation in force. Fix the cause and run the switch again, or go back with `mesh switch --generation {previous}`", target = .target.short(), previous = .previous.as_ref().map(|p| p.short().to_string()).unwrap_or_else(|| "(none)".into()))]
+    ContainersUnfinished {
+        /// The generation being switched to.
+        target: GenerationId,
+        /// The one in force before (`None` on a first switch).
+        previous: Option<GenerationId>,
+        /// The engine's error.
+        #[source]
+        source: Box<crate::docker::DockerError>,
+    },
     /// The firewall refused (nft's own message); the kernel's ruleset is unchanged.
     #[error("{0}; the firewall was left as it was and no file was changed")]
     Firewall(#[from] crate::firewall::FirewallError),
@@ -153,7 +170,9 @@ impl ActivateError {
                 Kind::User
             }
             ActivateError::WrongNode { .. } | ActivateError::NoSuchGeneration(_) => Kind::User,
-            ActivateError::FoundContainerNotHeld { .. } => Kind::Refused,
+            ActivateError::FoundContainerNotHeld { .. } | ActivateError::MissingImages { .. } => {
+                Kind::Refused
+            }
             ActivateError::Firewall(crate::firewall::FirewallError::NotCovered(_)) => Kind::Refused,
             // `--netns` names a namespace that does not exist: the user's input.
             ActivateError::Firewall(crate::firewall::FirewallError::Netns { source, .. })
@@ -302,6 +321,38 @@ impl Node {
     pub fn with_firewall(mut self, firewall: Box<dyn crate::firewall::Firewall>) -> Self {
         self.firewall = firewall;
         self
+    }
+
+    /// The value of the owner label on the containers this node's switches create: a digest
+    /// of the state directory's path.
+    fn owner(&self) -> String {
+        let path = std::fs::canonicalize(&self.state).unwrap_or_else(|_| self.state.clone());
+        let digest = blake3::hash(path.as_os_str().as_encoded_bytes());
+        digest.to_hex()[..16].to_owned()
+    }
+
+    fn engine_marker(&self) -> PathBuf {
+        self.state.join("engine-used")
+    }
+
+    /// Whether a switch of this node ever created a container: from then on every switch asks
+    /// the engine, so one no longer declared is removed even by a generation declaring none.
+    fn engine_used(&self) -> bool {
+        self.engine_marker().exists()
+    }
+
+    /// Records, durably and before the first container is created, that the engine is used.
+    fn mark_engine_used(&self) -> Result<(), ActivateError> {
+        let marker = self.engine_marker();
+        if !marker.exists() {
+            atomic::write_file(
+                &marker,
+                b"the mesh created containers for this node\n",
+                0o644,
+            )
+            .map_err(io_err("writing", &marker))?;
+        }
+        Ok(())
     }
 
     /// The node record, if the node was ever adopted.
@@ -544,9 +595,10 @@ impl Node {
             observed: &observed,
             ids: &self.ids,
         })?;
-        // Containers: only when the generation declares some (then the engine must answer,
-        // before anything changes).
-        let (engine, containers) = if target.containers.is_empty() {
+        // Containers: when the generation declares some, or this node ever created one (it
+        // may have to go); then the engine must answer, before anything changes.
+        let owner = self.owner();
+        let (engine, containers) = if target.containers.is_empty() && !self.engine_used() {
             (None, Vec::new())
         } else {
             let engine = crate::docker::Engine::connect()?;
@@ -555,8 +607,13 @@ impl Node {
                 &engine.containers()?,
                 &record.found.containers,
                 record.mode == Mode::Adopted,
+                &owner,
             )
             .map_err(|name| ActivateError::FoundContainerNotHeld { name })?;
+            let images = engine.missing_images(&target.containers, &steps)?;
+            if !images.is_empty() {
+                return Err(ActivateError::MissingImages { images });
+            }
             (Some(engine), steps)
         };
         let already = in_force.is_some_and(|(_, cid)| cid == id);
@@ -754,7 +811,22 @@ impl Node {
 
         // Containers after the files they may mount.
         if let Some(engine) = &engine {
-            engine.apply(&target.containers, &containers, &id)?;
+            let creates = containers.iter().any(|s| {
+                matches!(
+                    s,
+                    crate::docker::Step::Stage { .. } | crate::docker::Step::Run { .. }
+                )
+            });
+            if creates {
+                self.mark_engine_used()?;
+            }
+            engine
+                .apply(&target.containers, &containers, &id, &owner)
+                .map_err(|source| ActivateError::ContainersUnfinished {
+                    target: id,
+                    previous: in_force.map(|(_, cid)| cid),
+                    source: Box::new(source),
+                })?;
         }
 
         for action in &plan.actions {

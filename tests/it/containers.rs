@@ -516,3 +516,109 @@ fn container_steps_survive_a_crash_after_each_change() {
     // rename): each was stopped after.
     assert_eq!(crashed.len(), 7, "{crashed:#?}");
 }
+
+/// A declaration with a file (`/etc/motd`, `motd`) and, optionally, the store container.
+fn with_motd(made: &Made, port: u16, motd: &str, store: bool) -> String {
+    let decl = declaration(made, port, false).replace(
+        "modules = [",
+        &format!(
+            "modules = [ {{ name = \"motd\", config = fun s => {{ files = [{{ path = \"/etc/motd\", content = \"{motd}\" }}] }} }},"
+        ),
+    );
+    if store {
+        decl
+    } else {
+        let start = decl.find("    { name = \"store\"").unwrap();
+        let end = decl[start..].find("}] } },").unwrap() + start + "}] } },".len();
+        format!("{}{}", &decl[..start], &decl[end..])
+    }
+}
+
+fn current(f: &Fixture) -> String {
+    let g: serde_json::Value =
+        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
+    g["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["current"] == true)
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .expect("a current generation")
+}
+
+/// An image the engine does not have is refused before anything changes: the mesh does not
+/// pull, and a create would fail only after the files were switched.
+#[test]
+fn missing_image_is_refused_before_anything_changes() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let absent = Made {
+        prefix: format!("meshtest{}m", std::process::id()),
+        image: format!("meshtest{}m-absent:1", std::process::id()),
+    };
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &with_motd(&absent, 20998, "hi", true));
+    let before = f.snapshot();
+    let ran = f.mesh(&["switch", f.decl("n.ncl").to_str().unwrap()]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains(&format!(
+            "image is not on the Docker engine: {}",
+            absent.image
+        )) && ran.stderr.contains("nothing was changed"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(f.snapshot(), before);
+    assert_eq!(
+        engine_state(&format!("{}-store", absent.prefix)),
+        (None, None)
+    );
+}
+
+/// A container that cannot start (its host port is taken) fails the switch after the files
+/// were put in place: the error says so and names the generation still in force, and going back
+/// to it puts back its files and removes the container the failed switch created.
+#[test]
+fn container_failure_after_the_files_names_the_way_back() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("u");
+    let f = Fixture::new();
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    f.write_decl("one.ncl", &with_motd(&made, port, "one", false));
+    f.write_decl("two.ncl", &with_motd(&made, port, "two", true));
+    f.ok(&["switch", f.decl("one.ncl").to_str().unwrap()]);
+    let one = current(&f);
+
+    let ran = f.mesh(&["switch", f.decl("two.ncl").to_str().unwrap()]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    let short = &one[..15];
+    assert!(
+        ran.stderr
+            .contains("a container step failed after the files of")
+            && ran
+                .stderr
+                .contains(&format!("{short} is still the generation in force"))
+            && ran
+                .stderr
+                .contains(&format!("mesh switch --generation {short}")),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(current(&f), one);
+    assert_eq!(std::fs::read_to_string(f.at("/etc/motd")).unwrap(), "two");
+
+    f.ok(&["switch", "--generation", short]);
+    assert_eq!(std::fs::read_to_string(f.at("/etc/motd")).unwrap(), "one");
+    assert_eq!(
+        engine_state(&format!("{}-store", made.prefix)),
+        (None, None)
+    );
+    drop(holder);
+}
