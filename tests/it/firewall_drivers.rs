@@ -9,7 +9,7 @@ use mesh_activator::firewall::{Dump, Firewall, Kernel, Want};
 use mesh_lib::firewall::guard_ruleset;
 use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
 
-use crate::support::{have_root_tools, Netns};
+use crate::support::{feed, have_root_tools, Netns};
 
 const PREDECESSOR: &str = "flush ruleset
 table inet pred {
@@ -63,24 +63,9 @@ fn openings() -> Vec<Opening> {
 }
 
 fn nft(ns: &Netns, args: &[&str], input: &str) -> String {
-    use std::io::Write;
     let mut full = vec!["nft"];
     full.extend_from_slice(args);
-    let mut child = ns
-        .exec(&full)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "nft {args:?}");
-    String::from_utf8(out.stdout).unwrap()
+    feed(ns.exec(&full), input, &format!("nft {args:?}"))
 }
 
 /// What a converge through `driver` leaves in the kernel, starting from the predecessor alone.

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::support::Netns;
+use crate::support::{feed, Netns};
 
 static LABS: AtomicUsize = AtomicUsize::new(0);
 
@@ -138,41 +138,19 @@ impl Lab {
 
     /// Loads nft text into the node's namespace.
     pub fn nft(&self, text: &str) {
-        let mut child = self
-            .node
-            .exec(&["nft", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        assert!(
-            child.wait().unwrap().success(),
-            "nft -f in the node namespace:\n{text}"
+        feed(
+            self.node.exec(&["nft", "-f", "-"]),
+            text,
+            "nft -f in the node namespace",
         );
     }
 
     /// Loads an iptables-restore file into the node's namespace with `tool`.
     pub fn restore(&self, tool: &str, text: &str) {
-        let mut child = self
-            .node
-            .exec(&[tool])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        assert!(
-            child.wait().unwrap().success(),
-            "{tool} in the node namespace:\n{text}"
+        feed(
+            self.node.exec(&[tool]),
+            text,
+            &format!("{tool} in the node namespace"),
         );
     }
 

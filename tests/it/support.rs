@@ -19,6 +19,44 @@ pub fn mesh(state: &Path) -> Command {
     c
 }
 
+/// Runs `c` with `input` on its stdin; panics, naming `what` and the input, unless it succeeds.
+/// Its stdout.
+pub fn feed(mut c: Command, input: &str, what: &str) -> String {
+    use std::io::Write;
+    let mut child = c
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{input}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether the binary was built with the crash-injection points a test needs (in CI their
+/// absence is a failure).
+pub fn crash_points_here() -> bool {
+    if cfg!(feature = "crash-points") {
+        return true;
+    }
+    let why = "this test needs the crash-points feature (cargo test --features crash-points)";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("NOT RUN outside CI: {why}");
+    false
+}
+
 /// What a finished command said.
 pub struct Ran {
     pub code: i32,
