@@ -196,15 +196,20 @@ pub fn rollback(machine: &Machine, args: RollbackArgs) -> Result<(), Failure> {
     let generation = node.store.generation(&id)?;
     // Back across the flip: the found firewall comes back from its dump first, so the openings
     // have its chains to go into.
+    let mut restored = Vec::new();
     if !args.dry_run
         && generation.mode == Mode::Adopted
         && node
             .current()?
             .is_some_and(|(_, _, c)| c.mode == Mode::Managed)
     {
-        node.restore_found_firewall()?;
+        restored = node.restore_found_firewall()?;
     }
-    let switched = node.switch(id, &generation, Trigger::Rollback, None, args.dry_run)?;
+    let mut switched = node.switch(id, &generation, Trigger::Rollback, None, args.dry_run)?;
+    switched.restored = restored
+        .into_iter()
+        .map(|(family, table)| format!("{family} {table}"))
+        .collect();
     if !args.dry_run {
         // The record follows what is in force, so the next build agrees with it.
         if let Some(mut record) = node.record()? {
@@ -359,16 +364,7 @@ fn say_round(id: &GenerationId, done: &mesh_activator::firewall::Converged, json
     if json_out {
         say!("{}", json!({ "id": id, "converged": done }));
     } else {
-        say!(
-            "{}: guard {}; base ruleset {}; found firewall: {} table(s) removed, {} INPUT chain(s) emptied beside a container runtime; through it: {} rule(s) inserted, {} removed",
-            id.short(),
-            if done.guard { "loaded" } else { "in force" },
-            if done.base { "changed" } else { "as it was" },
-            done.removed_tables,
-            done.emptied_inputs,
-            done.inserted,
-            done.removed
-        );
+        say!("{}: firewall {}", id.short(), show::firewall(done));
     }
 }
 

@@ -167,6 +167,46 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
+/// What a converge of the firewall changed, in a few words.
+pub fn firewall(done: &mesh_activator::firewall::Converged) -> String {
+    let mut parts = Vec::new();
+    if done.guard {
+        parts.push("guard loaded".to_owned());
+    }
+    match done.base {
+        Some(mesh_activator::firewall::BaseChange::Loaded) => {
+            parts.push("base ruleset loaded".to_owned())
+        }
+        Some(mesh_activator::firewall::BaseChange::Removed) => {
+            parts.push("base ruleset removed".to_owned())
+        }
+        None => {}
+    }
+    if done.removed_tables > 0 {
+        parts.push(format!(
+            "{} table(s) of the found firewall removed",
+            done.removed_tables
+        ));
+    }
+    if done.emptied_inputs > 0 {
+        parts.push(format!(
+            "the predecessor's INPUT chain emptied in {} table(s) the container runtime keeps",
+            done.emptied_inputs
+        ));
+    }
+    if done.inserted > 0 || done.removed > 0 {
+        parts.push(format!(
+            "openings through the found chains: {} rule(s) inserted, {} removed",
+            done.inserted, done.removed
+        ));
+    }
+    if parts.is_empty() {
+        "in force as it should be: nothing to do".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
+
 /// What a switch did (or, for a dry run, would do).
 pub fn switched(s: &mesh_activator::Switched) -> String {
     use mesh_activator::plan::Action;
@@ -206,6 +246,16 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
                 s.id.short()
             );
         }
+    }
+    if !s.restored.is_empty() {
+        let _ = writeln!(
+            o,
+            "  firewall the found firewall loaded back from its dump: {}",
+            s.restored.join(", ")
+        );
+    }
+    if let Some(done) = s.firewall.as_ref().filter(|d| **d != Default::default()) {
+        let _ = writeln!(o, "  firewall {}", firewall(done));
     }
     for a in &s.plan.actions {
         let _ = writeln!(o, "  {a}");

@@ -225,6 +225,12 @@ pub struct Switched {
     pub containers: Vec<crate::docker::Step>,
     /// How many Docker API calls the switch made.
     pub docker_calls: usize,
+    /// What putting the firewall in force changed (`None` when the switch changed nothing).
+    pub firewall: Option<crate::firewall::Converged>,
+    /// The found firewall's tables (`family name`) loaded back from the dump before the switch:
+    /// a rollback across the flip.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restored: Vec<String>,
     /// Whether it was only planned.
     pub dry_run: bool,
 }
@@ -632,6 +638,8 @@ impl Node {
                 plan,
                 containers,
                 docker_calls,
+                firewall: None,
+                restored: Vec::new(),
                 dry_run,
             });
         }
@@ -673,7 +681,7 @@ impl Node {
         }
 
         // The firewall first, in one transaction: if nft refuses, nothing has changed.
-        self.converge_firewall(target)?;
+        let firewall = self.converge_firewall(target)?;
         crate::crash::point("firewall-converged");
 
         // What the mesh did not write is recorded before it is replaced or removed.
@@ -889,6 +897,8 @@ impl Node {
             plan,
             containers,
             docker_calls,
+            firewall: Some(firewall),
+            restored: Vec::new(),
             dry_run: false,
         })
     }

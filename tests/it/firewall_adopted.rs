@@ -175,7 +175,14 @@ fn story(kind: Kind) {
     let netns = lab.node.name.clone();
     // Adopting records the found firewall, then switches, and a switch puts the firewall in
     // force first.
-    f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
+    let adopted = f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
+    assert!(
+        adopted
+            .stdout
+            .contains("  firewall guard loaded; openings through the found chains:"),
+        "{}",
+        adopted.stdout
+    );
     let found = f.record()["found"]["firewall"].clone();
     assert_eq!(found["kind"], kind.word());
     let dump: mesh_lib::BlobHash = found["dump"].as_str().unwrap().parse().unwrap();
@@ -235,7 +242,7 @@ fn story(kind: Kind) {
     let done: serde_json::Value = serde_json::from_str(again.last_line()).unwrap();
     assert_eq!(
         done["converged"],
-        serde_json::json!({"base": false, "guard": false, "inserted": 0, "removed": 0, "removed_tables": 0, "emptied_inputs": 0})
+        serde_json::json!({"base": null, "guard": false, "inserted": 0, "removed": 0, "removed_tables": 0, "emptied_inputs": 0})
     );
     let listing = match kind {
         Kind::Nftables => lab
@@ -316,7 +323,18 @@ fn story(kind: Kind) {
     );
 
     // Back across the flip: the found firewall from its dump, the base ruleset gone.
-    f.ok(&["rollback"]);
+    let back = f.ok(&["rollback"]);
+    let restored = match kind {
+        Kind::Nftables => "inet pred",
+        Kind::IptablesNft => "ip filter",
+    };
+    assert!(
+        back.stdout.contains(&format!(
+            "the found firewall loaded back from its dump: {restored}"
+        )) && back.stdout.contains("base ruleset removed"),
+        "{}",
+        back.stdout
+    );
     assert_eq!(f.record()["mode"], "adopted");
     assert_eq!(open_in(&matrix(&lab)), open_in(&before_flip));
 }

@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::dump::{is_iptables_table, split_key};
 use super::nft::Nft;
 use super::{
-    iptables, is_runtime_table, netns_note, nftables, Converged, Dump, Firewall, FirewallError,
-    FoundChain, Want,
+    iptables, is_runtime_table, netns_note, nftables, BaseChange, Converged, Dump, Firewall,
+    FirewallError, FoundChain, Want,
 };
 
 /// The kernel's firewall, in a network namespace or the machine's own.
@@ -197,12 +197,12 @@ impl Firewall for Kernel {
         match want.base {
             Some(base) if !same_table(&ruleset, BASE_TABLE, base) => {
                 commands.push_str(&replace_table(&ruleset, BASE_TABLE, base));
-                done.base = true;
+                done.base = Some(BaseChange::Loaded);
             }
             Some(_) => {}
             None if table_present(&ruleset, "inet", BASE_TABLE) => {
                 commands.push_str(&format!("delete table inet {BASE_TABLE}\n"));
-                done.base = true;
+                done.base = Some(BaseChange::Removed);
             }
             None => {}
         }
@@ -233,9 +233,9 @@ impl Firewall for Kernel {
         (done.inserted, done.removed) = (inserted, removed);
         if !commands.is_empty() {
             let what = match (done.base, done.guard) {
-                (true, _) => "loading the base ruleset and the guard",
-                (false, true) => "loading the guard",
-                (false, false) => "converging the openings through the found firewall",
+                (Some(_), _) => "loading the base ruleset and the guard",
+                (None, true) => "loading the guard",
+                (None, false) => "converging the openings through the found firewall",
             };
             self.nft.apply(&commands, what)?;
         }

@@ -114,11 +114,21 @@ pub struct Want<'a> {
     pub empty_inputs: &'a [String],
 }
 
+/// What a converge did to the base ruleset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BaseChange {
+    /// Loaded, or replaced by the wanted one (a managed node).
+    Loaded,
+    /// Removed (an adopted node: back across the flip).
+    Removed,
+}
+
 /// What a converge did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Converged {
-    /// Whether the base ruleset was loaded or removed.
-    pub base: bool,
+    /// What happened to the base ruleset, if anything.
+    pub base: Option<BaseChange>,
     /// Whether the guard was written.
     pub guard: bool,
     /// Tables of the found firewall removed (the flip).
