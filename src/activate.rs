@@ -360,22 +360,36 @@ pub fn gc(machine: &Machine, args: GcArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn say_round(id: &GenerationId, done: &mesh_activator::firewall::Converged, json_out: bool) {
+fn say_round(
+    id: &GenerationId,
+    done: &mesh_activator::firewall::Converged,
+    would: bool,
+    json_out: bool,
+) {
     if json_out {
-        say!("{}", json!({ "id": id, "converged": done }));
+        let key = if would { "would_change" } else { "converged" };
+        say!("{}", json!({ "id": id, key: done }));
     } else {
-        say!("{}: firewall {}", id.short(), show::firewall(done));
+        say!("{}: firewall {}", id.short(), show::firewall(done, would));
     }
 }
 
 pub fn reconcile(machine: &Machine, args: ReconcileArgs) -> Result<(), Failure> {
     let Some(seconds) = args.watch else {
-        let node = machine.open()?;
+        let node = if args.dry_run {
+            machine.inspect()?
+        } else {
+            machine.open()?
+        };
         let (_, id, g) = node.current()?.ok_or_else(|| {
             Failure::user("this node has no generation yet: nothing to reconcile")
         })?;
-        let done = node.converge_firewall(&g)?;
-        say_round(&id, &done, args.json);
+        let done = if args.dry_run {
+            node.check_firewall(&g)?
+        } else {
+            node.converge_firewall(&g)?
+        };
+        say_round(&id, &done, args.dry_run, args.json);
         return Ok(());
     };
     let json_out = args.json;
@@ -387,7 +401,7 @@ pub fn reconcile(machine: &Machine, args: ReconcileArgs) -> Result<(), Failure> 
         |round| match round {
             // A quiet round says nothing: the log shows only what was repaired.
             Ok((_, done)) if done == mesh_activator::firewall::Converged::default() => {}
-            Ok((id, done)) => say_round(&id, &done, json_out),
+            Ok((id, done)) => say_round(&id, &done, false, json_out),
             Err(e) => eprintln!(
                 "reconcile: {}",
                 crate::failure::Failure::from(e).report_text()

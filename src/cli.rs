@@ -199,6 +199,9 @@ pub struct ReconcileArgs {
     /// examples/systemd/mesh-reconcile.service).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub watch: Option<u64>,
+    /// Only say what is missing or different in the kernel's firewall; change nothing.
+    #[arg(long, conflicts_with = "watch")]
+    pub dry_run: bool,
     /// Print one JSON object (per round) instead of text.
     #[arg(long)]
     pub json: bool,

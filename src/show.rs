@@ -167,41 +167,50 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
-/// What a converge of the firewall changed, in a few words.
-pub fn firewall(done: &mesh_activator::firewall::Converged) -> String {
+/// What a converge of the firewall changed (or, `would`, would change), in a few words.
+pub fn firewall(done: &mesh_activator::firewall::Converged, would: bool) -> String {
+    use mesh_activator::firewall::BaseChange;
+    let verb = |past: &str| {
+        if would {
+            format!("would be {past}")
+        } else {
+            past.to_owned()
+        }
+    };
     let mut parts = Vec::new();
     if done.guard {
-        parts.push("guard loaded".to_owned());
+        parts.push(format!("guard {}", verb("loaded")));
     }
     match done.base {
-        Some(mesh_activator::firewall::BaseChange::Loaded) => {
-            parts.push("base ruleset loaded".to_owned())
-        }
-        Some(mesh_activator::firewall::BaseChange::Removed) => {
-            parts.push("base ruleset removed".to_owned())
-        }
+        Some(BaseChange::Loaded) => parts.push(format!("base ruleset {}", verb("loaded"))),
+        Some(BaseChange::Removed) => parts.push(format!("base ruleset {}", verb("removed"))),
         None => {}
     }
     if done.removed_tables > 0 {
         parts.push(format!(
-            "{} table(s) of the found firewall removed",
-            done.removed_tables
+            "{} table(s) of the found firewall {}",
+            done.removed_tables,
+            verb("removed")
         ));
     }
     if done.emptied_inputs > 0 {
         parts.push(format!(
-            "the predecessor's INPUT chain emptied in {} table(s) the container runtime keeps",
-            done.emptied_inputs
+            "the predecessor's INPUT chain in {} table(s) the container runtime keeps {}",
+            done.emptied_inputs,
+            verb("emptied")
         ));
     }
     if done.inserted > 0 || done.removed > 0 {
         parts.push(format!(
-            "openings through the found chains: {} rule(s) inserted, {} removed",
-            done.inserted, done.removed
+            "openings through the found chains: {} rule(s) {}, {} {}",
+            done.inserted,
+            verb("inserted"),
+            done.removed,
+            verb("removed")
         ));
     }
     if parts.is_empty() {
-        "in force as it should be: nothing to do".to_owned()
+        "in force as the generation says: nothing to do".to_owned()
     } else {
         parts.join("; ")
     }
@@ -255,7 +264,7 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
         );
     }
     if let Some(done) = s.firewall.as_ref().filter(|d| **d != Default::default()) {
-        let _ = writeln!(o, "  firewall {}", firewall(done));
+        let _ = writeln!(o, "  firewall {}", firewall(done, false));
     }
     for a in &s.plan.actions {
         let _ = writeln!(o, "  {a}");
@@ -363,6 +372,31 @@ pub fn status(s: &mesh_activator::Status) -> String {
         for (p, what) in &s.drift {
             let _ = writeln!(o, "  {p}: {what}");
         }
+    }
+    match &s.firewall {
+        Some(mesh_activator::switch::FirewallDrift {
+            would_change: Some(d),
+            ..
+        }) if *d == Default::default() => {
+            let _ = writeln!(o, "firewall: in force as the generation says");
+        }
+        Some(mesh_activator::switch::FirewallDrift {
+            would_change: Some(d),
+            ..
+        }) => {
+            let _ = writeln!(
+                o,
+                "firewall: drifted — {} (`mesh reconcile` puts it back)",
+                firewall(d, true)
+            );
+        }
+        Some(mesh_activator::switch::FirewallDrift {
+            unreadable: Some(why),
+            ..
+        }) => {
+            let _ = writeln!(o, "firewall: not read: {why}");
+        }
+        _ => {}
     }
     if s.interrupted {
         let _ = writeln!(

@@ -260,6 +260,17 @@ pub struct Status {
     pub containers: (usize, usize, usize),
     /// What a take would do to each held container: its module and name.
     pub take_would_retire: Vec<(String, String)>,
+    /// The firewall against the generation in force (`None` without one).
+    pub firewall: Option<FirewallDrift>,
+}
+
+/// The firewall in the kernel against the generation in force.
+#[derive(Debug, Serialize)]
+pub struct FirewallDrift {
+    /// What a reconcile would change (nothing: it is in force).
+    pub would_change: Option<crate::firewall::Converged>,
+    /// Why it could not be read (without privileges, say), if so.
+    pub unreadable: Option<String>,
 }
 
 /// A node, its lock held.
@@ -922,6 +933,22 @@ impl Node {
         &self,
         generation: &Generation,
     ) -> Result<crate::firewall::Converged, ActivateError> {
+        self.firewall_against(generation, true)
+    }
+
+    /// What [`Node::converge_firewall`] would change, changing nothing: the firewall's drift.
+    pub fn check_firewall(
+        &self,
+        generation: &Generation,
+    ) -> Result<crate::firewall::Converged, ActivateError> {
+        self.firewall_against(generation, false)
+    }
+
+    fn firewall_against(
+        &self,
+        generation: &Generation,
+        apply: bool,
+    ) -> Result<crate::firewall::Converged, ActivateError> {
         // On a managed node that was adopted, the found firewall goes: its tables are those of
         // the dump recorded at adoption that hold a firewall, and its INPUT chain in a table a
         // container runtime shares.
@@ -936,14 +963,19 @@ impl Node {
         // The openings go through every foreign base chain that stays in force: on an adopted
         // node the predecessor's; on a managed one what a container runtime keeps (a drop
         // there is as final as anywhere).
-        Ok(self.firewall.converge(&crate::firewall::Want {
+        let want = crate::firewall::Want {
             guard: &generation.firewall.guard,
             base: generation.firewall.base.as_ref(),
             settings: &generation.settings,
             openings: &generation.openings,
             remove_tables: &remove_tables,
             empty_inputs: &empty_inputs,
-        })?)
+        };
+        Ok(if apply {
+            self.firewall.converge(&want)?
+        } else {
+            self.firewall.check(&want)?
+        })
     }
 
     /// Loads back the found firewall's tables that are not in force, from the dump recorded at
@@ -1089,8 +1121,20 @@ impl Node {
             interrupted: journal_path(&self.state).exists(),
             containers: (0, 0, 0),
             take_would_retire: Vec::new(),
+            firewall: None,
         };
         if let Some((_, _, g)) = &current {
+            status.firewall = Some(match self.check_firewall(g) {
+                Ok(drift) => FirewallDrift {
+                    would_change: Some(drift),
+                    unreadable: None,
+                },
+                Err(ActivateError::Firewall(e)) => FirewallDrift {
+                    would_change: None,
+                    unreadable: Some(e.to_string()),
+                },
+                Err(e) => return Err(e),
+            });
             // Unchanged files the mesh wrote are known by their stamps, as in a switch.
             let (observed, _) = self.observe_all(g, &host)?;
             for (name, state) in &g.modules {

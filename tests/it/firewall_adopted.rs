@@ -275,8 +275,27 @@ fn story(kind: Kind) {
             "the guard went with the flush"
         );
     }
+    // The drift is seen before it is repaired, and a dry run changes nothing.
+    let status = f.ok(&["status"]);
+    assert!(
+        status.stdout.contains("firewall: drifted — ")
+            && status.stdout.contains("(`mesh reconcile` puts it back)"),
+        "{}",
+        status.stdout
+    );
+    let would: serde_json::Value =
+        serde_json::from_str(f.ok(&["reconcile", "--dry-run", "--json"]).last_line()).unwrap();
+    assert!(
+        would["would_change"]["inserted"].as_u64() > Some(0),
+        "{would}"
+    );
+    assert!(!Lab::reaches(&lab.outside, "192.0.2.1", 4222));
     f.ok(&["reconcile", "--netns", &netns]);
     assert_eq!(open_in(&matrix(&lab)), open_in(&after));
+    assert!(f
+        .ok(&["status"])
+        .stdout
+        .contains("firewall: in force as the generation says"));
 
     // An opening no longer declared is removed by the switch that drops it.
     f.write_decl("fw.ncl", &declaration(false));

@@ -60,11 +60,13 @@ pub fn save(nft: &Nft, family: &str) -> Result<String, FirewallError> {
 
 /// Converges the openings through iptables-nft's INPUT and FORWARD chains of each family; first
 /// empties the predecessor's INPUT where `want` says so (the flip, beside a container runtime).
-/// Returns (inserted, removed, emptied).
+/// With `apply` false, only works out what it would change. Returns (inserted, removed,
+/// emptied).
 pub fn converge(
     nft: &Nft,
     ruleset: &[Value],
     want: &Want<'_>,
+    apply: bool,
 ) -> Result<(usize, usize, usize), FirewallError> {
     let mut done = (0, 0, 0);
     for (family, tool) in TOOLS {
@@ -76,7 +78,7 @@ pub fn converge(
             continue;
         }
         let emptied = want.empty_inputs.iter().any(|f| f == family);
-        if emptied && empty_input(nft, ruleset, family, tool)? {
+        if emptied && empty_input(nft, ruleset, family, tool, apply)? {
             done.2 += 1;
         }
         let chains: Vec<&str> = ruleset
@@ -89,7 +91,7 @@ pub fn converge(
         if chains.is_empty() {
             continue;
         }
-        let (inserted, removed) = openings(nft, tool, family, &chains, want)?;
+        let (inserted, removed) = openings(nft, tool, family, &chains, want, apply)?;
         done.0 += inserted;
         done.1 += removed;
     }
@@ -103,6 +105,7 @@ fn empty_input(
     ruleset: &[Value],
     family: &str,
     tool: &str,
+    apply: bool,
 ) -> Result<bool, FirewallError> {
     let input = |x: &Value, name_key: &str| {
         x["family"] == family && x["table"] == "filter" && x[name_key] == "INPUT"
@@ -122,6 +125,9 @@ fn empty_input(
     if chain["policy"] == "accept" && rules == 0 {
         return Ok(false);
     }
+    if !apply {
+        return Ok(true);
+    }
     nft.run_tool(
         &format!("{tool}-restore"),
         &["--noflush"],
@@ -139,6 +145,7 @@ fn openings(
     family: &str,
     chains: &[&str],
     want: &Want<'_>,
+    apply: bool,
 ) -> Result<(usize, usize), FirewallError> {
     let settings = want.settings;
     let mut present = Vec::new();
@@ -193,6 +200,9 @@ fn openings(
     };
     if keys(&present) == keys(&wanted) && present.len() == wanted.len() {
         return Ok((0, 0));
+    }
+    if !apply {
+        return Ok((wanted.len(), present.len()));
     }
     let mut batch = String::from("*filter\n");
     for (chain, spec, _) in &present {

@@ -190,6 +190,29 @@ impl Firewall for Kernel {
     /// through nft's own found chains, all in one nft transaction; then the openings through
     /// iptables-nft's chains.
     fn converge(&self, want: &Want<'_>) -> Result<Converged, FirewallError> {
+        self.converge_or_check(want, true)
+    }
+
+    fn check(&self, want: &Want<'_>) -> Result<Converged, FirewallError> {
+        self.converge_or_check(want, false)
+    }
+
+    /// nft's own tables in one transaction; iptables-nft's through iptables-nft-restore; a
+    /// container runtime's never (they are the runtime's, and an old copy would be wrong), but
+    /// the predecessor's INPUT chain in a table the runtime shares is put back as found.
+    fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
+        self.restore(dump)
+    }
+
+    fn netns(&self) -> Option<&str> {
+        self.nft.netns()
+    }
+}
+
+impl Kernel {
+    /// What [`Firewall::converge`] does, or with `apply` false only works out what it would
+    /// change.
+    fn converge_or_check(&self, want: &Want<'_>, apply: bool) -> Result<Converged, FirewallError> {
         let ruleset = self.nft.ruleset()?;
         let mut done = Converged::default();
         // One transaction, written in nft's text syntax (nft reads it faster than its JSON).
@@ -231,7 +254,7 @@ impl Firewall for Kernel {
         let (openings, inserted, removed) = nftables::openings(&ruleset, &chains, want);
         commands.push_str(&openings);
         (done.inserted, done.removed) = (inserted, removed);
-        if !commands.is_empty() {
+        if apply && !commands.is_empty() {
             let what = match (done.base, done.guard) {
                 (Some(_), _) => "loading the base ruleset and the guard",
                 (None, true) => "loading the guard",
@@ -239,17 +262,14 @@ impl Firewall for Kernel {
             };
             self.nft.apply(&commands, what)?;
         }
-        let (inserted, removed, emptied) = iptables::converge(&self.nft, &ruleset, want)?;
+        let (inserted, removed, emptied) = iptables::converge(&self.nft, &ruleset, want, apply)?;
         done.inserted += inserted;
         done.removed += removed;
         done.emptied_inputs = emptied;
         Ok(done)
     }
 
-    /// nft's own tables in one transaction; iptables-nft's through iptables-nft-restore; a
-    /// container runtime's never (they are the runtime's, and an old copy would be wrong), but
-    /// the predecessor's INPUT chain in a table the runtime shares is put back as found.
-    fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
+    fn restore(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
         let ruleset = self.nft.ruleset()?;
         let missing: Vec<(String, String)> = dump
             .tables
@@ -268,9 +288,5 @@ impl Firewall for Kernel {
         }
         let inputs = iptables::restore(&self.nft, dump, &missing)?;
         Ok(missing.into_iter().chain(inputs).collect())
-    }
-
-    fn netns(&self) -> Option<&str> {
-        self.nft.netns()
     }
 }

@@ -152,6 +152,9 @@ pub trait Firewall: Send + Sync {
     /// Puts `want` in force; idempotent.
     fn converge(&self, want: &Want<'_>) -> Result<Converged, FirewallError>;
 
+    /// What [`Firewall::converge`] would change, changing nothing: the drift from `want`.
+    fn check(&self, want: &Want<'_>) -> Result<Converged, FirewallError>;
+
     /// Loads back what of the found firewall (`dump`) is not in force: a rollback across the
     /// flip. Returns what was restored, as (family, table).
     fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError>;
@@ -167,6 +170,10 @@ impl<F: Firewall + ?Sized> Firewall for std::sync::Arc<F> {
 
     fn converge(&self, want: &Want<'_>) -> Result<Converged, FirewallError> {
         (**self).converge(want)
+    }
+
+    fn check(&self, want: &Want<'_>) -> Result<Converged, FirewallError> {
+        (**self).check(want)
     }
 
     fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
@@ -194,6 +201,8 @@ pub enum Call {
         /// The shared INPUT chains to empty.
         empty_inputs: Vec<String>,
     },
+    /// `check`.
+    Check,
     /// `restore_missing`: the tables of the dump.
     Restore(Vec<String>),
 }
@@ -246,6 +255,11 @@ impl Firewall for Recording {
             remove_tables: want.remove_tables.to_vec(),
             empty_inputs: want.empty_inputs.to_vec(),
         });
+        Ok(Converged::default())
+    }
+
+    fn check(&self, _want: &Want<'_>) -> Result<Converged, FirewallError> {
+        self.record(Call::Check);
         Ok(Converged::default())
     }
 
