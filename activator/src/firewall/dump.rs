@@ -76,17 +76,27 @@ impl Dump {
     }
 }
 
-/// Whether a table (`family name`, and its text as nft lists it) is a container runtime's:
-/// Docker's iptables chains (`DOCKER`, `DOCKER-USER`, `DOCKER-ISOLATION-STAGE-1`, …) or its
-/// nftables tables (`docker-bridges`). The runtime adds and removes its rules as containers come
-/// and go: the flip does not remove them (Docker could no longer publish a port), and a
-/// rollback does not load an old copy of them.
+/// The chains a container runtime writes into iptables' tables: Docker's (`DOCKER`,
+/// `DOCKER-USER`, `DOCKER-ISOLATION-STAGE-1`, …), Podman's (netavark's `NETAVARK_*`, CNI's
+/// `CNI-*`) and Kubernetes' kube-proxy (`KUBE-*`).
+const RUNTIME_CHAINS: [&str; 4] = ["DOCKER", "NETAVARK", "CNI-", "KUBE-"];
+/// The nftables tables of their own: Docker's `docker-bridges`, netavark's `netavark`.
+const RUNTIME_TABLES: [&str; 2] = ["docker", "netavark"];
+
+/// Whether a table (`family name`, and its text as nft lists it) is a container runtime's
+/// ([`RUNTIME_TABLES`], or holding one of [`RUNTIME_CHAINS`]). The runtime adds and removes its
+/// rules as containers come and go: the flip does not remove them (the runtime could no longer
+/// publish a port), and a rollback does not load an old copy of them.
 pub fn is_runtime_table(key: &str, text: &str) -> bool {
-    key.split_once(' ')
-        .is_some_and(|(_, name)| name.starts_with("docker"))
-        || text
-            .lines()
-            .any(|l| l.trim_start().starts_with("chain DOCKER"))
+    let named = key
+        .split_once(' ')
+        .is_some_and(|(_, name)| RUNTIME_TABLES.iter().any(|t| name.starts_with(t)));
+    named
+        || text.lines().any(|l| {
+            l.trim_start()
+                .strip_prefix("chain ")
+                .is_some_and(|chain| RUNTIME_CHAINS.iter().any(|c| chain.starts_with(c)))
+        })
 }
 
 pub(super) fn split_key(key: &str) -> Option<(String, String)> {
@@ -124,6 +134,15 @@ mod tests {
         };
         assert!(is_runtime_table("ip filter", shared));
         assert!(is_runtime_table("ip docker-bridges", ""));
+        assert!(is_runtime_table("inet netavark", ""));
+        assert!(is_runtime_table(
+            "ip nat",
+            "table ip nat {\n\tchain CNI-HOSTPORT-DNAT {\n\t}\n}\n"
+        ));
+        assert!(is_runtime_table(
+            "ip filter",
+            "table ip filter {\n\tchain KUBE-FORWARD {\n\t}\n}\n"
+        ));
         assert!(!is_runtime_table("inet pred", pred));
         assert_eq!(dump.firewall_tables(), [("inet".into(), "pred".into())]);
         assert_eq!(dump.shared_inputs(), ["ip"]);
