@@ -349,6 +349,20 @@ pub fn base_ruleset(settings: &Settings, openings: &[Opening]) -> Ruleset {
     }
 }
 
+/// A base chain's priority as `nft list` prints it: by its standard name where it is one (for
+/// the ip, ip6 and inet families), as a number otherwise.
+fn priority_name(prio: i32) -> String {
+    match prio {
+        -300 => "raw".into(),
+        -150 => "mangle".into(),
+        -100 => "dstnat".into(),
+        0 => "filter".into(),
+        50 => "security".into(),
+        100 => "srcnat".into(),
+        other => other.to_string(),
+    }
+}
+
 /// Renders a ruleset built by this module as `nft` text, the way `nft list ruleset` prints it.
 /// A construct this module never builds is rendered as its JSON, so nothing is hidden.
 pub fn render_nft(rules: &Nftables<'_>) -> String {
@@ -363,9 +377,10 @@ pub fn render_nft(rules: &Nftables<'_>) -> String {
             NfObject::ListObject(NfListObject::Chain(c)) => {
                 let header = match (c._type, c.hook, c.prio, c.policy) {
                     (Some(ty), Some(hook), Some(prio), policy) => Some(format!(
-                        "type {} hook {} priority {prio}; policy {};",
+                        "type {} hook {} priority {}; policy {};",
                         word(&ty),
                         word(&hook),
+                        priority_name(prio),
                         policy.map(|p| word(&p)).unwrap_or_else(|| "accept".into())
                     )),
                     _ => None,

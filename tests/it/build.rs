@@ -138,7 +138,7 @@ fn show_prints_a_generation_for_a_person() {
         "held     forge",
         "publish 127.0.0.1:15673 -> 15672/tcp",
         "table inet mesh_guard {",
-        "type filter hook prerouting priority -150; policy accept;",
+        "type filter hook prerouting priority mangle; policy accept;",
         "no base ruleset on an adopted node",
     ] {
         assert!(
