@@ -148,16 +148,19 @@ fn openings(
     apply: bool,
 ) -> Result<(usize, usize), FirewallError> {
     let settings = want.settings;
+    // Every chain of the filter table in one listing (one process, not one per chain).
+    let listing = nft.run_tool(&format!("{tool}-save"), &["-t", "filter"], None, "listing")?;
     let mut present = Vec::new();
-    for chain in chains {
-        let listing = nft.run_tool(tool, &["-S", chain], None, "listing")?;
-        for line in listing.lines() {
-            if let (Some(spec), Some(comment)) =
-                (line.strip_prefix(&format!("-A {chain} ")), comment_of(line))
-            {
-                if comment.starts_with(MARK) {
-                    present.push((chain.to_string(), spec.to_owned(), comment));
-                }
+    for line in listing.lines() {
+        let Some((chain, spec)) = line
+            .strip_prefix("-A ")
+            .and_then(|rest| rest.split_once(' '))
+        else {
+            continue;
+        };
+        if let (true, Some(comment)) = (chains.contains(&chain), comment_of(line)) {
+            if comment.starts_with(MARK) {
+                present.push((chain.to_owned(), spec.to_owned(), comment));
             }
         }
     }
