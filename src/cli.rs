@@ -65,13 +65,15 @@ pub enum Command {
     /// The cutover of one module: its held files are replaced by the declared ones; their
     /// originals stay in the store.
     Take(TakeArgs),
-    /// Mode, current generation, held and taken counts, and drift.
+    /// Mode, current generation, held and taken counts, drift of files, and the firewall against
+    /// the generation (what `mesh reconcile` would put back).
     Status(JsonFlag),
     /// Remove old generations and every blob nothing references.
     Gc(GcArgs),
     /// End adoption on this node: the base ruleset and the guard in force, the found firewall
-    /// removed. `--preview` shows, from the sockets actually listening, what stays reachable and
-    /// what the flip would close.
+    /// removed (a container runtime's tables stay: Docker's, Podman's, kube-proxy's).
+    /// `--preview` shows, from the sockets actually listening, what stays reachable and what the
+    /// flip would close.
     Flip(FlipArgs),
     /// First bring-up of the foundation: check each of its ports free (no socket bound to it),
     /// naming the holder and a free alternative when one is taken, and pin them in the node
