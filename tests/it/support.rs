@@ -26,6 +26,7 @@ pub fn feed(mut c: Command, input: &str, what: &str) -> String {
     let mut child = c
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     child
