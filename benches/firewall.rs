@@ -196,6 +196,9 @@ fn main() {
             })
             .collect(),
     );
+    // With the iptables-nft predecessor's rules and the openings in force.
+    let noop_iptables = noop(&nft);
+    run(&ns, &["nft", "flush", "ruleset"], "");
 
     // A no-op `mesh reconcile` of a node adopted with those 100 openings, as a user runs it.
     let dir = tempfile::tempdir().unwrap();
@@ -265,6 +268,10 @@ fn main() {
     println!(
         "  in process, nft command (list + compare): {:>10}",
         ms(noop_command)
+    );
+    println!(
+        "  in process, iptables-nft predecessor:     {:>10}",
+        ms(noop_iptables)
     );
     println!(
         "  `mesh reconcile`, whole command:          {:>10}",
