@@ -14,15 +14,16 @@ use super::FirewallError;
 #[derive(Debug, Clone)]
 pub struct Nft {
     netns: Option<String>,
-    in_process: bool,
+    command_only: bool,
 }
 
 impl Nft {
-    /// `nft` in `netns`, or in the machine's own namespace when `None`.
+    /// `nft` in `netns`, or in the machine's own namespace when `None`. Nothing is opened
+    /// until the first call: a command that never touches the firewall pays nothing.
     pub fn new(netns: Option<String>) -> Self {
         Self {
             netns,
-            in_process: super::libnft::available(),
+            command_only: false,
         }
     }
 
@@ -31,13 +32,13 @@ impl Nft {
     pub fn with_command(netns: Option<String>) -> Self {
         Self {
             netns,
-            in_process: false,
+            command_only: true,
         }
     }
 
-    /// Whether it calls libnftables in process.
+    /// Whether it calls libnftables in process (opening it, the first time, to know).
     pub fn in_process(&self) -> bool {
-        self.in_process
+        !self.command_only && super::libnft::available()
     }
 
     /// The namespace it works in.
@@ -85,7 +86,7 @@ impl Nft {
         json: bool,
         what: &str,
     ) -> Option<Result<String, FirewallError>> {
-        if !self.in_process {
+        if !self.in_process() {
             return None;
         }
         let outcome = crate::netns::within(self.netns.as_deref(), || {
