@@ -89,8 +89,11 @@ pub fn run(commands: &str, json: bool) -> Option<Outcome> {
         if ctx.is_null() {
             return Some(Err("libnftables could not create a context".into()));
         }
-        (api.buffer_output)(ctx);
-        (api.buffer_error)(ctx);
+        // Unbuffered, nft would print to the mesh's own stdout and stderr.
+        if (api.buffer_output)(ctx) != 0 || (api.buffer_error)(ctx) != 0 {
+            (api.ctx_free)(ctx);
+            return Some(Err("libnftables could not buffer its output".into()));
+        }
         if json {
             (api.set_output_flags)(ctx, OUTPUT_JSON);
         }
