@@ -516,13 +516,16 @@ pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let node = machine.open()?;
-    let mut record = node
-        .record()?
-        .filter(|r| r.mode == Mode::Adopted)
-        .ok_or_else(|| Failure::user("this node is not adopted: there is nothing to flip"))?;
+    node.recover()?;
     let (_, _, current) = node
         .current()?
         .ok_or_else(|| Failure::user("this node has no generation yet"))?;
+    // A flip cut short after the record said managed (a crash) is finished by flipping again:
+    // the generation in force is still adopted.
+    let mut record = node
+        .record()?
+        .filter(|r| r.mode == Mode::Adopted || current.mode == Mode::Adopted)
+        .ok_or_else(|| Failure::user("this node is not adopted: there is nothing to flip"))?;
     let not_taken: Vec<String> = current
         .modules
         .iter()

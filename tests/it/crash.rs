@@ -1,4 +1,4 @@
-//! Crash safety: a switch, a take and a rollback, each crashed (abort, as a power cut stops a
+//! Crash safety: a switch, a take, a rollback and a flip, each crashed (abort, as a power cut stops a
 //! process) at every named injection point, then run again. After that second run the machine is
 //! in the old or the new generation — never a mix — every found original is at its path or in
 //! the store, no temp file is left, and `current` names a complete generation.
@@ -20,6 +20,8 @@ enum Scenario {
     Take,
     /// Adopted and taken; roll back across the take.
     Rollback,
+    /// Adopted and one module taken; flip (forced: the others are not taken).
+    Flip,
 }
 
 impl Scenario {
@@ -28,7 +30,7 @@ impl Scenario {
         match self {
             Scenario::Switch => std::fs::write(f.at(MOTD), "drifted\n").unwrap(),
             Scenario::Take => {}
-            Scenario::Rollback => {
+            Scenario::Rollback | Scenario::Flip => {
                 f.ok(&["take", "ssh"]);
             }
         }
@@ -39,15 +41,26 @@ impl Scenario {
             Scenario::Switch => vec!["switch".into(), f.decl("b.ncl").display().to_string()],
             Scenario::Take => vec!["take".into(), "ssh".into()],
             Scenario::Rollback => vec!["rollback".into()],
+            Scenario::Flip => vec!["flip".into(), "--force".into()],
         };
         args
     }
 
     /// What is run after the crash: the same switch or rollback; for a take, a switch of the
-    /// declaration (the record says whether the take was recorded).
+    /// declaration (the record says whether the take was recorded); a flip again while the
+    /// generation in force is adopted (also when the record already says managed).
     fn again(self, f: &Fixture) -> Vec<String> {
         match self {
             Scenario::Take => vec!["switch".into(), f.decl("a.ncl").display().to_string()],
+            Scenario::Flip => {
+                let shown = f.ok(&["show", &current(f).to_string(), "--json"]);
+                let g: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
+                if g["mode"] == "adopted" {
+                    self.act(f)
+                } else {
+                    vec!["switch".into(), f.decl("a.ncl").display().to_string()]
+                }
+            }
             other => other.act(f),
         }
     }
@@ -142,7 +155,7 @@ fn assert_originals_kept(f: &Fixture, store: &Store, context: &str) {
     }
 }
 
-/// Every crash point, in a switch, a take and a rollback.
+/// Every crash point, in a switch, a take, a rollback and a flip.
 #[test]
 fn crash_at_every_point_leaves_old_or_new() {
     if !have_root_tools(&[]) {
@@ -154,7 +167,12 @@ fn crash_at_every_point_leaves_old_or_new() {
     let points = mesh_activator::crash::POINTS;
     let mut covered = BTreeSet::new();
     let mut runs = 0;
-    for scenario in [Scenario::Switch, Scenario::Take, Scenario::Rollback] {
+    for scenario in [
+        Scenario::Switch,
+        Scenario::Take,
+        Scenario::Rollback,
+        Scenario::Flip,
+    ] {
         // The ids a run without a crash goes from and to.
         let clean = Fixture::new();
         scenario.setup(&clean);
