@@ -150,6 +150,7 @@ fn last_declaration(node: &Node) -> Result<PathBuf, Failure> {
 pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     let node = machine.open()?;
+    node.recover()?;
     let module = ModuleName::new(&args.module).map_err(Failure::user)?;
     let mut record = node
         .record()?
@@ -157,7 +158,12 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
         .ok_or_else(|| {
             Failure::user("this node is not adopted: there is nothing to take (see `mesh adopt`)")
         })?;
-    if record.taken.contains(&module) {
+    // Taken in the record but not in the generation in force: a take cut short (a crash) after
+    // the record was saved, which taking again finishes.
+    let in_force = node
+        .current()?
+        .is_some_and(|(_, _, g)| g.modules.get(&module) == Some(&ModuleState::Taken));
+    if record.taken.contains(&module) && in_force {
         return Err(Failure::new(
             Exit::Refused,
             miette::miette!("module {module} is already taken on node {}", record.node),

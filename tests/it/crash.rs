@@ -46,22 +46,21 @@ impl Scenario {
         args
     }
 
-    /// What is run after the crash: the same switch or rollback; for a take, a switch of the
-    /// declaration (the record says whether the take was recorded); a flip again while the
-    /// generation in force is adopted (also when the record already says managed).
+    /// What is run after the crash: the same command again while the generation in force does
+    /// not have what it does (a take or a flip again also when the record already says so);
+    /// once it does, a switch of the declaration, which changes nothing.
     fn again(self, f: &Fixture) -> Vec<String> {
-        match self {
-            Scenario::Take => vec!["switch".into(), f.decl("a.ncl").display().to_string()],
-            Scenario::Flip => {
-                let shown = f.ok(&["show", &current(f).to_string(), "--json"]);
-                let g: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
-                if g["mode"] == "adopted" {
-                    self.act(f)
-                } else {
-                    vec!["switch".into(), f.decl("a.ncl").display().to_string()]
-                }
-            }
-            other => other.act(f),
+        let shown = f.ok(&["show", &current(f).to_string(), "--json"]);
+        let in_force: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
+        let unfinished = match self {
+            Scenario::Take => in_force["modules"]["ssh"] != "taken",
+            Scenario::Flip => in_force["mode"] == "adopted",
+            _ => true,
+        };
+        if unfinished {
+            self.act(f)
+        } else {
+            vec!["switch".into(), f.decl("a.ncl").display().to_string()]
         }
     }
 }
