@@ -112,6 +112,20 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
 pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     let node = machine.open()?;
+    // Adoption is for a machine the mesh does not manage yet. Adopting a managed node would drop
+    // its base ruleset with no found firewall in its place.
+    if let Some((n, id, g)) = node.current()? {
+        if g.mode == Mode::Managed {
+            return Err(Failure::new(
+                Exit::Refused,
+                miette::miette!(
+                    help = "to go back across a flip, `mesh rollback` loads the found firewall back",
+                    "this node is managed (generation {n}, {}): adoption is for a machine the mesh does not manage yet; nothing was changed",
+                    id.short()
+                ),
+            ));
+        }
+    }
     let mut record = match node.record()? {
         Some(r) => r,
         None => {

@@ -341,6 +341,16 @@ fn story(kind: Kind) {
         "declared ports answer, undeclared ones (80, the predecessor's 15432) do not"
     );
 
+    // Adopting a managed node would drop its base ruleset: refused, nothing changed.
+    let readopt = f.mesh(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
+    assert_eq!(readopt.code, 2, "{}", readopt.stderr);
+    assert!(
+        readopt.stderr.contains("this node is managed"),
+        "{}",
+        readopt.stderr
+    );
+    assert_eq!(f.record()["mode"], "managed");
+
     // Back across the flip: the found firewall from its dump, the base ruleset gone.
     let back = f.ok(&["rollback"]);
     let restored = match kind {
