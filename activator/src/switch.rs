@@ -1085,6 +1085,7 @@ impl Node {
             .map(|(n, _)| *n)
             .collect();
         let removed = self.profile.remove_links(&keep_numbers).map_err(err)?;
+        crate::crash::point("gc-links-removed");
         let kept: std::collections::BTreeSet<GenerationId> = self
             .profile
             .generations()

@@ -11,6 +11,7 @@
 
 pub mod atomic;
 pub mod canonical;
+pub mod crash;
 pub mod diff;
 pub mod firewall;
 pub mod id;

@@ -431,12 +431,14 @@ impl Store {
             if !keep_generations.contains(&id) {
                 let path = self.generation_path(&id);
                 fs::remove_file(&path).map_err(io_err("removing", &path))?;
+                crate::crash::point("gc-removed");
                 report.generations += 1;
             }
         }
         for (path, name) in self.loose_blobs()? {
             if !keep_blobs.contains(&name) {
                 fs::remove_file(&path).map_err(io_err("removing", &path))?;
+                crate::crash::point("gc-removed");
                 report.blobs += 1;
             }
         }
@@ -477,6 +479,7 @@ impl Store {
                 report.packs_rewritten += 1;
             }
             fs::remove_file(&path).map_err(io_err("removing", &path))?;
+            crate::crash::point("gc-removed");
         }
         *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.sync()?;

@@ -2,9 +2,9 @@
 //!
 //! With `MESH_CRASH_AT=NAME` (or `NAME:K`, the K-th time the point is reached) the process aborts
 //! at that point, as a power cut would stop it: no destructor runs, no buffer is flushed. The
-//! crash-safety test runs a switch, a take and a rollback once per point in [`POINTS`]; the
+//! crash-safety test runs a switch, a take, a rollback and a flip once per point in [`POINTS`]; the
 //! container test crashes a take and a rollback after each change on the engine
-//! ([`CONTAINER_POINTS`]).
+//! ([`CONTAINER_POINTS`]); the gc test crashes a gc at each of [`GC_POINTS`].
 
 /// Every crash point, in the order a switch reaches them.
 pub const POINTS: &[&str] = &[
@@ -21,6 +21,10 @@ pub const POINTS: &[&str] = &[
     "log-appended",
 ];
 
+/// The crash points of `mesh gc`: after the profile's links of removed generations are gone, and
+/// after each generation, blob or pack file the store removes.
+pub const GC_POINTS: &[&str] = &["gc-links-removed", "gc-removed"];
+
 /// The crash point reached after each change a switch makes on the Docker engine (a stop, a
 /// rename, a create, a start, a removal): `container-changed:K` stops after the K-th.
 pub const CONTAINER_POINTS: &[&str] = &["container-changed"];
@@ -33,8 +37,8 @@ pub fn point(name: &'static str) {
     static TARGET: OnceLock<Option<(String, usize)>> = OnceLock::new();
     static HITS: AtomicUsize = AtomicUsize::new(0);
     debug_assert!(
-        POINTS.contains(&name) || CONTAINER_POINTS.contains(&name),
-        "crash point {name} is not listed in POINTS or CONTAINER_POINTS"
+        POINTS.contains(&name) || CONTAINER_POINTS.contains(&name) || GC_POINTS.contains(&name),
+        "crash point {name} is not listed in POINTS, CONTAINER_POINTS or GC_POINTS"
     );
     let target = TARGET.get_or_init(|| {
         let spec = std::env::var("MESH_CRASH_AT").ok()?;
