@@ -107,6 +107,14 @@ pub enum ActivateError {
         /// This node.
         ours: String,
     },
+    /// A stored generation that breaks the model's invariants (built elsewhere, or crafted).
+    #[error("generation {} is not one the compiler would build: {why}; nothing was changed", .id.short())]
+    InvalidGeneration {
+        /// The generation.
+        id: GenerationId,
+        /// What is wrong.
+        why: String,
+    },
     /// Nothing to roll back to, or no such generation number.
     #[error("{0}")]
     NoSuchGeneration(String),
@@ -169,7 +177,9 @@ impl ActivateError {
             ActivateError::Store(StoreError::MissingGeneration(_) | StoreError::Ambiguous(_)) => {
                 Kind::User
             }
-            ActivateError::WrongNode { .. } | ActivateError::NoSuchGeneration(_) => Kind::User,
+            ActivateError::WrongNode { .. }
+            | ActivateError::NoSuchGeneration(_)
+            | ActivateError::InvalidGeneration { .. } => Kind::User,
             ActivateError::FoundContainerNotHeld { .. } | ActivateError::MissingImages { .. } => {
                 Kind::Refused
             }
@@ -584,6 +594,9 @@ impl Node {
         declaration: Option<&Path>,
         dry_run: bool,
     ) -> Result<Switched, ActivateError> {
+        target
+            .validate()
+            .map_err(|why| ActivateError::InvalidGeneration { id, why })?;
         if !dry_run {
             self.recover()?;
         }

@@ -2,7 +2,8 @@
 //! the blake3 digest of its canonical encoding ([`Generation::id`]); it holds hashes of file
 //! contents, never the contents themselves (those are blobs in the store).
 //!
-//! Invariants, upheld by the compiler and checked again by [`Generation::validate`]:
+//! Invariants, upheld by the compiler and checked again by [`Generation::validate`] before a
+//! switch uses a generation:
 //! - every map is a `BTreeMap` and every list is sorted, so the encoding is a function of the
 //!   content alone;
 //! - every port a file, container or opening uses is a value of [`Settings::ports`];
@@ -590,6 +591,75 @@ impl Generation {
         out
     }
 
+    /// Checks the invariants the compiler upholds, for a generation that comes from elsewhere
+    /// (`mesh switch --generation` of a stored one): a held item only on an adopted node, for a
+    /// module assigned and not taken; every item's module assigned; every opening's port and
+    /// every published host port a value of [`Settings::ports`]; the openings sorted; the base
+    /// ruleset on a managed node only. The first violation, described.
+    pub fn validate(&self) -> Result<(), String> {
+        let assigned = |module: &ModuleName, what: &str| match self.modules.get(module) {
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "{what} belongs to module {module}, which is not assigned"
+            )),
+        };
+        let holdable = |module: &ModuleName, what: &str| {
+            if self.mode != Mode::Adopted {
+                return Err(format!("{what} is held on a managed node"));
+            }
+            match self.modules.get(module) {
+                Some(ModuleState::Assigned) => Ok(()),
+                _ => Err(format!(
+                    "{what} is held, but its module {module} is taken or not assigned"
+                )),
+            }
+        };
+        for (path, f) in &self.files {
+            let what = format!("file {path}");
+            assigned(&f.module, &what)?;
+            if let FileState::Held { .. } = f.state {
+                holdable(&f.module, &what)?;
+            }
+        }
+        let is_setting = |port: Port| self.settings.ports.values().any(|p| *p == port);
+        for (name, c) in &self.containers {
+            let what = format!("container {name}");
+            assigned(&c.module, &what)?;
+            if let ContainerState::Held { .. } = c.state {
+                holdable(&c.module, &what)?;
+            }
+            if let Some(p) = c.ports.iter().find(|p| !is_setting(p.host_port)) {
+                return Err(format!(
+                    "{what} publishes host port {}, which is not a setting",
+                    p.host_port
+                ));
+            }
+        }
+        for o in &self.openings {
+            if self.settings.ports.get(&o.setting) != Some(&o.port) {
+                return Err(format!(
+                    "the opening of module {} names setting {} but port {}",
+                    o.module, o.setting, o.port
+                ));
+            }
+        }
+        if !self.openings.windows(2).all(|w| w[0] <= w[1]) {
+            return Err("the openings are not sorted".into());
+        }
+        if (self.mode == Mode::Managed) != self.firewall.base.is_some() {
+            return Err(format!(
+                "a {} node {} a base ruleset",
+                self.mode,
+                if self.firewall.base.is_some() {
+                    "has"
+                } else {
+                    "lacks"
+                }
+            ));
+        }
+        Ok(())
+    }
+
     /// How many files are in each state, as (managed, staged, held).
     pub fn file_counts(&self) -> (usize, usize, usize) {
         let mut counts = (0, 0, 0);
@@ -601,5 +671,83 @@ impl Generation {
             }
         }
         counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generation() -> Generation {
+        let settings = Settings {
+            ports: [("web".to_owned(), Port::new(8080).unwrap())].into(),
+            private_network: PrivateNetwork {
+                range: "10.0.0.0/24".parse().unwrap(),
+                address: "10.0.0.1".parse().unwrap(),
+                hub: false,
+            },
+        };
+        let web = ModuleName::new("web").unwrap();
+        Generation {
+            format: FORMAT_VERSION,
+            node: NodeName::new("n").unwrap(),
+            mode: Mode::Adopted,
+            firewall: FirewallRules {
+                guard: crate::firewall::guard_ruleset(&settings),
+                base: None,
+            },
+            settings,
+            modules: [(web.clone(), ModuleState::Assigned)].into(),
+            files: [(
+                TargetPath::new("/etc/web.conf").unwrap(),
+                FileEntry {
+                    module: web,
+                    blob: BlobHash::of(b"new"),
+                    size: 3,
+                    mode: FileMode::parse("0644").unwrap(),
+                    owner: "0".into(),
+                    group: "0".into(),
+                    state: FileState::Held {
+                        original: BlobHash::of(b"old"),
+                    },
+                },
+            )]
+            .into(),
+            containers: BTreeMap::new(),
+            openings: vec![Opening {
+                module: "web".into(),
+                setting: "web".into(),
+                port: Port::new(8080).unwrap(),
+                protocol: Protocol::Tcp,
+                paths: [TrafficPath::Incoming].into(),
+                from: Source::Anywhere,
+            }],
+        }
+    }
+
+    /// What the compiler builds passes; each broken invariant is named.
+    #[test]
+    fn validate_names_the_broken_invariant() {
+        assert_eq!(generation().validate(), Ok(()));
+        let mut taken = generation();
+        taken
+            .modules
+            .insert(ModuleName::new("web").unwrap(), ModuleState::Taken);
+        assert!(taken
+            .validate()
+            .unwrap_err()
+            .contains("taken or not assigned"));
+        let mut port = generation();
+        port.openings[0].port = Port::new(9090).unwrap();
+        assert!(port
+            .validate()
+            .unwrap_err()
+            .contains("names setting web but port 9090"));
+        let mut unassigned = generation();
+        unassigned.modules.clear();
+        assert!(unassigned.validate().unwrap_err().contains("not assigned"));
+        let mut base = generation();
+        base.firewall.base = Some(base.firewall.guard.clone());
+        assert!(base.validate().unwrap_err().contains("has a base ruleset"));
     }
 }

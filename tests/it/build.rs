@@ -51,8 +51,12 @@ fn build_examples(examples: &Path, state: &Path, env: &[(&str, &str)]) -> Vec<St
 fn every_example_builds_to_its_pinned_id() {
     let state = tempfile::tempdir().unwrap();
     let ids = build_examples(&repo().join("examples"), state.path(), &[]);
+    let store = mesh_lib::Store::open(state.path()).unwrap();
     for ((node, _, pinned), id) in PINNED.iter().zip(&ids) {
         assert_eq!(id, pinned, "{node} no longer builds to its pinned id");
+        // And each is one a switch accepts.
+        let generation = store.generation(&id.parse().unwrap()).unwrap();
+        assert_eq!(generation.validate(), Ok(()), "{node}");
     }
 }
 

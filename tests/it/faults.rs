@@ -213,6 +213,35 @@ fn unknown_generation() {
     assert!(ran.stderr.contains("no generation yet"), "{}", ran.stderr);
 }
 
+/// A stored generation that breaks the model's invariants — here one adopted generation turned
+/// managed while it still holds the predecessor's file, stored under its own digest as if built
+/// elsewhere — is refused by `mesh switch --generation`: exit 1, what is wrong, nothing changed.
+#[test]
+fn crafted_generation_is_refused() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    let f = Fixture::new();
+    f.ok(&["adopt", f.decl("a.ncl").to_str().unwrap()]);
+    let store = mesh_lib::Store::open(&f.state()).unwrap();
+    let g: serde_json::Value =
+        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
+    let id: mesh_lib::GenerationId = g["generations"][0]["id"].as_str().unwrap().parse().unwrap();
+    let mut crafted = store.generation(&id).unwrap();
+    crafted.mode = mesh_lib::model::Mode::Managed;
+    let crafted = store.put_generation(&crafted).unwrap();
+    let before = f.snapshot();
+    let ran = f.mesh(&["switch", "--generation", &crafted.to_string()]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("is not one the compiler would build")
+            && ran.stderr.contains("is held on a managed node"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(f.snapshot(), before);
+}
+
 /// `--netns` naming a namespace that does not exist: exit 1, the namespace named, nothing
 /// changed (and never the machine's own ruleset in its place).
 #[test]

@@ -79,9 +79,9 @@ impl Dump {
 /// The chains a container runtime writes into iptables' tables: Docker's (`DOCKER`,
 /// `DOCKER-USER`, `DOCKER-ISOLATION-STAGE-1`, …), Podman's (netavark's `NETAVARK_*`, CNI's
 /// `CNI-*`) and Kubernetes' kube-proxy (`KUBE-*`).
-const RUNTIME_CHAINS: [&str; 4] = ["DOCKER", "NETAVARK", "CNI-", "KUBE-"];
+pub const RUNTIME_CHAINS: [&str; 4] = ["DOCKER", "NETAVARK", "CNI-", "KUBE-"];
 /// The nftables tables of their own: Docker's `docker-bridges`, netavark's `netavark`.
-const RUNTIME_TABLES: [&str; 2] = ["docker", "netavark"];
+pub const RUNTIME_TABLES: [&str; 2] = ["docker", "netavark"];
 
 /// Whether a table (`family name`, and its text as nft lists it) is a container runtime's
 /// ([`RUNTIME_TABLES`], or holding one of [`RUNTIME_CHAINS`]). The runtime adds and removes its

@@ -31,7 +31,7 @@ use std::sync::Mutex;
 
 use mesh_lib::model::{Opening, Settings, TrafficPath};
 
-pub use dump::{is_runtime_table, Dump};
+pub use dump::{is_runtime_table, Dump, RUNTIME_CHAINS, RUNTIME_TABLES};
 pub use kernel::Kernel;
 
 /// The prefix of the comment on every rule the mesh puts in a found chain.
