@@ -318,8 +318,15 @@ pub fn diff(from: &GenerationId, to: &GenerationId, d: &mesh_lib::diff::Diff) ->
     for (name, what) in &d.containers {
         let _ = writeln!(o, "container {name}: {what}");
     }
-    if d.firewall {
-        let _ = writeln!(o, "firewall rules or openings change (see `mesh show`)");
+    for (sign, comment) in &d.openings {
+        let comment = comment.strip_prefix("mesh: ").unwrap_or(comment);
+        let _ = writeln!(o, "{sign} opening {comment}");
+    }
+    if d.guard {
+        let _ = writeln!(o, "the guard changes (see `mesh show`)");
+    }
+    if let Some(base) = &d.base {
+        let _ = writeln!(o, "the base ruleset: {base}");
     }
     o
 }

@@ -37,8 +37,13 @@ pub struct Diff {
     pub files: Vec<(String, FileChange)>,
     /// Containers that are added, removed or change.
     pub containers: Vec<(String, String)>,
-    /// Whether the firewall rules change.
-    pub firewall: bool,
+    /// Openings added (`+`) or removed (`-`), each as its rule comment
+    /// (`mesh: MODULE SETTING PORT/PROTO from SOURCE`).
+    pub openings: Vec<(char, String)>,
+    /// Whether the guard changes.
+    pub guard: bool,
+    /// What happens to the base ruleset: `loaded`, `removed` or `changed`.
+    pub base: Option<String>,
 }
 
 impl Diff {
@@ -133,6 +138,24 @@ pub fn diff(a: &Generation, b: &Generation) -> Diff {
             d.containers.push((n.to_string(), w));
         }
     }
-    d.firewall = a.firewall != b.firewall || a.openings != b.openings;
+    let comments = |g: &Generation| -> BTreeSet<String> {
+        g.openings
+            .iter()
+            .map(crate::firewall::opening_comment)
+            .collect()
+    };
+    let (before, after) = (comments(a), comments(b));
+    d.openings = before
+        .difference(&after)
+        .map(|c| ('-', c.clone()))
+        .chain(after.difference(&before).map(|c| ('+', c.clone())))
+        .collect();
+    d.guard = a.firewall.guard != b.firewall.guard;
+    d.base = match (&a.firewall.base, &b.firewall.base) {
+        (None, Some(_)) => Some("loaded".into()),
+        (Some(_), None) => Some("removed".into()),
+        (Some(x), Some(y)) if x != y => Some("changed".into()),
+        _ => None,
+    };
     d
 }

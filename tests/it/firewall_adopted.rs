@@ -300,6 +300,13 @@ fn story(kind: Kind) {
     // An opening no longer declared is removed by the switch that drops it.
     f.write_decl("fw.ncl", &declaration(false));
     f.ok(&["switch", f.decl("fw.ncl").to_str().unwrap()]);
+    let diff = f.ok(&["diff"]);
+    assert!(
+        diff.stdout
+            .contains("- opening broker broker_management 15672/tcp from "),
+        "{}",
+        diff.stdout
+    );
     assert!(!Lab::reaches(&lab.private, "10.77.0.1", 15672));
     assert!(Lab::reaches(&lab.private, "10.77.0.1", 5432));
 
@@ -327,6 +334,13 @@ fn story(kind: Kind) {
     let before_flip = matrix(&lab);
     f.ok(&["flip", "--force"]);
     assert_eq!(f.record()["mode"], "managed");
+    let diff = f.ok(&["diff"]);
+    assert!(
+        diff.stdout.contains("mode: adopted -> managed")
+            && diff.stdout.contains("the base ruleset: loaded"),
+        "{}",
+        diff.stdout
+    );
     assert_eq!(
         open_in(&matrix(&lab)),
         [
