@@ -139,3 +139,53 @@ fn library_and_command_put_the_same_ruleset_in_force() {
         "{err}"
     );
 }
+
+/// A predecessor written per address family (`table ip …` and `table ip6 …`, as older scripts
+/// do) gets the openings in each: those from the private network (IPv4) only in the IPv4 one.
+#[test]
+fn openings_go_into_ip_and_ip6_tables() {
+    if !have_root_tools(&["nft", "ip"]) {
+        return;
+    }
+    let ns = Netns::new("families");
+    nft(
+        &ns,
+        &["-f", "-"],
+        "table ip four {
+  chain input { type filter hook input priority 0; policy drop; }
+  chain forward { type filter hook forward priority 0; policy drop; }
+}
+table ip6 six {
+  chain input { type filter hook input priority 0; policy drop; }
+}
+",
+    );
+    let (settings, openings) = (settings(), openings());
+    let guard = guard_ruleset(&settings);
+    let want = Want {
+        guard: &guard,
+        base: None,
+        settings: &settings,
+        openings: &openings,
+        remove_tables: &[],
+        empty_inputs: &[],
+    };
+    let kernel = Kernel::new(Some(ns.name.clone()));
+    let done = kernel.converge(&want).unwrap();
+    // ip: bus, registry, hub incoming + bus, registry forwarded; ip6: bus and hub incoming
+    // (the registry is open to the private network, an IPv4 range).
+    assert_eq!(done.inserted, 7, "{done:?}");
+    assert_eq!(kernel.converge(&want).unwrap().inserted, 0);
+    let four = nft(&ns, &["list", "table", "ip", "four"], "");
+    let six = nft(&ns, &["list", "table", "ip6", "six"], "");
+    assert!(
+        four.contains("ip saddr 10.77.0.0/24 tcp dport 5000 accept"),
+        "{four}"
+    );
+    assert!(four.contains("ct original proto-dst 4222 accept"), "{four}");
+    assert!(
+        six.contains("tcp dport 4222 accept") && !six.contains("5000"),
+        "{six}"
+    );
+    assert!(six.contains("udp dport 51820 accept"), "{six}");
+}
