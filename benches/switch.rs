@@ -100,14 +100,23 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Runs in `base`: rsync and first switch, `runs` times each, fresh folders every time.
-fn first_switch(base: &Path, decl: &Path, src: &Path, runs: usize) -> (Duration, Duration) {
+/// Runs in `base`: rsync, rsync made durable (`sync -f`, a syncfs of the destination's
+/// filesystem, as a switch makes its files durable) and first switch, `runs` times each, fresh
+/// folders every time.
+fn first_switch(
+    base: &Path,
+    decl: &Path,
+    src: &Path,
+    runs: usize,
+) -> (Duration, Duration, Duration) {
     let mut rsync = Vec::new();
+    let mut durable = Vec::new();
     let mut switch = Vec::new();
     for r in 0..runs {
         let run = base.join(format!("run-{r}"));
         let (state, root, dst) = (run.join("state"), run.join("root"), run.join("dst"));
-        for d in [&state, &root, &dst] {
+        let dst_synced = run.join("dst-synced");
+        for d in [&state, &root, &dst, &dst_synced] {
             std::fs::create_dir_all(d).unwrap();
         }
         let id = mesh(&state, &root, &["build", decl.to_str().unwrap()])
@@ -125,15 +134,30 @@ fn first_switch(base: &Path, decl: &Path, src: &Path, runs: usize) -> (Duration,
                 .unwrap()
                 .success());
         }));
-        // rsync leaves its files for the kernel to write back: flush them, so that the switch's
-        // own syncs do not pay for them.
+        // rsync leaves its files for the kernel to write back: flush them, so that the next
+        // run's syncs do not pay for them.
         Command::new("sync").status().unwrap();
+        durable.push(timed(|| {
+            assert!(Command::new("rsync")
+                .arg("-a")
+                .arg(format!("{}/", src.display()))
+                .arg(&dst_synced)
+                .status()
+                .unwrap()
+                .success());
+            assert!(Command::new("sync")
+                .arg("-f")
+                .arg(&dst_synced)
+                .status()
+                .unwrap()
+                .success());
+        }));
         switch.push(timed(|| {
             mesh(&state, &root, &["switch", "--generation", &id]);
         }));
         std::fs::remove_dir_all(&run).unwrap();
     }
-    (median(rsync), median(switch))
+    (median(rsync), median(durable), median(switch))
 }
 
 fn ansible(dir: &Path, src: &Path) -> Option<(Duration, Duration)> {
@@ -194,12 +218,14 @@ fn main() {
         "fsync share"
     );
     let mut full_10k = Duration::ZERO;
+    let mut durable_rows = Vec::new();
     for n in [1_000usize, 10_000] {
         let decl = declaration(dir.path(), n, 0);
         let src = source_tree(dir.path(), n, usize::MAX);
         let runs = if n > 1000 { 3 } else { 5 };
-        let (rsync, switch) =
+        let (rsync, durable, switch) =
             first_switch(&dir.path().join(format!("disk-{n}")), &decl, &src, runs);
+        durable_rows.push((n, durable, switch));
         let tmp = dir.path().join(format!("tmpfs-{n}"));
         std::fs::create_dir_all(&tmp).unwrap();
         let mounted = Command::new("mount")
@@ -209,7 +235,8 @@ fn main() {
             .is_ok_and(|s| s.success());
         let _guard = mounted.then(|| Tmpfs(tmp.clone()));
         let (rsync_t, switch_t) = if mounted {
-            first_switch(&tmp, &decl, &src, runs)
+            let (rsync_t, _, switch_t) = first_switch(&tmp, &decl, &src, runs);
+            (rsync_t, switch_t)
         } else {
             (Duration::ZERO, Duration::ZERO)
         };
@@ -226,6 +253,23 @@ fn main() {
             ms(switch_t),
             switch_t.as_secs_f64() / rsync_t.as_secs_f64().max(1e-9),
             100.0 * (switch.as_secs_f64() - switch_t.as_secs_f64()).max(0.0) / switch.as_secs_f64()
+        );
+    }
+
+    println!(
+        "\nthe same, against rsync made durable (then `sync -f`: a syncfs, as the switch does)"
+    );
+    println!(
+        "{:>7} {:>18} {:>14} {:>9}",
+        "files", "rsync + sync -f", "mesh switch", "ratio"
+    );
+    for (n, durable, switch) in durable_rows {
+        println!(
+            "{:>7} {:>18} {:>14} {:>8.2}x",
+            n,
+            ms(durable),
+            ms(switch),
+            switch.as_secs_f64() / durable.as_secs_f64()
         );
     }
 
