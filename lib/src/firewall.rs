@@ -326,16 +326,23 @@ pub fn base_ruleset(settings: &Settings, openings: &[Opening]) -> Ruleset {
         vec![established(), accept()],
         None,
     ));
-    // Containers reach out through their bridge; only what comes in is filtered.
-    objects.push(rule(
-        BASE_TABLE,
-        "forward",
-        vec![
-            matches(meta(MetaKey::Iifname), Operator::EQ, text("docker0")),
-            accept(),
-        ],
-        Some("mesh: containers' own traffic".into()),
-    ));
+    // Containers reach out through their bridge — Docker's default one, and the `br-*` bridge
+    // of each user-defined network (every compose project has one); only what comes in is
+    // filtered.
+    for (bridge, which) in [
+        ("docker0", "default bridge"),
+        ("br-*", "user-defined networks"),
+    ] {
+        objects.push(rule(
+            BASE_TABLE,
+            "forward",
+            vec![
+                matches(meta(MetaKey::Iifname), Operator::EQ, text(bridge)),
+                accept(),
+            ],
+            Some(format!("mesh: containers' own traffic ({which})")),
+        ));
+    }
     for o in openings
         .iter()
         .filter(|o| o.paths.contains(&TrafficPath::Forwarded))

@@ -21,7 +21,7 @@ pub const PINNED: [(&str, Option<&str>, &str); 3] = [
     (
         "fresh-node",
         None,
-        "b3:14931fbc94465749d7f6230d8375c4c44a8561f63af2728cb8ccae72013563e9",
+        "b3:95838523138dc4833ca2247a854c8f4b7108426382aae670f0ae4e930d859012",
     ),
 ];
 

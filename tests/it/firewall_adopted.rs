@@ -354,6 +354,13 @@ fn story(kind: Kind) {
         ],
         "declared ports answer, undeclared ones (80, the predecessor's 15432) do not"
     );
+    // Containers reach out through their bridge (br-…, a user-defined network's), which the
+    // predecessor's forward chain did not allow.
+    Lab::serve(&lab.outside, 8443);
+    assert!(
+        Lab::reaches(&lab.ctr, "192.0.2.2", 8443),
+        "a container reaches the outside after the flip"
+    );
 
     // Adopting a managed node would drop its base ruleset: refused, nothing changed.
     let readopt = f.mesh(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);

@@ -4,7 +4,7 @@
 //!  outside (192.0.2.2, 2001:db8:1::2) ──┐
 //!                                        node (192.0.2.1, 2001:db8:1::1; 10.77.0.1; 172.30.0.1)
 //!  private (10.77.0.2) ──────────────────┤
-//!  ctr (172.30.0.2, the "container") ────┘
+//!  ctr (172.30.0.2, the "container") ────┘  (the node's side: br-…, as Docker names a bridge)
 //! ```
 //!
 //! The node runs a predecessor's default-deny nftables firewall and a container runtime's DNAT.
@@ -92,7 +92,8 @@ impl Lab {
         };
         let (vo, vno) = link("vo", "vno", &lab.outside, &lab.node);
         let (vp, vnp) = link("vp", "vnp", &lab.private, &lab.node);
-        let (vc, vnc) = link("vc", "vnc", &lab.ctr, &lab.node);
+        // The node's side is named as Docker names a user-defined network's bridge.
+        let (vc, vnc) = link("vc", "br-", &lab.ctr, &lab.node);
         let addr = |ns: &Netns, dev: &str, a: &str| {
             ip(&["-n", &ns.name, "addr", "add", a, "dev", dev, "nodad"])
         };
@@ -126,6 +127,16 @@ impl Lab {
             "default",
             "via",
             "172.30.0.1",
+        ]);
+        // The outside knows its way back to the container (no masquerade in the lab).
+        ip(&[
+            "-n",
+            &lab.outside.name,
+            "route",
+            "add",
+            "172.30.0.0/24",
+            "via",
+            "192.0.2.1",
         ]);
         let ok = lab
             .node
