@@ -425,7 +425,6 @@ fn engine_state(store: &str) -> (Named, Kept) {
 /// service answers with the same data.
 #[test]
 fn container_steps_survive_a_crash_after_each_change() {
-    use std::os::unix::process::ExitStatusExt;
     if !docker_here() {
         return;
     }
@@ -452,22 +451,12 @@ fn container_steps_survive_a_crash_after_each_change() {
             } else {
                 &["take", "store"]
             };
-            let mut c = f.command(act);
-            c.env("MESH_CRASH_AT", format!("container-changed:{k}"));
-            let out = c.output().unwrap();
             let context = format!("{act:?} stopped after engine change {k}");
-            let stopped = match out.status.signal() {
-                Some(6) => true,
-                Some(s) => panic!("{context}: killed by signal {s}"),
-                None => {
-                    assert!(
-                        out.status.success(),
-                        "{context}: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    false
-                }
-            };
+            let stopped = crate::support::crashes_at(
+                f.command(act),
+                &format!("container-changed:{k}"),
+                &context,
+            );
             if stopped {
                 crashed.push(context.clone());
                 let again: &[&str] = if rollback {

@@ -58,6 +58,25 @@ pub fn crash_points_here() -> bool {
     false
 }
 
+/// Runs `c` with `MESH_CRASH_AT=at`; whether it crashed there (aborted). A run that did not
+/// reach the point must succeed; any other death is a failure, named with `context`.
+pub fn crashes_at(mut c: Command, at: &str, context: &str) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let out = c.env("MESH_CRASH_AT", at).output().unwrap();
+    match out.status.signal() {
+        Some(6) => true,
+        Some(s) => panic!("{context}: killed by signal {s}"),
+        None => {
+            assert!(
+                out.status.success(),
+                "{context}: not reached, and the run failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            false
+        }
+    }
+}
+
 /// What a finished command said.
 pub struct Ran {
     pub code: i32,
