@@ -13,8 +13,6 @@ use common::median;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-const MESH: &str = env!("CARGO_BIN_EXE_mesh");
-
 fn docker(args: &[&str]) -> String {
     let out = Command::new("docker").args(args).output().unwrap();
     assert!(
@@ -106,21 +104,7 @@ fn main() {
     .unwrap();
     let ns = format!("{prefix}-ns");
     let _ns = common::Netns::add(ns.clone());
-    let mesh = |args: &[&str]| -> String {
-        let out = Command::new(MESH)
-            .env("MESH_STATE_DIR", dir.path().join("state"))
-            .env("MESH_ROOT", dir.path())
-            .env("MESH_NETNS", &ns)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mesh {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let mesh = |args: &[&str]| common::mesh(&dir.path().join("state"), dir.path(), Some(&ns), args);
     mesh(&["adopt", decl.to_str().unwrap()]);
     for i in 0..10 {
         mesh(&["take", &format!("m{i}")]);

@@ -7,18 +7,15 @@
 //! Targets (issue 4): nftables native within 1.5x of `nft -f`; a no-op reconcile under 20 ms.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 mod common;
-use common::{median, ms};
+use common::{feed, median, ms};
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use mesh_activator::firewall::{Firewall, Kernel, Want};
 use mesh_lib::firewall::{guard_ruleset, opening_comment};
 use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
-
-const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 
 const NFT_PREDECESSOR: &str = "flush ruleset
 table inet pred {
@@ -35,22 +32,6 @@ const IPT_PREDECESSOR: &str = "*filter
 -A INPUT -p tcp -m tcp --dport 80 -j ACCEPT
 COMMIT
 ";
-
-/// Runs a command (the bench runs inside its own network namespace: no `ip netns exec`).
-fn run(_ns: &str, args: &[&str], input: &str) {
-    let mut child = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "{args:?}");
-}
 
 fn settings() -> Settings {
     let mut ports: std::collections::BTreeMap<String, Port> = [
@@ -110,22 +91,19 @@ fn main() {
     }
     // The bench re-runs itself inside a namespace of its own, so that every nft call — the
     // reference's and the mesh's — runs there directly, as on a node, without `ip netns exec`.
-    let ns = match std::env::var("MESH_BENCH_NETNS") {
-        Ok(ns) => ns,
-        Err(_) => {
-            let ns = format!("mesh-bench-fw-{}", std::process::id());
-            let netns = common::Netns::add(ns.clone());
-            let me = std::env::current_exe().unwrap();
-            let status = Command::new("ip")
-                .args(["netns", "exec", &ns])
-                .arg(me)
-                .env("MESH_BENCH_NETNS", &ns)
-                .status();
-            drop(netns);
-            assert!(status.unwrap().success());
-            return;
-        }
-    };
+    if std::env::var_os("MESH_BENCH_NETNS").is_none() {
+        let ns = format!("mesh-bench-fw-{}", std::process::id());
+        let netns = common::Netns::add(ns.clone());
+        let me = std::env::current_exe().unwrap();
+        let status = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(me)
+            .env("MESH_BENCH_NETNS", &ns)
+            .status();
+        drop(netns);
+        assert!(status.unwrap().success());
+        return;
+    }
     let (settings, openings) = (settings(), openings());
     let guard = guard_ruleset(&settings);
     let nft = Kernel::new(None);
@@ -142,10 +120,10 @@ fn main() {
     let reference = median(
         (0..runs)
             .map(|_| {
-                run(&ns, &["nft", "-f", "-"], NFT_PREDECESSOR);
+                feed(&["nft", "-f", "-"], NFT_PREDECESSOR);
                 let text = reference_text(&settings, &openings);
                 let t = Instant::now();
-                run(&ns, &["nft", "-f", "-"], &text);
+                feed(&["nft", "-f", "-"], &text);
                 t.elapsed()
             })
             .collect(),
@@ -158,7 +136,7 @@ fn main() {
         median(
             (0..runs)
                 .map(|_| {
-                    run(&ns, &["nft", "-f", "-"], NFT_PREDECESSOR);
+                    feed(&["nft", "-f", "-"], NFT_PREDECESSOR);
                     let t = Instant::now();
                     let done = driver.converge(&want).unwrap();
                     let d = t.elapsed();
@@ -186,8 +164,8 @@ fn main() {
     let iptables = median(
         (0..runs)
             .map(|_| {
-                run(&ns, &["nft", "flush", "ruleset"], "");
-                run(&ns, &["iptables-nft-restore"], IPT_PREDECESSOR);
+                feed(&["nft", "flush", "ruleset"], "");
+                feed(&["iptables-nft-restore"], IPT_PREDECESSOR);
                 let t = Instant::now();
                 let done = nft.converge(&want).unwrap();
                 let d = t.elapsed();
@@ -198,7 +176,7 @@ fn main() {
     );
     // With the iptables-nft predecessor's rules and the openings in force.
     let noop_iptables = noop(&nft);
-    run(&ns, &["nft", "flush", "ruleset"], "");
+    feed(&["nft", "flush", "ruleset"], "");
 
     // A no-op `mesh reconcile` of a node adopted with those 100 openings, as a user runs it.
     let dir = tempfile::tempdir().unwrap();
@@ -214,20 +192,9 @@ fn main() {
         format!("let mesh = import \"mesh.ncl\" in\nmesh.node {{ name = \"fw\", settings = {{ ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820, {ports} }}, private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.1\" }} }}, modules = [{modules}] }}\n"),
     )
     .unwrap();
-    run(&ns, &["nft", "-f", "-"], NFT_PREDECESSOR);
-    let mesh = |args: &[&str]| {
-        let out = Command::new(MESH)
-            .env("MESH_STATE_DIR", dir.path().join("state"))
-            .env("MESH_ROOT", dir.path())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    feed(&["nft", "-f", "-"], NFT_PREDECESSOR);
+    // The bench runs inside its namespace: no MESH_NETNS.
+    let mesh = |args: &[&str]| common::mesh(&dir.path().join("state"), dir.path(), None, args);
     mesh(&["adopt", decl.to_str().unwrap()]);
     let noop_cli = median(
         (0..runs)

@@ -20,8 +20,6 @@ use common::{median, ms};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const MESH: &str = env!("CARGO_BIN_EXE_mesh");
-
 fn content(i: usize, variant: usize) -> String {
     format!(
         "# file {i}, variant {variant}\nkey_{i} = value {}\n{}\n",
@@ -71,19 +69,7 @@ fn source_tree(dir: &Path, n: usize, limit: usize) -> PathBuf {
 static NETNS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 fn mesh(state: &Path, root: &Path, args: &[&str]) -> String {
-    let out = Command::new(MESH)
-        .env("MESH_STATE_DIR", state)
-        .env("MESH_ROOT", root)
-        .env("MESH_NETNS", NETNS.get().expect("set in main"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mesh {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    common::mesh(state, root, NETNS.get().map(String::as_str), args)
 }
 
 fn timed(f: impl FnOnce()) -> Duration {

@@ -1,6 +1,7 @@
 //! The iptables-nft driver: a found firewall made by the `iptables` command on its nft backend,
 //! as ufw and most scripts make it. Its tables are spoken through `iptables`/`ip6tables`
-//! (`-S` to list, `iptables-nft-restore --noflush` batches to change), never edited with nft:
+//! (`iptables-nft-save` to list, `iptables-nft-restore --noflush` batches to change), never
+//! edited with nft:
 //! iptables-nft owns its tables' layout, and only iptables can load them back in a form iptables
 //! still speaks.
 
@@ -14,8 +15,17 @@ use super::dump::is_iptables_table;
 use super::nft::Nft;
 use super::{Dump, FirewallError, FoundChain, Want, MARK};
 
-/// The two families iptables-nft writes, with their tools.
-const TOOLS: [(&str, &str); 2] = [("ip", "iptables-nft"), ("ip6", "ip6tables-nft")];
+/// The two families iptables-nft writes.
+const FAMILIES: [&str; 2] = ["ip", "ip6"];
+
+/// The iptables-nft tool for `family` (`ip` or `ip6`); `-save` and `-restore` follow its name.
+fn tool(family: &str) -> &'static str {
+    if family == "ip6" {
+        "ip6tables-nft"
+    } else {
+        "iptables-nft"
+    }
+}
 
 /// The comment of an `iptables -S` line, unquoted.
 fn comment_of(line: &str) -> Option<String> {
@@ -50,12 +60,7 @@ pub fn legacy_rules(nft: &Nft) -> Option<&'static str> {
 
 /// What `iptables-nft-save` prints for `family` (`ip` or `ip6`): the form iptables loads back.
 pub fn save(nft: &Nft, family: &str) -> Result<String, FirewallError> {
-    let tool = if family == "ip" {
-        "iptables-nft-save"
-    } else {
-        "ip6tables-nft-save"
-    };
-    nft.run_tool(tool, &[], None, "saving")
+    nft.run_tool(&format!("{}-save", tool(family)), &[], None, "saving")
 }
 
 /// Converges the openings through iptables-nft's INPUT and FORWARD chains of each family; first
@@ -69,7 +74,7 @@ pub fn converge(
     apply: bool,
 ) -> Result<(usize, usize, usize), FirewallError> {
     let mut done = (0, 0, 0);
-    for (family, tool) in TOOLS {
+    for family in FAMILIES {
         let removed = want
             .remove_tables
             .iter()
@@ -78,7 +83,7 @@ pub fn converge(
             continue;
         }
         let emptied = want.empty_inputs.iter().any(|f| f == family);
-        if emptied && empty_input(nft, ruleset, family, tool, apply)? {
+        if emptied && empty_input(nft, ruleset, family, apply)? {
             done.2 += 1;
         }
         let chains: Vec<&str> = ruleset
@@ -91,7 +96,7 @@ pub fn converge(
         if chains.is_empty() {
             continue;
         }
-        let (inserted, removed) = openings(nft, tool, family, &chains, want, apply)?;
+        let (inserted, removed) = openings(nft, family, &chains, want, apply)?;
         done.0 += inserted;
         done.1 += removed;
     }
@@ -104,7 +109,6 @@ fn empty_input(
     nft: &Nft,
     ruleset: &[Value],
     family: &str,
-    tool: &str,
     apply: bool,
 ) -> Result<bool, FirewallError> {
     let input = |x: &Value, name_key: &str| {
@@ -129,7 +133,7 @@ fn empty_input(
         return Ok(true);
     }
     nft.run_tool(
-        &format!("{tool}-restore"),
+        &format!("{}-restore", tool(family)),
         &["--noflush"],
         Some(b"*filter\n:INPUT ACCEPT [0:0]\n-F INPUT\nCOMMIT\n"),
         "emptying the predecessor's INPUT chain",
@@ -141,7 +145,6 @@ fn empty_input(
 /// `iptables` (as ufw and most scripts do), in one `iptables-nft-restore --noflush` batch.
 fn openings(
     nft: &Nft,
-    tool: &str,
     family: &str,
     chains: &[&str],
     want: &Want<'_>,
@@ -149,7 +152,12 @@ fn openings(
 ) -> Result<(usize, usize), FirewallError> {
     let settings = want.settings;
     // Every chain of the filter table in one listing (one process, not one per chain).
-    let listing = nft.run_tool(&format!("{tool}-save"), &["-t", "filter"], None, "listing")?;
+    let listing = nft.run_tool(
+        &format!("{}-save", tool(family)),
+        &["-t", "filter"],
+        None,
+        "listing",
+    )?;
     let mut present = Vec::new();
     for line in listing.lines() {
         let Some((chain, spec)) = line
@@ -216,7 +224,7 @@ fn openings(
     }
     batch.push_str("COMMIT\n");
     nft.run_tool(
-        &format!("{tool}-restore"),
+        &format!("{}-restore", tool(family)),
         &["--noflush"],
         Some(batch.as_bytes()),
         "converging the openings through iptables",
@@ -233,13 +241,13 @@ pub fn restore(
     dump: &Dump,
     missing: &[(String, String)],
 ) -> Result<Vec<(String, String)>, FirewallError> {
-    for (family, tool) in TOOLS {
+    for family in FAMILIES {
         let gone = missing
             .iter()
             .any(|(f, n)| f == family && is_iptables_table(f, n));
         if let (true, Some(saved)) = (gone, dump.iptables.get(family)) {
             nft.run_tool(
-                &format!("{tool}-restore"),
+                &format!("{}-restore", tool(family)),
                 &[],
                 Some(saved.as_bytes()),
                 "restoring the found firewall",
@@ -248,14 +256,9 @@ pub fn restore(
     }
     let mut restored = Vec::new();
     for family in dump.shared_inputs() {
-        let tool = if family == "ip" {
-            "iptables-nft-restore"
-        } else {
-            "ip6tables-nft-restore"
-        };
         if let Some(batch) = dump.input_batch(&family) {
             nft.run_tool(
-                tool,
+                &format!("{}-restore", tool(&family)),
                 &["--noflush"],
                 Some(batch.as_bytes()),
                 "restoring the predecessor's INPUT chain",
