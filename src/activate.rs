@@ -164,7 +164,6 @@ fn last_declaration(node: &Node) -> Result<PathBuf, Failure> {
 pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     let node = machine.open()?;
-    node.recover()?;
     let module = ModuleName::new(&args.module).map_err(Failure::user)?;
     let mut record = node
         .record()?
@@ -536,7 +535,6 @@ pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let node = machine.open()?;
-    node.recover()?;
     let (_, _, current) = node
         .current()?
         .ok_or_else(|| Failure::user("this node has no generation yet"))?;
