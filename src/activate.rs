@@ -412,7 +412,7 @@ pub fn reconcile(machine: &Machine, args: ReconcileArgs) -> Result<(), Failure> 
         return Ok(());
     };
     let json_out = args.json;
-    mesh_activator::switch::watch(
+    mesh_activator::reconcile::watch(
         &machine.state,
         &machine.root,
         machine.netns.clone(),

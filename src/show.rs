@@ -381,13 +381,13 @@ pub fn status(s: &mesh_activator::Status) -> String {
         }
     }
     match &s.firewall {
-        Some(mesh_activator::switch::FirewallDrift {
+        Some(mesh_activator::status::FirewallDrift {
             would_change: Some(d),
             ..
         }) if *d == Default::default() => {
             let _ = writeln!(o, "firewall: in force as the generation says");
         }
-        Some(mesh_activator::switch::FirewallDrift {
+        Some(mesh_activator::status::FirewallDrift {
             would_change: Some(d),
             ..
         }) => {
@@ -397,7 +397,7 @@ pub fn status(s: &mesh_activator::Status) -> String {
                 firewall(d, true)
             );
         }
-        Some(mesh_activator::switch::FirewallDrift {
+        Some(mesh_activator::status::FirewallDrift {
             unreadable: Some(why),
             ..
         }) => {

@@ -22,11 +22,16 @@ pub mod firewall;
 pub mod host;
 pub mod lock;
 pub mod netns;
+pub mod node;
 pub mod plan;
 pub mod profile;
+pub mod reconcile;
 pub mod root;
 pub mod sockets;
+pub mod status;
 pub mod switch;
 pub mod users;
 
-pub use switch::{ActivateError, Kind, Node, Status, Switched};
+pub use node::Node;
+pub use status::Status;
+pub use switch::{ActivateError, Kind, Switched};

@@ -1,0 +1,296 @@
+//! A node under the activator's hand: its state directory (store, profile, node record, host
+//! store), the root declared files are written beneath, and the firewall of its network
+//! namespace. Opened with the state directory's lock for a command that changes it, or without
+//! to look at it. What a switch does is in [`crate::switch`]; what `mesh status` reports in
+//! [`crate::status`].
+
+use std::path::{Path, PathBuf};
+
+use mesh_lib::model::{FileState, Mode};
+use mesh_lib::record::{record_path, FoundFile};
+use mesh_lib::{atomic, Generation, GenerationId, NodeRecord, Store};
+
+use crate::host::HostStore;
+use crate::lock::StateLock;
+use crate::profile::Profile;
+use crate::root::{Observed, Root};
+use crate::switch::error::io_err;
+use crate::switch::ActivateError;
+use crate::users::Ids;
+
+/// A node, its lock held.
+pub struct Node {
+    pub(crate) state: PathBuf,
+    pub(crate) root: Root,
+    /// The content-addressed store.
+    pub store: Store,
+    /// The profile.
+    pub profile: Profile,
+    pub(crate) ids: Ids,
+    pub(crate) firewall: Box<dyn crate::firewall::Firewall>,
+    _lock: Option<StateLock>,
+}
+
+impl Node {
+    /// Takes the state directory's lock (failing at once if it is held) and opens the node.
+    pub fn open(state: &Path, root: &Path, netns: Option<String>) -> Result<Self, ActivateError> {
+        let lock = StateLock::take(state)?;
+        Self::open_with(state, root, netns, Some(lock))
+    }
+
+    /// Opens the node to look at it, without the lock: for commands that change nothing.
+    pub fn inspect(
+        state: &Path,
+        root: &Path,
+        netns: Option<String>,
+    ) -> Result<Self, ActivateError> {
+        Self::open_with(state, root, netns, None)
+    }
+
+    fn open_with(
+        state: &Path,
+        root: &Path,
+        netns: Option<String>,
+        lock: Option<StateLock>,
+    ) -> Result<Self, ActivateError> {
+        let store = Store::open(state)?;
+        let profile = Profile::open(state).map_err(io_err("opening the profile in", state))?;
+        Ok(Self {
+            state: state.to_owned(),
+            root: Root::open(root)?,
+            store,
+            profile,
+            ids: Ids::load(),
+            firewall: Box::new(crate::firewall::Kernel::new(netns)),
+            _lock: lock,
+        })
+    }
+
+    /// The same node, its firewall spoken to through `firewall` (a [`Recording`] one in tests
+    /// of what the activator asks of it).
+    ///
+    /// [`Recording`]: crate::firewall::Recording
+    pub fn with_firewall(mut self, firewall: Box<dyn crate::firewall::Firewall>) -> Self {
+        self.firewall = firewall;
+        self
+    }
+
+    /// The value of the owner label on the containers this node's switches create: a digest
+    /// of the state directory's path.
+    pub(crate) fn owner(&self) -> String {
+        let path = std::fs::canonicalize(&self.state).unwrap_or_else(|_| self.state.clone());
+        let digest = blake3::hash(path.as_os_str().as_encoded_bytes());
+        digest.to_hex()[..16].to_owned()
+    }
+
+    fn engine_marker(&self) -> PathBuf {
+        self.state.join("engine-used")
+    }
+
+    /// Whether a switch of this node ever created a container: from then on every switch asks
+    /// the engine, so one no longer declared is removed even by a generation declaring none.
+    pub(crate) fn engine_used(&self) -> bool {
+        self.engine_marker().exists()
+    }
+
+    /// Records, durably and before the first container is created, that the engine is used.
+    pub(crate) fn mark_engine_used(&self) -> Result<(), ActivateError> {
+        let marker = self.engine_marker();
+        if !marker.exists() {
+            atomic::write_file(
+                &marker,
+                b"the mesh created containers for this node\n",
+                0o644,
+            )
+            .map_err(io_err("writing", &marker))?;
+        }
+        Ok(())
+    }
+
+    /// The node record, if the node was ever adopted.
+    pub fn record(&self) -> Result<Option<NodeRecord>, ActivateError> {
+        let path = record_path(&self.state);
+        match std::fs::read(&path) {
+            Ok(bytes) => NodeRecord::parse(&bytes)
+                .map(Some)
+                .map_err(|e| ActivateError::Io {
+                    what: "reading the node record",
+                    path,
+                    source: std::io::Error::other(e),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("reading", &path)(e)),
+        }
+    }
+
+    /// Writes the node record, durably.
+    pub fn save_record(&self, record: &NodeRecord) -> Result<(), ActivateError> {
+        let path = record_path(&self.state);
+        let bytes = record
+            .to_bytes()
+            .map_err(|e| io_err("encoding", &path)(std::io::Error::other(e)))?;
+        atomic::write_file(&path, &bytes, 0o644).map_err(io_err("writing", &path))?;
+        crate::crash::point("record-written");
+        Ok(())
+    }
+
+    /// The current generation.
+    pub fn current(&self) -> Result<Option<(u64, GenerationId, Generation)>, ActivateError> {
+        match self
+            .profile
+            .current()
+            .map_err(io_err("reading the profile in", &self.state))?
+        {
+            Some((n, id)) => Ok(Some((n, id, self.store.generation(&id)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Records every found file and container of `generation` that it does not hold yet: present
+    /// at a declared path of a module not taken, with no record in the host store that the mesh
+    /// wrote it. The content goes into the store (durably), the hash, mode and owner into
+    /// `record`. The caller saves the record and builds again, so the generation holds them.
+    pub fn record_found(
+        &self,
+        generation: &Generation,
+        record: &mut NodeRecord,
+    ) -> Result<usize, ActivateError> {
+        if record.mode != Mode::Adopted {
+            return Ok(0);
+        }
+        let host = HostStore::load(&self.state)?;
+        let mut found = 0;
+        let staged: Vec<&mesh_lib::model::ContainerName> = generation
+            .containers
+            .iter()
+            .filter(|(n, c)| {
+                c.state == mesh_lib::model::ContainerState::Staged
+                    && !record.found.containers.contains_key(*n)
+            })
+            .map(|(n, _)| n)
+            .collect();
+        if !staged.is_empty() {
+            let engine = crate::docker::Engine::connect()?;
+            let present = engine.containers()?;
+            for name in staged {
+                if present.get(name.as_str()).is_some_and(|p| !p.is_ours()) {
+                    let spec = engine.spec_of(name.as_str())?;
+                    let hash = self.store.put_blob(&spec, true)?;
+                    record.found.containers.insert(
+                        name.clone(),
+                        mesh_lib::record::FoundContainer {
+                            spec: hash,
+                            running: present[name.as_str()].running,
+                        },
+                    );
+                    found += 1;
+                }
+            }
+        }
+        for (path, file) in &generation.files {
+            if file.state != FileState::Staged
+                || host.written.contains_key(path)
+                || record.found.files.contains_key(path)
+            {
+                continue;
+            }
+            if let (Observed::File(f), Some(bytes)) = self.root.observe(path)? {
+                self.store.put_blob(&bytes, !f.mode.world_readable())?;
+                record.found.files.insert(
+                    path.clone(),
+                    FoundFile {
+                        hash: f.hash,
+                        mode: f.mode,
+                        owner: self.ids.user_name(f.uid),
+                        group: self.ids.group_name(f.gid),
+                    },
+                );
+                found += 1;
+            }
+        }
+        Ok(found)
+    }
+
+    /// Every port taken on the node, loopback included: what genesis checks.
+    pub fn bound(&self) -> Result<Vec<crate::sockets::Listening>, crate::sockets::SocketsError> {
+        crate::sockets::bound(self.firewall.netns())
+    }
+
+    /// What is reachable on the node: its sockets not bound to loopback.
+    pub fn listening(
+        &self,
+    ) -> Result<Vec<crate::sockets::Listening>, crate::sockets::SocketsError> {
+        crate::sockets::listening(self.firewall.netns())
+    }
+
+    /// The generation `mesh rollback` goes to: number `to`, or the newest one before the current
+    /// whose content differs from it.
+    pub fn rollback_target(&self, to: Option<u64>) -> Result<(u64, GenerationId), ActivateError> {
+        let generations = self
+            .profile
+            .generations()
+            .map_err(io_err("reading the profile in", &self.state))?;
+        let current = self
+            .profile
+            .current()
+            .map_err(io_err("reading the profile in", &self.state))?;
+        match to {
+            Some(n) => generations
+                .into_iter()
+                .find(|(m, _)| *m == n)
+                .ok_or_else(|| {
+                    ActivateError::NoSuchGeneration(format!(
+                        "there is no generation {n} (see `mesh generations`)"
+                    ))
+                }),
+            None => {
+                let (cn, cid) = current.ok_or_else(|| {
+                    ActivateError::NoSuchGeneration("this node has no generation yet".into())
+                })?;
+                generations
+                    .into_iter()
+                    .rev()
+                    .find(|(n, id)| *n < cn && *id != cid)
+                    .ok_or_else(|| {
+                        ActivateError::NoSuchGeneration(format!(
+                            "generation {cn} is the first: there is nothing to roll back to"
+                        ))
+                    })
+            }
+        }
+    }
+
+    /// Removes generation links but the newest `keep` and the current one, then every generation
+    /// and blob nothing references: never a blob of a kept generation, of the node record or of
+    /// the host store.
+    pub fn gc(&self, keep: usize) -> Result<(Vec<u64>, mesh_lib::store::GcReport), ActivateError> {
+        self.recover()?;
+        let err = |e| io_err("collecting garbage in", &self.state)(e);
+        let generations = self.profile.generations().map_err(err)?;
+        let keep_numbers: Vec<u64> = generations
+            .iter()
+            .rev()
+            .take(keep)
+            .map(|(n, _)| *n)
+            .collect();
+        let removed = self.profile.remove_links(&keep_numbers).map_err(err)?;
+        crate::crash::point("gc-links-removed");
+        let kept: std::collections::BTreeSet<GenerationId> = self
+            .profile
+            .generations()
+            .map_err(err)?
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        let mut blobs = std::collections::BTreeSet::new();
+        for id in &kept {
+            blobs.extend(self.store.generation(id)?.blobs());
+        }
+        if let Some(record) = self.record()? {
+            blobs.extend(record.blobs());
+        }
+        blobs.extend(HostStore::load(&self.state)?.blobs());
+        let report = self.store.gc(&kept, &blobs)?;
+        Ok((removed, report))
+    }
+}

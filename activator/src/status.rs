@@ -1,0 +1,142 @@
+//! `mesh status`: the node's mode, the generation in force, what is held, staged and managed,
+//! the drift of the mesh's files, and the firewall against the generation. Reads only.
+
+use mesh_lib::model::{FileState, Mode};
+use mesh_lib::{GenerationId, TargetPath};
+use serde::Serialize;
+
+use crate::host::HostStore;
+use crate::node::Node;
+use crate::root::Observed;
+use crate::switch::journal::journal_path;
+use crate::switch::ActivateError;
+
+/// What `mesh status` reports.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// Adopted or managed.
+    pub mode: Mode,
+    /// The current generation's number and id.
+    pub current: Option<(u64, GenerationId)>,
+    /// Files held (found, module not taken).
+    pub held: usize,
+    /// Files staged.
+    pub staged: usize,
+    /// Files managed.
+    pub managed: usize,
+    /// Taken modules.
+    pub taken: Vec<String>,
+    /// Modules assigned, not taken.
+    pub not_taken: Vec<String>,
+    /// Managed files changed behind the mesh's back: path and what is there now.
+    pub drift: Vec<(TargetPath, String)>,
+    /// Whether an interrupted switch is waiting to be finished.
+    pub interrupted: bool,
+    /// Containers by state: (held, staged, managed).
+    pub containers: (usize, usize, usize),
+    /// What a take would do to each held container: its module and name.
+    pub take_would_retire: Vec<(String, String)>,
+    /// The firewall against the generation in force (`None` without one).
+    pub firewall: Option<FirewallDrift>,
+}
+
+/// The firewall in the kernel against the generation in force.
+#[derive(Debug, Serialize)]
+pub struct FirewallDrift {
+    /// What a reconcile would change (nothing: it is in force).
+    pub would_change: Option<crate::firewall::Converged>,
+    /// Why it could not be read (without privileges, say), if so.
+    pub unreadable: Option<String>,
+}
+
+impl Node {
+    /// Mode, current generation, counts and drift.
+    pub fn status(&self) -> Result<Status, ActivateError> {
+        let record = self.record()?;
+        let current = self.current()?;
+        let host = HostStore::load(&self.state)?;
+        let mut status = Status {
+            mode: record.as_ref().map_or(Mode::Managed, |r| r.mode),
+            current: current.as_ref().map(|(n, id, _)| (*n, *id)),
+            held: 0,
+            staged: 0,
+            managed: 0,
+            taken: Vec::new(),
+            not_taken: Vec::new(),
+            drift: Vec::new(),
+            interrupted: journal_path(&self.state).exists(),
+            containers: (0, 0, 0),
+            take_would_retire: Vec::new(),
+            firewall: None,
+        };
+        if let Some((_, _, g)) = &current {
+            status.firewall = Some(match self.check_firewall(g) {
+                Ok(drift) => FirewallDrift {
+                    would_change: Some(drift),
+                    unreadable: None,
+                },
+                Err(ActivateError::Firewall(e)) => FirewallDrift {
+                    would_change: None,
+                    unreadable: Some(e.to_string()),
+                },
+                Err(e) => return Err(e),
+            });
+            // Unchanged files the mesh wrote are known by their stamps, as in a switch.
+            let (observed, _) = self.observe_all(g, &host)?;
+            for (name, state) in &g.modules {
+                match state {
+                    mesh_lib::model::ModuleState::Taken => status.taken.push(name.to_string()),
+                    mesh_lib::model::ModuleState::Assigned => {
+                        status.not_taken.push(name.to_string())
+                    }
+                }
+            }
+            for (name, c) in &g.containers {
+                match c.state {
+                    mesh_lib::model::ContainerState::Held { .. } => {
+                        status.containers.0 += 1;
+                        status
+                            .take_would_retire
+                            .push((c.module.to_string(), name.to_string()));
+                    }
+                    mesh_lib::model::ContainerState::Staged => status.containers.1 += 1,
+                    mesh_lib::model::ContainerState::Managed => status.containers.2 += 1,
+                }
+            }
+            for (path, f) in &g.files {
+                match f.state {
+                    FileState::Held { .. } => {
+                        status.held += 1;
+                        continue;
+                    }
+                    FileState::Staged => status.staged += 1,
+                    FileState::Managed => status.managed += 1,
+                }
+                let what = match (
+                    observed.get(path).cloned().unwrap_or(Observed::Absent),
+                    host.written.get(path),
+                ) {
+                    (Observed::File(o), Some(w))
+                        if o.hash == w.hash
+                            && o.mode == w.mode
+                            && o.uid == w.uid
+                            && o.gid == w.gid =>
+                    {
+                        None
+                    }
+                    (Observed::File(o), Some(w)) if o.hash == w.hash => Some(format!(
+                        "mode or owner changed to {} {}:{}",
+                        o.mode, o.uid, o.gid
+                    )),
+                    (Observed::File(o), _) => Some(format!("content changed ({})", o.hash.short())),
+                    (Observed::Absent, _) => Some("removed".to_string()),
+                    (other, _) => Some(format!("replaced by {other:?}")),
+                };
+                if let Some(what) = what {
+                    status.drift.push((path.clone(), what));
+                }
+            }
+        }
+        Ok(status)
+    }
+}

@@ -1,0 +1,98 @@
+//! The commit phase: the host store records what the mesh wrote (and what is no longer its own),
+//! the profile's `current` moves atomically to the new generation, and the journal goes.
+//!
+//! Dry run: nothing. Crash points: `host-store-written`, then the profile's
+//! (`profile-link-created`, `current-switched`, `log-appended`).
+
+use std::path::Path;
+
+use mesh_lib::{atomic, GenerationId};
+
+use crate::host::{HostStore, Written};
+use crate::node::Node;
+use crate::plan::{Action, Plan, Reason};
+use crate::profile::Trigger;
+use crate::root::Observed;
+use crate::switch::error::io_err;
+use crate::switch::files::Stamps;
+use crate::switch::journal::journal_path;
+use crate::switch::observe::Observations;
+use crate::switch::ActivateError;
+
+/// What the commit needs to know of the switch.
+pub(crate) struct Commit<'a> {
+    pub(crate) id: GenerationId,
+    pub(crate) plan: &'a Plan,
+    pub(crate) seen: &'a Observations,
+    pub(crate) stamps: &'a Stamps,
+    /// Whether `id` already is the current generation (nothing to add to the profile).
+    pub(crate) already: bool,
+    pub(crate) trigger: Trigger,
+    pub(crate) declaration: Option<&'a Path>,
+}
+
+impl Node {
+    /// Commits a switch; its number in the profile (`None` when it already was current).
+    pub(crate) fn commit(
+        &self,
+        host: &mut HostStore,
+        c: Commit<'_>,
+    ) -> Result<Option<u64>, ActivateError> {
+        let (observed, _) = c.seen;
+        for action in &c.plan.actions {
+            match action {
+                Action::Write {
+                    path,
+                    reason: Reason::Restore,
+                    ..
+                }
+                | Action::Remove { path } => {
+                    host.unset_written(path);
+                }
+                Action::Write {
+                    path,
+                    blob,
+                    mode,
+                    uid,
+                    gid,
+                    ..
+                } => {
+                    host.set_written(
+                        path,
+                        Written {
+                            hash: *blob,
+                            mode: *mode,
+                            uid: *uid,
+                            gid: *gid,
+                            stamp: c.stamps.get(path).copied(),
+                        },
+                    );
+                }
+                Action::Claim { path } => {
+                    if let Observed::File(f) = &observed[path] {
+                        host.set_written(path, Written::from(f));
+                    }
+                }
+                Action::Keep { .. } | Action::Hold { .. } => {}
+            }
+        }
+        host.save(&self.state)?;
+        crate::crash::point("host-store-written");
+
+        let number = if c.already {
+            None
+        } else {
+            Some(
+                self.profile
+                    .commit(c.id, c.trigger, c.declaration)
+                    .map_err(io_err("committing the profile in", &self.state))?,
+            )
+        };
+        let journal = journal_path(&self.state);
+        if journal.exists() {
+            std::fs::remove_file(&journal).map_err(io_err("removing", &journal))?;
+            atomic::sync_dir(&self.state).map_err(io_err("syncing", &self.state))?;
+        }
+        Ok(number)
+    }
+}

@@ -1,0 +1,96 @@
+//! The containers phase, after the files they may mount: found containers held, staged ones
+//! created, the take's retire and run, a rollback's restore, the mesh's containers of another
+//! spec recreated (see [`crate::docker`]).
+//!
+//! The engine is asked only when the generation declares containers or this node's switches
+//! ever created one, and then before anything changes: an engine that does not answer, a found
+//! container the generation does not hold, or a missing image refuses the switch with nothing
+//! done.
+//!
+//! Dry run: the container steps. Crash point: `container-changed`, after each engine change.
+
+use mesh_lib::model::Mode;
+use mesh_lib::{Generation, GenerationId, NodeRecord};
+
+use crate::docker::{Engine, Step};
+use crate::node::Node;
+use crate::switch::ActivateError;
+
+/// The engine (when it is asked) and the steps planned on it.
+pub(crate) struct Containers {
+    pub(crate) engine: Option<Engine>,
+    pub(crate) steps: Vec<Step>,
+}
+
+impl Containers {
+    /// Whether a step changes the engine.
+    pub(crate) fn busy(&self) -> bool {
+        self.steps.iter().any(|s| !matches!(s, Step::Hold { .. }))
+    }
+
+    /// How many API calls were made.
+    pub(crate) fn calls(&self) -> usize {
+        self.engine.as_ref().map_or(0, Engine::calls)
+    }
+}
+
+impl Node {
+    /// Observes the engine and plans its steps for `target`.
+    pub(crate) fn plan_containers(
+        &self,
+        target: &Generation,
+        record: &NodeRecord,
+    ) -> Result<Containers, ActivateError> {
+        if target.containers.is_empty() && !self.engine_used() {
+            return Ok(Containers {
+                engine: None,
+                steps: Vec::new(),
+            });
+        }
+        let engine = Engine::connect()?;
+        let steps = crate::docker::plan(
+            &target.containers,
+            &engine.containers()?,
+            &record.found.containers,
+            record.mode == Mode::Adopted,
+            &self.owner(),
+        )
+        .map_err(|name| ActivateError::FoundContainerNotHeld { name })?;
+        let images = engine.missing_images(&target.containers, &steps)?;
+        if !images.is_empty() {
+            return Err(ActivateError::MissingImages { images });
+        }
+        Ok(Containers {
+            engine: Some(engine),
+            steps,
+        })
+    }
+
+    /// Carries out the steps. A failure here comes after the files of `target` were put in
+    /// place: the error names the generation still in force.
+    pub(crate) fn apply_containers(
+        &self,
+        containers: &Containers,
+        target: &Generation,
+        id: GenerationId,
+        previous: Option<GenerationId>,
+    ) -> Result<(), ActivateError> {
+        let Some(engine) = &containers.engine else {
+            return Ok(());
+        };
+        let creates = containers
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Stage { .. } | Step::Run { .. }));
+        if creates {
+            self.mark_engine_used()?;
+        }
+        engine
+            .apply(&target.containers, &containers.steps, &id, &self.owner())
+            .map_err(|source| ActivateError::ContainersUnfinished {
+                target: id,
+                previous,
+                source: Box::new(source),
+            })
+    }
+}

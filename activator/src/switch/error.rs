@@ -1,0 +1,188 @@
+//! Why an activation failed, and how the binary is to report it (exit codes live in the binary).
+
+use std::path::{Path, PathBuf};
+
+use mesh_lib::store::StoreError;
+use mesh_lib::GenerationId;
+
+use crate::host::HostError;
+use crate::lock::LockError;
+use crate::plan::PlanError;
+use crate::root::RootError;
+
+/// How a failure is to be reported: the binary maps these to exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Bad input (exit 1).
+    User,
+    /// A conflict or refusal (exit 2).
+    Refused,
+    /// The system failed (exit 3).
+    System,
+}
+
+/// Why an activation failed. Each says what was changed: nothing, unless it says otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivateError {
+    /// Another switch holds the lock.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The plan refused.
+    #[error("{0}; nothing was changed")]
+    Plan(#[from] PlanError),
+    /// The store failed (a corrupted blob among others).
+    #[error("{0}; nothing was changed")]
+    Store(#[from] StoreError),
+    /// The filesystem under the root failed.
+    #[error("{0}")]
+    Root(#[from] RootError),
+    /// The host store failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// Not enough space under the root.
+    #[error("not enough space under {root}: the switch writes {need} bytes, {free} are free; nothing was changed")]
+    NoSpace {
+        /// The root.
+        root: PathBuf,
+        /// Bytes needed (with a margin per file).
+        need: u64,
+        /// Bytes free.
+        free: u64,
+    },
+    /// The root is mounted read-only.
+    #[error("{root} is mounted read-only; nothing was changed")]
+    ReadOnly {
+        /// The root.
+        root: PathBuf,
+    },
+    /// Writing the new files failed before any declared path changed.
+    #[error("{source}; nothing was changed")]
+    NotStarted {
+        /// What failed.
+        #[source]
+        source: RootError,
+    },
+    /// A file operation failed midway; what had changed was put back.
+    #[error("{source}; the files already changed were put back, the node is still at its previous generation")]
+    RolledBack {
+        /// What failed.
+        #[source]
+        source: RootError,
+    },
+    /// A file operation failed and putting back failed too: the journal stays for the next run.
+    #[error("{source}; putting the changed files back failed too ({undo}); run the switch again to finish")]
+    Interrupted {
+        /// What failed.
+        #[source]
+        source: RootError,
+        /// Why putting back failed.
+        undo: RootError,
+    },
+    /// The generation is of another node.
+    #[error("generation {id} is of node {theirs}, but this node is {ours}")]
+    WrongNode {
+        /// The generation.
+        id: GenerationId,
+        /// Its node.
+        theirs: String,
+        /// This node.
+        ours: String,
+    },
+    /// A stored generation that breaks the model's invariants (built elsewhere, or crafted).
+    #[error("generation {} is not one the compiler would build: {why}; nothing was changed", .id.short())]
+    InvalidGeneration {
+        /// The generation.
+        id: GenerationId,
+        /// What is wrong.
+        why: String,
+    },
+    /// Nothing to roll back to, or no such generation number.
+    #[error("{0}")]
+    NoSuchGeneration(String),
+    /// The Docker engine failed or does not answer.
+    #[error("{0}")]
+    Docker(#[from] crate::docker::DockerError),
+    /// A found container the generation does not hold would be replaced.
+    #[error("container {name} was found on this adopted node and the generation does not hold it: switching would replace it (switch the declaration on this node, which records and holds it); nothing was changed")]
+    FoundContainerNotHeld {
+        /// Its name.
+        name: String,
+    },
+    /// Images a container to create needs are not on the engine.
+    #[error("image{} not on the Docker engine: {}; the mesh does not pull (docker pull or docker load them first); nothing was changed", if .images.len() == 1 { " is" } else { "s are" }, .images.join(", "))]
+    MissingImages {
+        /// The images.
+        images: Vec<String>,
+    },
+    /// A container step failed after the files of the new generation were put in place.
+    #[error("{source}: a container step failed after the files of {target} were put in place; {previous} is still the generation in force. Fix the cause and run the switch again, or go back with `mesh switch --generation {previous}`", target = .target.short(), previous = .previous.as_ref().map(|p| p.short().to_string()).unwrap_or_else(|| "(none)".into()))]
+    ContainersUnfinished {
+        /// The generation being switched to.
+        target: GenerationId,
+        /// The one in force before (`None` on a first switch).
+        previous: Option<GenerationId>,
+        /// The engine's error.
+        #[source]
+        source: Box<crate::docker::DockerError>,
+    },
+    /// The firewall refused (nft's own message); the kernel's ruleset is unchanged.
+    #[error("{0}; the firewall was left as it was and no file was changed")]
+    Firewall(#[from] crate::firewall::FirewallError),
+    /// Any other I/O in the state directory.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ActivateError {
+    /// How to report it.
+    pub fn kind(&self) -> Kind {
+        match self {
+            ActivateError::Lock(LockError::Held { .. }) => Kind::Refused,
+            ActivateError::Plan(PlanError::UnknownId { .. }) => Kind::User,
+            ActivateError::Plan(_) => Kind::Refused,
+            ActivateError::Root(
+                RootError::Symlink { .. } | RootError::Folder { .. } | RootError::NotAFolder { .. },
+            )
+            | ActivateError::NotStarted {
+                source:
+                    RootError::Symlink { .. } | RootError::Folder { .. } | RootError::NotAFolder { .. },
+            } => Kind::Refused,
+            ActivateError::Store(StoreError::MissingGeneration(_) | StoreError::Ambiguous(_)) => {
+                Kind::User
+            }
+            ActivateError::WrongNode { .. }
+            | ActivateError::NoSuchGeneration(_)
+            | ActivateError::InvalidGeneration { .. } => Kind::User,
+            ActivateError::FoundContainerNotHeld { .. } | ActivateError::MissingImages { .. } => {
+                Kind::Refused
+            }
+            ActivateError::Firewall(crate::firewall::FirewallError::NotCovered(_)) => Kind::Refused,
+            // `--netns` names a namespace that does not exist: the user's input.
+            ActivateError::Firewall(crate::firewall::FirewallError::Netns { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Kind::User
+            }
+            _ => Kind::System,
+        }
+    }
+}
+
+pub(crate) fn io_err<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> ActivateError + 'a {
+    move |source| ActivateError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}

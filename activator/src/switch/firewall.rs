@@ -1,0 +1,195 @@
+//! The firewall phase: the generation's firewall put in force in one transaction, first, so an
+//! nft refusal changes nothing. The same calls serve `mesh reconcile` (converge), `mesh status`
+//! (check: what a converge would change) and adoption (the found firewall recorded, and loaded
+//! back across the flip).
+//!
+//! Dry run: `mesh reconcile --dry-run` and `mesh status` print [`Node::check_firewall`].
+//! Crash point: `firewall-converged`, after the transaction.
+
+use mesh_lib::model::Mode;
+use mesh_lib::{Generation, NodeRecord};
+
+use crate::node::Node;
+use crate::switch::ActivateError;
+
+impl Node {
+    /// Records the firewall found in force: its kind and a dump of it (into the store,
+    /// durably), for a rollback after the flip. Refuses a kind no driver speaks.
+    pub fn record_found_firewall(&self, record: &mut NodeRecord) -> Result<(), ActivateError> {
+        if record.found.firewall.is_some() {
+            return Ok(());
+        }
+        if let Some((kind, dump)) = self.firewall.detect()? {
+            let hash = self.store.put_blob(dump.as_bytes(), true)?;
+            record.found.firewall = Some(mesh_lib::record::FoundFirewall { kind, dump: hash });
+        }
+        Ok(())
+    }
+
+    /// Puts `generation`'s firewall in force: the guard; the base ruleset on a managed node; the
+    /// openings through the found firewall on an adopted one.
+    pub fn converge_firewall(
+        &self,
+        generation: &Generation,
+    ) -> Result<crate::firewall::Converged, ActivateError> {
+        self.firewall_against(generation, true)
+    }
+
+    /// What [`Node::converge_firewall`] would change, changing nothing: the firewall's drift.
+    pub fn check_firewall(
+        &self,
+        generation: &Generation,
+    ) -> Result<crate::firewall::Converged, ActivateError> {
+        self.firewall_against(generation, false)
+    }
+
+    fn firewall_against(
+        &self,
+        generation: &Generation,
+        apply: bool,
+    ) -> Result<crate::firewall::Converged, ActivateError> {
+        // On a managed node that was adopted, the found firewall goes: its tables are those of
+        // the dump recorded at adoption that hold a firewall, and its INPUT chain in a table a
+        // container runtime shares.
+        let (mut remove_tables, mut empty_inputs) = (Vec::new(), Vec::new());
+        if generation.mode == Mode::Managed {
+            if let Some(found) = self.record()?.and_then(|r| r.found.firewall) {
+                let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
+                remove_tables = dump.firewall_tables();
+                empty_inputs = dump.shared_inputs();
+            }
+        }
+        // The openings go through every foreign base chain that stays in force: on an adopted
+        // node the predecessor's; on a managed one what a container runtime keeps (a drop
+        // there is as final as anywhere).
+        let want = crate::firewall::Want {
+            guard: &generation.firewall.guard,
+            base: generation.firewall.base.as_ref(),
+            settings: &generation.settings,
+            openings: &generation.openings,
+            remove_tables: &remove_tables,
+            empty_inputs: &empty_inputs,
+        };
+        Ok(if apply {
+            self.firewall.converge(&want)?
+        } else {
+            self.firewall.check(&want)?
+        })
+    }
+
+    /// Loads back the found firewall's tables that are not in force, from the dump recorded at
+    /// adoption: a rollback from a flipped generation to an adopted one.
+    pub fn restore_found_firewall(&self) -> Result<Vec<(String, String)>, ActivateError> {
+        let Some(found) = self.record()?.and_then(|r| r.found.firewall) else {
+            return Ok(Vec::new());
+        };
+        let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
+        Ok(self.firewall.restore_missing(&dump)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use mesh_lib::model::Mode;
+    use mesh_lib::model::{
+        FirewallRules, NodeName, Opening, Port, PrivateNetwork, Protocol, Settings, Source,
+        TrafficPath,
+    };
+    use mesh_lib::record::{record_path, FirewallKind, FoundFirewall};
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::firewall::{Call, Dump, Recording};
+
+    fn generation(mode: Mode) -> Generation {
+        let settings = Settings {
+            ports: [("pg".to_owned(), Port::new(15432).unwrap())].into(),
+            private_network: PrivateNetwork {
+                range: "10.77.0.0/24".parse().unwrap(),
+                address: "10.77.0.1".parse().unwrap(),
+                hub: false,
+            },
+        };
+        let openings = vec![Opening {
+            module: "pg".into(),
+            setting: "pg".into(),
+            port: Port::new(15432).unwrap(),
+            protocol: Protocol::Tcp,
+            paths: BTreeSet::from([TrafficPath::Forwarded]),
+            from: Source::Anywhere,
+        }];
+        Generation {
+            format: 1,
+            node: NodeName::new("n1").unwrap(),
+            mode,
+            firewall: FirewallRules {
+                guard: mesh_lib::firewall::guard_ruleset(&settings),
+                base: (mode == Mode::Managed)
+                    .then(|| mesh_lib::firewall::base_ruleset(&settings, &openings)),
+            },
+            settings,
+            modules: BTreeMap::new(),
+            files: BTreeMap::new(),
+            containers: BTreeMap::new(),
+            openings,
+        }
+    }
+
+    /// What the flip removes is decided from the dump recorded at adoption: the predecessor's
+    /// own table, never a container runtime's (whose shared INPUT chain is emptied instead);
+    /// and the openings go on through what stays, on the adopted and the managed node alike.
+    #[test]
+    fn converge_asks_for_the_predecessor_gone_and_the_runtime_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, root) = (dir.path().join("state"), dir.path().join("root"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let firewall = Arc::new(Recording::default());
+        let node = Node::open(&state, &root, None)
+            .unwrap()
+            .with_firewall(Box::new(firewall.clone()));
+        let dump = Dump {
+            tables: [
+                ("inet pred".to_owned(), "table inet pred {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n}\n".to_owned()),
+                ("ip filter".to_owned(), "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n\tchain DOCKER {\n\t}\n}\n".to_owned()),
+                ("ip nat".to_owned(), "table ip nat {\n\tchain DOCKER {\n\t}\n}\n".to_owned()),
+            ]
+            .into(),
+            iptables: BTreeMap::new(),
+        };
+        let mut record = NodeRecord::managed(NodeName::new("n1").unwrap());
+        record.mode = Mode::Adopted;
+        record.found.firewall = Some(FoundFirewall {
+            kind: FirewallKind::Nftables,
+            dump: node
+                .store
+                .put_blob(&serde_json::to_vec(&dump).unwrap(), true)
+                .unwrap(),
+        });
+        std::fs::write(record_path(&state), serde_json::to_vec(&record).unwrap()).unwrap();
+
+        node.converge_firewall(&generation(Mode::Adopted)).unwrap();
+        node.converge_firewall(&generation(Mode::Managed)).unwrap();
+        let opening = vec!["mesh: pg pg 15432/tcp from anywhere".to_owned()];
+        assert_eq!(
+            firewall.calls(),
+            [
+                Call::Converge {
+                    base: false,
+                    openings: opening.clone(),
+                    remove_tables: vec![],
+                    empty_inputs: vec![],
+                },
+                Call::Converge {
+                    base: true,
+                    openings: opening,
+                    remove_tables: vec![("inet".into(), "pred".into())],
+                    empty_inputs: vec!["ip".into()],
+                },
+            ]
+        );
+    }
+}

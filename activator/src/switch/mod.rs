@@ -1,0 +1,166 @@
+//! A switch: the machine from the generation in force to another, one phase after another, each
+//! in its own file saying what it changes, what its dry run prints and where its crash points
+//! are.
+//!
+//! 0. an interrupted switch is finished first, from its journal ([`journal`]);
+//! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine;
+//! 2. **plan**: the pure file plan ([`crate::plan`]) and the container steps ([`containers`]);
+//!    a dry run stops here and prints them;
+//! 3. **prepare**: every blob read and checked, space and writability checked ([`prepare`]);
+//! 4. **apply**, in this order:
+//!    - the firewall, in one transaction ([`firewall`]): if nft refuses, nothing has changed;
+//!    - content the mesh did not write recorded, the journal written ([`prepare`]);
+//!    - the files, staged, synced, renamed ([`files`]);
+//!    - the containers, after the files they may mount ([`containers`]);
+//! 5. **commit**: the host store, the profile's `current`, the journal removed ([`commit`]).
+//!
+//! A crash anywhere leaves, after the next switch or rollback, the old or the new generation.
+
+pub(crate) mod commit;
+pub(crate) mod containers;
+pub(crate) mod error;
+pub(crate) mod files;
+pub(crate) mod firewall;
+pub(crate) mod journal;
+pub(crate) mod observe;
+pub(crate) mod prepare;
+
+use std::path::Path;
+
+use mesh_lib::{Generation, GenerationId, NodeRecord};
+use serde::Serialize;
+
+pub use error::{ActivateError, Kind};
+
+use crate::host::HostStore;
+use crate::node::Node;
+use crate::plan::{self, Action, Plan, PlanInput};
+use crate::profile::Trigger;
+use crate::switch::error::io_err;
+
+/// What a switch did, or would do.
+#[derive(Debug, Serialize)]
+pub struct Switched {
+    /// The generation switched to.
+    pub id: GenerationId,
+    /// Its number in the profile (`None` for a dry run or when it already was current).
+    pub number: Option<u64>,
+    /// The plan.
+    pub plan: Plan,
+    /// The container steps.
+    pub containers: Vec<crate::docker::Step>,
+    /// How many Docker API calls the switch made.
+    pub docker_calls: usize,
+    /// What putting the firewall in force changed (`None` when the switch changed nothing).
+    pub firewall: Option<crate::firewall::Converged>,
+    /// The found firewall's tables (`family name`) loaded back from the dump before the switch:
+    /// a rollback across the flip.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restored: Vec<String>,
+    /// Whether it was only planned.
+    pub dry_run: bool,
+}
+
+impl Node {
+    /// Switches to `target` (or only plans it, for a dry run) and commits it as the next
+    /// generation of the profile.
+    pub fn switch(
+        &self,
+        id: GenerationId,
+        target: &Generation,
+        trigger: Trigger,
+        declaration: Option<&Path>,
+        dry_run: bool,
+    ) -> Result<Switched, ActivateError> {
+        target
+            .validate()
+            .map_err(|why| ActivateError::InvalidGeneration { id, why })?;
+        if !dry_run {
+            self.recover()?;
+        }
+        let record = self
+            .record()?
+            .unwrap_or_else(|| NodeRecord::managed(target.node.clone()));
+        if record.node != target.node {
+            return Err(ActivateError::WrongNode {
+                id,
+                theirs: target.node.to_string(),
+                ours: record.node.to_string(),
+            });
+        }
+
+        // Observe. The plan needs the host store, not the generation in force: every file the
+        // mesh may remove is one the host store says it wrote.
+        let in_force = self
+            .profile
+            .current()
+            .map_err(io_err("reading the profile in", &self.state))?;
+        let mut host = HostStore::load(&self.state)?;
+        let seen = self.observe_all(target, &host)?;
+
+        // Plan: files, then containers (the engine must answer before anything changes).
+        let plan = plan::plan(&PlanInput {
+            target,
+            host: &host,
+            record: &record,
+            observed: &seen.0,
+            ids: &self.ids,
+        })?;
+        let containers = self.plan_containers(target, &record)?;
+        let already = in_force.is_some_and(|(_, cid)| cid == id);
+        let bookkeeping = plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Claim { .. } | Action::Keep { .. }));
+        let nothing_to_do =
+            already && !plan.changes_machine() && !bookkeeping && !containers.busy();
+        if dry_run || nothing_to_do {
+            return Ok(Switched {
+                id,
+                number: None,
+                docker_calls: containers.calls(),
+                plan,
+                containers: containers.steps,
+                firewall: None,
+                restored: Vec::new(),
+                dry_run,
+            });
+        }
+
+        // Prepare: everything that will be written, read and checked before anything changes.
+        let blobs = self.check(&plan)?;
+
+        // Apply: the firewall first, in one transaction; then what the mesh did not write is
+        // recorded and the journal written; then the files, then the containers.
+        let firewall = self.converge_firewall(target)?;
+        crate::crash::point("firewall-converged");
+        self.record_originals(&plan, &seen, &mut host)?;
+        self.write_journal(id, &plan)?;
+        let stamps = self.apply_files(&plan, &blobs, &seen)?;
+        self.apply_containers(&containers, target, id, in_force.map(|(_, cid)| cid))?;
+
+        // Commit.
+        let number = self.commit(
+            &mut host,
+            commit::Commit {
+                id,
+                plan: &plan,
+                seen: &seen,
+                stamps: &stamps,
+                already,
+                trigger,
+                declaration,
+            },
+        )?;
+        Ok(Switched {
+            id,
+            number,
+            docker_calls: containers.calls(),
+            plan,
+            containers: containers.steps,
+            firewall: Some(firewall),
+            restored: Vec::new(),
+            dry_run: false,
+        })
+    }
+}

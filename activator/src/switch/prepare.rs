@@ -1,0 +1,155 @@
+//! The prepare phase: everything a switch can check or record before the machine changes.
+//!
+//! 1. every blob to write is read and checked against its name (a corrupted one stops the
+//!    switch with nothing done);
+//! 2. the root's space and writability are checked;
+//! 3. content the mesh did not write is recorded in the store and the host store (durably)
+//!    before anything replaces or removes it;
+//! 4. the journal names every path about to change and the service actions that follow.
+//!
+//! Dry run: nothing of it runs (the plan is what a dry run prints).
+//! Crash points: `originals-recorded`, `journal-written`.
+
+use std::collections::BTreeMap;
+
+use mesh_lib::{atomic, BlobHash, GenerationId, TargetPath};
+
+use crate::host::{HostStore, Kept};
+use crate::node::Node;
+use crate::plan::{Action, Plan, Reason};
+use crate::root::Observed;
+use crate::switch::error::io_err;
+use crate::switch::journal::{journal_path, Journal, JournalOp};
+use crate::switch::observe::Observations;
+use crate::switch::ActivateError;
+
+/// The blobs a switch writes, read and checked.
+pub(crate) type Blobs = BTreeMap<BlobHash, Vec<u8>>;
+
+impl Node {
+    /// Reads and checks every blob the plan writes, and checks that the root has room for them
+    /// and is writable.
+    pub(crate) fn check(&self, plan: &Plan) -> Result<Blobs, ActivateError> {
+        let mut blobs = Blobs::new();
+        for action in &plan.actions {
+            if let Action::Write { blob, .. } = action {
+                if !blobs.contains_key(blob) {
+                    blobs.insert(*blob, self.store.blob(blob)?);
+                }
+            }
+        }
+        if plan.changes_machine() {
+            let (free, read_only) = self
+                .root
+                .space()
+                .map_err(io_err("inspecting", self.root.path()))?;
+            if read_only {
+                return Err(ActivateError::ReadOnly {
+                    root: self.root.path().to_owned(),
+                });
+            }
+            let need: u64 = plan
+                .actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Write { blob, .. } => Some(blobs[blob].len() as u64 + 4096),
+                    _ => None,
+                })
+                .sum();
+            if need > free {
+                return Err(ActivateError::NoSpace {
+                    root: self.root.path().to_owned(),
+                    need,
+                    free,
+                });
+            }
+        }
+        Ok(blobs)
+    }
+
+    /// Records in the store, durably, what the mesh did not write and is about to replace or
+    /// remove (the plan's keeps), and in the host store where it came from.
+    pub(crate) fn record_originals(
+        &self,
+        plan: &Plan,
+        seen: &Observations,
+        host: &mut HostStore,
+    ) -> Result<(), ActivateError> {
+        let (observed, contents) = seen;
+        let keeps: Vec<(&TargetPath, BlobHash, crate::host::Why)> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Keep { path, hash, why } => Some((path, *hash, *why)),
+                _ => None,
+            })
+            .collect();
+        if !keeps.is_empty() {
+            let mut batch = Vec::new();
+            for (path, _, _) in &keeps {
+                let private = match &observed[*path] {
+                    Observed::File(f) => !f.mode.world_readable(),
+                    _ => true,
+                };
+                batch.push((contents[*path].as_slice(), private));
+            }
+            self.store.put_blobs(batch)?;
+            for (path, hash, why) in &keeps {
+                if let Observed::File(f) = &observed[*path] {
+                    host.keep(
+                        path,
+                        Kept {
+                            hash: *hash,
+                            mode: f.mode,
+                            uid: f.uid,
+                            gid: f.gid,
+                            why: *why,
+                        },
+                    );
+                }
+            }
+            host.save(&self.state)?;
+            crate::crash::point("originals-recorded");
+        }
+        // The generation and its blobs were written by a build without waiting for the disk.
+        self.store.sync()?;
+        Ok(())
+    }
+
+    /// Writes the journal of a switch to `target`: the paths the plan changes. Nothing to
+    /// journal, no journal.
+    pub(crate) fn write_journal(
+        &self,
+        target: GenerationId,
+        plan: &Plan,
+    ) -> Result<(), ActivateError> {
+        let ops: Vec<JournalOp> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Write {
+                    path, blob, reason, ..
+                } => Some(JournalOp {
+                    path: path.clone(),
+                    hash: Some(*blob),
+                    restore: *reason == Reason::Restore,
+                }),
+                Action::Remove { path } => Some(JournalOp {
+                    path: path.clone(),
+                    hash: None,
+                    restore: false,
+                }),
+                _ => None,
+            })
+            .collect();
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let journal = journal_path(&self.state);
+        let bytes = serde_json::to_vec(&Journal { target, ops })
+            .map_err(|e| io_err("encoding", &journal)(e.into()))?;
+        atomic::write_file(&journal, &bytes, 0o600).map_err(io_err("writing", &journal))?;
+        crate::crash::point("journal-written");
+        Ok(())
+    }
+}
