@@ -86,6 +86,111 @@ fn report(switched: &Switched, json_out: bool) {
     }
 }
 
+/// Reports a switch, and fails (exit 3) when a unit failed after it: naming each unit, its
+/// last log lines and the generation to go back to — or, with `rollback_on_failure`, going
+/// back to it at once and saying so.
+fn finish(
+    node: &Node,
+    switched: Switched,
+    json_out: bool,
+    rollback_on_failure: bool,
+) -> Result<(), Failure> {
+    if switched.failed.is_empty() || !(rollback_on_failure && json_out) {
+        report(&switched, json_out);
+    }
+    if switched.failed.is_empty() {
+        return Ok(());
+    }
+    let mut what = Vec::new();
+    for f in &switched.failed {
+        let mut line = format!("{} {}: {}", f.verb.word(), f.unit, f.result);
+        if !f.log.is_empty() {
+            line.push_str(&format!(
+                "; its last log lines:\n    {}",
+                f.log.join("\n    ")
+            ));
+        }
+        what.push(line);
+    }
+    let what = what.join("\n  ");
+    let here = switched.id.short().to_string();
+    let Some(previous) = switched.previous.filter(|p| *p != switched.id) else {
+        return Err(Failure::system(format!(
+            "the switch to {here} is done, but units failed:\n  {what}\nthere is no earlier generation to go back to"
+        )));
+    };
+    if !rollback_on_failure {
+        return Err(Failure::new(
+            Exit::System,
+            miette::miette!(
+                help = format!("go back with `mesh switch --generation {}` (or `mesh rollback`), or fix the unit and switch again", previous.short()),
+                "the switch to {here} is done, but units failed:\n  {what}\n{} was in force before",
+                previous.short()
+            ),
+        ));
+    }
+    let generation = node.store.generation(&previous)?;
+    let back = go_back(node, previous, &generation, false)?;
+    if json_out {
+        // One object: the switch, and the rollback it ended with.
+        let mut value = serde_json::to_value(&switched).map_err(Failure::system)?;
+        value["rolled_back"] = serde_json::to_value(&back).map_err(Failure::system)?;
+        say!("{value}");
+    } else {
+        report(&back, json_out);
+    }
+    Err(Failure::system(format!(
+        "units failed after the switch to {here}:\n  {what}\nrolled back to {} by itself (--rollback-on-failure){}",
+        previous.short(),
+        back.number.map(|n| format!(", as generation {n}")).unwrap_or_default()
+    )))
+}
+
+/// Switches back to `id` (a rollback): across the flip, the found firewall is loaded back from
+/// its dump first; the record follows what is in force.
+fn go_back(
+    node: &Node,
+    id: GenerationId,
+    generation: &Generation,
+    dry_run: bool,
+) -> Result<Switched, Failure> {
+    let mut restored = Vec::new();
+    if !dry_run
+        && generation.mode == Mode::Adopted
+        && node
+            .current()?
+            .is_some_and(|(_, _, c)| c.mode == Mode::Managed)
+    {
+        restored = node.restore_found_firewall()?;
+    }
+    let mut switched = node.switch(id, generation, Trigger::Rollback, None, dry_run)?;
+    switched.restored = restored
+        .into_iter()
+        .map(|(family, table)| format!("{family} {table}"))
+        .collect();
+    if !dry_run {
+        // The record follows what is in force, so the next build agrees with it.
+        if let Some(mut record) = node.record()? {
+            let taken = generation
+                .modules
+                .iter()
+                .filter(|(_, s)| **s == ModuleState::Taken)
+                .map(|(m, _)| m.clone());
+            let taken = if generation.mode == Mode::Adopted {
+                taken.collect()
+            } else {
+                record.taken.clone()
+            };
+            if record.taken != taken || record.mode != generation.mode {
+                record.taken = taken;
+                record.mode = generation.mode;
+                node.save_record(&record)?;
+            }
+        }
+    }
+    Ok(switched)
+}
+
 pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     let node = machine.open()?;
@@ -105,8 +210,7 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
         }
         (None, None) => unreachable!("clap requires one of them"),
     };
-    report(&switched, args.json);
-    Ok(())
+    finish(&node, switched, args.json, args.rollback_on_failure)
 }
 
 pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
@@ -145,8 +249,7 @@ pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
         Trigger::Adopt,
         false,
     )?;
-    report(&switched, args.json);
-    Ok(())
+    finish(&node, switched, args.json, false)
 }
 
 /// The declaration the current generation was built from, for commands that rebuild it.
@@ -187,7 +290,15 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
         None => last_declaration(&node)?,
     };
     record.taken.insert(module);
-    commit_record(&node, state, &decl, record, Trigger::Take, args.json)
+    commit_record(
+        &node,
+        state,
+        &decl,
+        record,
+        Trigger::Take,
+        args.json,
+        args.rollback_on_failure,
+    )
 }
 
 /// Saves a changed record and switches to what it builds to: a take, a flip. Built before the
@@ -200,12 +311,12 @@ fn commit_record(
     record: NodeRecord,
     trigger: Trigger,
     json_out: bool,
+    rollback_on_failure: bool,
 ) -> Result<(), Failure> {
     build_with(state, decl, Some(&record))?;
     node.save_record(&record)?;
     let switched = switch_declaration(node, state, decl, Some(record), trigger, false)?;
-    report(&switched, json_out);
-    Ok(())
+    finish(node, switched, json_out, rollback_on_failure)
 }
 
 pub fn rollback(machine: &Machine, args: RollbackArgs) -> Result<(), Failure> {
@@ -213,44 +324,8 @@ pub fn rollback(machine: &Machine, args: RollbackArgs) -> Result<(), Failure> {
     node.recover()?;
     let (_, id) = node.rollback_target(args.to)?;
     let generation = node.store.generation(&id)?;
-    // Back across the flip: the found firewall comes back from its dump first, so the openings
-    // have its chains to go into.
-    let mut restored = Vec::new();
-    if !args.dry_run
-        && generation.mode == Mode::Adopted
-        && node
-            .current()?
-            .is_some_and(|(_, _, c)| c.mode == Mode::Managed)
-    {
-        restored = node.restore_found_firewall()?;
-    }
-    let mut switched = node.switch(id, &generation, Trigger::Rollback, None, args.dry_run)?;
-    switched.restored = restored
-        .into_iter()
-        .map(|(family, table)| format!("{family} {table}"))
-        .collect();
-    if !args.dry_run {
-        // The record follows what is in force, so the next build agrees with it.
-        if let Some(mut record) = node.record()? {
-            let taken = generation
-                .modules
-                .iter()
-                .filter(|(_, s)| **s == ModuleState::Taken)
-                .map(|(m, _)| m.clone());
-            let taken = if generation.mode == Mode::Adopted {
-                taken.collect()
-            } else {
-                record.taken.clone()
-            };
-            if record.taken != taken || record.mode != generation.mode {
-                record.taken = taken;
-                record.mode = generation.mode;
-                node.save_record(&record)?;
-            }
-        }
-    }
-    report(&switched, args.json);
-    Ok(())
+    let switched = go_back(&node, id, &generation, args.dry_run)?;
+    finish(&node, switched, args.json, false)
 }
 
 pub fn generations(machine: &Machine, json_out: bool) -> Result<(), Failure> {
@@ -565,7 +640,15 @@ pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
         None => last_declaration(&node)?,
     };
     record.mode = Mode::Managed;
-    commit_record(&node, state, &decl, record, Trigger::Flip, args.json)
+    commit_record(
+        &node,
+        state,
+        &decl,
+        record,
+        Trigger::Flip,
+        args.json,
+        args.rollback_on_failure,
+    )
 }
 
 pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {

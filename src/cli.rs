@@ -133,6 +133,10 @@ pub struct SwitchArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// When a unit fails after the switch, switch back to the generation in force before, at
+    /// once (the command still fails, and says so).
+    #[arg(long)]
+    pub rollback_on_failure: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -177,6 +181,10 @@ pub struct TakeArgs {
     pub module: String,
     /// The node declaration. Default: the one the current generation was built from.
     pub node: Option<PathBuf>,
+    /// When a unit fails after the switch, switch back to the generation in force before, at
+    /// once (the command still fails, and says so).
+    #[arg(long)]
+    pub rollback_on_failure: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -219,6 +227,10 @@ pub struct FlipArgs {
     pub force: bool,
     /// The node declaration. Default: the one the current generation was built from.
     pub node: Option<PathBuf>,
+    /// When a unit fails after the switch, switch back to the generation in force before, at
+    /// once (the command still fails, and says so).
+    #[arg(long)]
+    pub rollback_on_failure: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

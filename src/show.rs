@@ -279,7 +279,54 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
             Step::Start { name } => writeln!(o, "  start    container {name}"),
             Step::Restore { name, start } => writeln!(o, "  restore  container {name}  (the found one, back under its name{})", if *start { ", started" } else { ", not running, as it was found" }),
             Step::Remove { name } => writeln!(o, "  remove   container {name}"),
+            Step::Restart { name, because } => writeln!(o, "  restart  container {name}: {}", because.join("; ")),
         };
+    }
+    o.push_str(&services(&s.services, s.dry_run));
+    for f in &s.failed {
+        let _ = writeln!(o, "  FAILED   {} {}: {}", f.verb.word(), f.unit, f.result);
+        for line in &f.log {
+            let _ = writeln!(o, "           | {line}");
+        }
+    }
+    o
+}
+
+/// What the units do after the files, one line each with its cause.
+pub fn services(p: &mesh_activator::services::ServicePlan, dry_run: bool) -> String {
+    let mut o = String::new();
+    if let Some(why) = &p.not_driven {
+        if p.asks_systemd() {
+            let _ = writeln!(
+                o,
+                "  services are not driven here ({why}); a switch on the node itself would:"
+            );
+        }
+    }
+    if p.daemon_reload() {
+        let files: Vec<&str> = p.unit_files.iter().map(|f| f.as_str()).collect();
+        let _ = writeln!(
+            o,
+            "  {}daemon-reload: {}",
+            if dry_run { "would " } else { "" },
+            if files.is_empty() {
+                "units enabled or disabled".to_owned()
+            } else {
+                format!("{} changed", files.join(", "))
+            }
+        );
+    }
+    for u in &p.disable {
+        let _ = writeln!(o, "  disable  {}: {}", u.unit, u.because);
+    }
+    for u in &p.enable {
+        let _ = writeln!(o, "  enable   {}: {}", u.unit, u.because);
+    }
+    for j in &p.jobs {
+        let _ = writeln!(o, "  {j}");
+    }
+    for i in &p.idle {
+        let _ = writeln!(o, "  (none)   {}: {}", i.unit, i.because);
     }
     o
 }

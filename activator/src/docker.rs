@@ -372,6 +372,12 @@ impl Engine {
         self.call("rename", name, self.docker.rename_container(name, options))
     }
 
+    /// Restarts a container (stopped within its own stop timeout, then started): a bind mount
+    /// of a file is made again, so the container sees the file now at the path.
+    pub fn restart(&self, name: &str) -> Result<(), DockerError> {
+        self.call("restart", name, self.docker.restart_container(name, None))
+    }
+
     /// Removes one of the mesh's containers (its volumes stay).
     pub fn remove(&self, name: &str) -> Result<(), DockerError> {
         let options = RemoveContainerOptionsBuilder::default()
@@ -444,6 +450,29 @@ pub enum Step {
         /// Its name.
         name: String,
     },
+    /// Restart the mesh's container: a file it mounts changed.
+    Restart {
+        /// Its name.
+        name: String,
+        /// Why (`mounts /etc/wiki/app.env`).
+        because: Vec<String>,
+    },
+}
+
+impl Step {
+    /// The container it is about.
+    pub fn name(&self) -> &str {
+        match self {
+            Step::Hold { name }
+            | Step::Stage { name }
+            | Step::Retire { name }
+            | Step::Run { name, .. }
+            | Step::Start { name }
+            | Step::Restore { name, .. }
+            | Step::Remove { name }
+            | Step::Restart { name, .. } => name,
+        }
+    }
 }
 
 /// The container steps from the target generation to what is on the engine. A found container
@@ -583,6 +612,10 @@ impl Engine {
                 }
                 Step::Remove { name } => {
                     self.remove(name)?;
+                    changed();
+                }
+                Step::Restart { name, .. } => {
+                    self.restart(name)?;
                     changed();
                 }
             }

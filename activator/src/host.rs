@@ -13,7 +13,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use mesh_lib::model::FileMode;
+use mesh_lib::model::{FileMode, UnitName, UnitTrigger};
 use mesh_lib::{atomic, BlobHash, TargetPath};
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +38,10 @@ pub struct Written {
     /// known to hold `hash` without reading it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp: Option<Stamp>,
+    /// The units the file configured when the mesh wrote it managed: when the mesh removes it,
+    /// they pick the change up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<UnitTrigger>,
 }
 
 impl From<&FileFacts> for Written {
@@ -48,8 +52,23 @@ impl From<&FileFacts> for Written {
             uid: f.uid,
             gid: f.gid,
             stamp: Some(f.stamp),
+            units: Vec::new(),
         }
     }
+}
+
+/// A declared unit the mesh put in force (its module taken): what it was put in force as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnitInForce {
+    /// The digest of its unit file without `[Install]`.
+    pub body: BlobHash,
+    /// The digest of its `[Install]` section.
+    pub install: BlobHash,
+    /// Whether the mesh enabled it.
+    pub enabled: bool,
+    /// Whether the mesh runs it.
+    pub started: bool,
 }
 
 /// Why a content was recorded.
@@ -89,6 +108,12 @@ pub struct HostStore {
     pub written: BTreeMap<TargetPath, Written>,
     /// Every content recorded at a path, oldest first.
     pub kept: BTreeMap<TargetPath, Vec<Kept>>,
+    /// The declared units the mesh has in force. Change it through [`HostStore::set_units`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub units: BTreeMap<UnitName, UnitInForce>,
+    /// Whether `units` changed since the last load or save.
+    #[serde(skip)]
+    units_dirty: bool,
     /// Paths changed since the last load or save.
     #[serde(skip)]
     dirty: BTreeSet<TargetPath>,
@@ -103,6 +128,8 @@ impl Default for HostStore {
             format: HOST_FORMAT,
             written: BTreeMap::new(),
             kept: BTreeMap::new(),
+            units: BTreeMap::new(),
+            units_dirty: false,
             dirty: BTreeSet::new(),
             logged: 0,
         }
@@ -120,6 +147,9 @@ struct Delta {
     written: BTreeMap<TargetPath, Option<Written>>,
     /// Each changed path's recorded contents, whole.
     kept: BTreeMap<TargetPath, Vec<Kept>>,
+    /// The units in force, whole, when they changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    units: Option<BTreeMap<UnitName, UnitInForce>>,
 }
 
 /// The host store cannot be read or written.
@@ -188,6 +218,9 @@ impl HostStore {
                     for (p, k) in delta.kept {
                         host.kept.insert(p, k);
                     }
+                    if let Some(units) = delta.units {
+                        host.units = units;
+                    }
                     host.logged += 1;
                 }
                 Err(_) if i + 1 == lines.len() && !text.ends_with(b"\n") => {}
@@ -200,7 +233,7 @@ impl HostStore {
     /// Makes the changes since the last load or save durable: one line appended to the log, or,
     /// when the log has grown long, a new snapshot (atomically) and an empty log.
     pub fn save(&mut self, state: &Path) -> Result<(), HostError> {
-        if self.dirty.is_empty() {
+        if self.dirty.is_empty() && !self.units_dirty {
             return Ok(());
         }
         let path = Self::path(state);
@@ -227,6 +260,7 @@ impl HostStore {
                     .iter()
                     .filter_map(|p| self.kept.get(p).map(|k| (p.clone(), k.clone())))
                     .collect(),
+                units: self.units_dirty.then(|| self.units.clone()),
             };
             let mut line = serde_json::to_vec(&delta).map_err(|e| err(&log, e.to_string()))?;
             line.push(b'\n');
@@ -242,7 +276,16 @@ impl HostStore {
             self.logged += 1;
         }
         self.dirty.clear();
+        self.units_dirty = false;
         Ok(())
+    }
+
+    /// Records the declared units the mesh has in force now.
+    pub fn set_units(&mut self, units: BTreeMap<UnitName, UnitInForce>) {
+        if self.units != units {
+            self.units = units;
+            self.units_dirty = true;
+        }
     }
 
     /// Records that the mesh wrote `w` at `path`.
@@ -287,6 +330,7 @@ mod tests {
             uid: 0,
             gid: 0,
             stamp: None,
+            units: Vec::new(),
         }
     }
 

@@ -27,9 +27,11 @@ pub mod plan;
 pub mod profile;
 pub mod reconcile;
 pub mod root;
+pub mod services;
 pub mod sockets;
 pub mod status;
 pub mod switch;
+pub mod systemd;
 pub mod users;
 
 pub use node::Node;

@@ -28,6 +28,8 @@ pub struct Node {
     pub profile: Profile,
     pub(crate) ids: Ids,
     pub(crate) firewall: Box<dyn crate::firewall::Firewall>,
+    /// systemd, connected on first use.
+    pub(crate) systemd: std::sync::OnceLock<Box<dyn crate::systemd::Systemd>>,
     _lock: Option<StateLock>,
 }
 
@@ -62,6 +64,7 @@ impl Node {
             profile,
             ids: Ids::load(),
             firewall: Box::new(crate::firewall::Kernel::new(netns)),
+            systemd: std::sync::OnceLock::new(),
             _lock: lock,
         })
     }
@@ -72,6 +75,15 @@ impl Node {
     /// [`Recording`]: crate::firewall::Recording
     pub fn with_firewall(mut self, firewall: Box<dyn crate::firewall::Firewall>) -> Self {
         self.firewall = firewall;
+        self
+    }
+
+    /// The same node, speaking to systemd through `systemd` (a [`Recording`] one in tests of
+    /// what the activator asks of it).
+    ///
+    /// [`Recording`]: crate::systemd::Recording
+    pub fn with_systemd(mut self, systemd: Box<dyn crate::systemd::Systemd>) -> Self {
+        self.systemd = std::sync::OnceLock::from(systemd);
         self
     }
 
@@ -187,6 +199,7 @@ impl Node {
                 }
             }
         }
+        found += self.record_found_units(generation, &host, record)?;
         for (path, file) in &generation.files {
             if file.state != FileState::Staged
                 || host.written.contains_key(path)
@@ -207,6 +220,51 @@ impl Node {
                 );
                 found += 1;
             }
+        }
+        Ok(found)
+    }
+
+    /// Records every staged unit systemd already knows from a file the mesh did not write: where
+    /// the file is, whether the unit runs and is enabled. Asked only where systemd is driven
+    /// (the root is `/`) and answers: elsewhere no unit of this machine is the node's.
+    fn record_found_units(
+        &self,
+        generation: &Generation,
+        host: &HostStore,
+        record: &mut NodeRecord,
+    ) -> Result<usize, ActivateError> {
+        let staged: Vec<&mesh_lib::model::UnitName> = generation
+            .units
+            .iter()
+            .filter(|(n, u)| {
+                u.state == mesh_lib::model::UnitState::Staged
+                    && !record.found.units.contains_key(*n)
+            })
+            .map(|(n, _)| n)
+            .collect();
+        if staged.is_empty() || self.root.path() != Path::new("/") {
+            return Ok(0);
+        }
+        let Ok(systemd) = self.systemd() else {
+            return Ok(0);
+        };
+        let mut found = 0;
+        for name in staged {
+            let Some(known) = systemd.known(name)? else {
+                continue;
+            };
+            if host.written.contains_key(&name.file()) && known.fragment == name.file().as_str() {
+                continue; // the mesh's own staged file
+            }
+            record.found.units.insert(
+                name.clone(),
+                mesh_lib::record::FoundUnit {
+                    fragment: known.fragment,
+                    active: known.active,
+                    enabled: known.enabled,
+                },
+            );
+            found += 1;
         }
         Ok(found)
     }

@@ -430,6 +430,7 @@ mod tests {
             owner: "0".into(),
             group: "0".into(),
             state,
+            units: Vec::new(),
         };
         Generation {
             format: 1,
@@ -444,6 +445,7 @@ mod tests {
             files: BTreeMap::from([(path(), entry)]),
             containers: BTreeMap::new(),
             openings: Vec::new(),
+            units: BTreeMap::new(),
         }
     }
 
@@ -528,6 +530,7 @@ mod tests {
                 uid: 0,
                 gid: 0,
                 stamp: None,
+                units: Vec::new(),
             },
         );
         let p = plan_of(&g, &host, &adopted(Some(b"orig")), file(b"new")).unwrap();
@@ -611,6 +614,7 @@ mod tests {
                 uid: 0,
                 gid: 0,
                 stamp: None,
+                units: Vec::new(),
             },
         );
         let p = plan_of(&g, &host, &adopted(None), file(b"edited")).unwrap();

@@ -10,9 +10,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use ipnet::Ipv4Net;
 use mesh_lib::firewall::{base_ruleset, guard_ruleset};
 use mesh_lib::model::{
-    ContainerEntry, ContainerName, ContainerState, FileEntry, FileMode, FileState, FirewallRules,
-    Mode, ModuleName, ModuleState, NodeName, Opening, Port, PrivateNetwork, Protocol,
-    PublishedPort, Settings, Source as From, TrafficPath, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
+    split_install, ContainerEntry, ContainerName, ContainerState, FileEntry, FileMode, FileState,
+    FirewallRules, Mode, ModuleName, ModuleState, NodeName, OnChange, Opening, PickUp, Port,
+    PrivateNetwork, Protocol, PublishedPort, Settings, Source as From, TrafficPath, UnitEntry,
+    UnitName, UnitState, UnitTrigger, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
 };
 use mesh_lib::{BlobHash, Generation, NodeRecord, TargetPath};
 use serde::Deserialize;
@@ -46,6 +47,16 @@ struct ModuleOut {
     files: Vec<FileOut>,
     containers: Vec<ContainerOut>,
     openings: Vec<OpeningOut>,
+    units: Vec<UnitOut>,
+}
+
+#[derive(Deserialize)]
+struct UnitOut {
+    name: String,
+    text: String,
+    enabled: bool,
+    started: bool,
+    on_change: OnChange,
 }
 
 #[derive(Deserialize)]
@@ -55,6 +66,8 @@ struct FileOut {
     mode: String,
     owner: String,
     group: String,
+    reloads: Vec<String>,
+    restarts: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -216,7 +229,8 @@ pub fn assemble(
         }
     }
 
-    let mut files: BTreeMap<mesh_lib::TargetPath, (FileEntry, Pointer)> = BTreeMap::new();
+    let mut files: BTreeMap<TargetPath, (FileEntry, Pointer)> = BTreeMap::new();
+    let mut units: BTreeMap<UnitName, (UnitEntry, Pointer)> = BTreeMap::new();
     let mut blobs: BTreeMap<BlobHash, NewBlob> = BTreeMap::new();
     let mut containers: BTreeMap<ContainerName, (ContainerEntry, Pointer)> = BTreeMap::new();
     let mut host_ports: Vec<(PublishedPort, ModuleName, Pointer)> = Vec::new();
@@ -242,54 +256,79 @@ pub fn assemble(
                     "this mode",
                 )
             })?;
-            let bytes = file.content.as_bytes().to_vec();
-            let hash = BlobHash::of(&bytes);
-            let private = !mode.world_readable();
-            blobs
-                .entry(hash)
-                .and_modify(|b| b.private |= private)
-                .or_insert_with(|| NewBlob {
-                    hash,
-                    bytes: bytes.clone(),
-                    private,
-                });
-            let state = if taken {
-                FileState::Managed
-            } else {
-                match record.found.files.get(&path) {
-                    Some(found) => FileState::Held {
-                        original: found.hash,
-                    },
-                    None => FileState::Staged,
-                }
-            };
-            let entry = FileEntry {
-                module: module.clone(),
-                blob: hash,
-                size: bytes.len() as u64,
+            let units = triggers(&ctx, &here, module, &path, file)?;
+            let declared = Declared {
+                path,
+                content: &file.content,
                 mode,
-                owner: file.owner.clone(),
-                group: file.group.clone(),
-                state,
+                owner: &file.owner,
+                group: &file.group,
+                units,
+                named_at: at(&here, &[f("path")]),
             };
-            if let Some((first, first_at)) = files.get(&path) {
+            add_file(
+                &ctx, &mut files, &mut blobs, record, module, taken, declared,
+            )?;
+        }
+
+        for (ui, u) in m.units.iter().enumerate() {
+            let here = at(&base, &[f("units"), Step::Index(ui)]);
+            let named_at = at(&here, &[f("name")]);
+            let name = UnitName::new(&u.name)
+                .map_err(|e| ctx.reject(&named_at, format!("module {module}: {e}"), "this name"))?;
+            if let Some((first, first_at)) = units.get(&name) {
                 let mut d = ctx.reject(
-                    &at(&here, &[f("path")]),
+                    &named_at,
                     format!(
-                        "{path} is declared by modules {} and {module}",
+                        "unit {name} is declared by modules {} and {module}",
                         first.module
                     ),
                     &format!("declared by {module}"),
                 );
-                if let Some(span) = ctx.span(
-                    &at(first_at, &[f("path")]),
-                    &format!("declared by {}", first.module),
-                ) {
+                if let Some(span) = ctx.span(first_at, &format!("declared by {}", first.module)) {
                     d = d.with_span(span);
                 }
                 return Err(d);
             }
-            files.insert(path, (entry, here));
+            let path = name.file();
+            let found_elsewhere =
+                record.found.units.contains_key(&name) && !record.found.files.contains_key(&path);
+            let state = if taken {
+                UnitState::Managed
+            } else if record.found.units.contains_key(&name)
+                || record.found.files.contains_key(&path)
+            {
+                UnitState::Held
+            } else {
+                UnitState::Staged
+            };
+            // A unit found under its name in a file elsewhere is held with that file in force:
+            // the declared file, which would shadow it, is written only at the take.
+            if !(state == UnitState::Held && found_elsewhere) {
+                let declared = Declared {
+                    path,
+                    content: &u.text,
+                    mode: FileMode::parse("0644").expect("a mode"),
+                    owner: "root",
+                    group: "root",
+                    units: Vec::new(),
+                    named_at: named_at.clone(),
+                };
+                add_file(
+                    &ctx, &mut files, &mut blobs, record, module, taken, declared,
+                )?;
+            }
+            let (body, install) = split_install(&u.text);
+            let entry = UnitEntry {
+                module: module.clone(),
+                enabled: u.enabled,
+                started: u.started,
+                on_change: u.on_change,
+                body: BlobHash::of(body.as_bytes()),
+                install: BlobHash::of(install.as_bytes()),
+                state,
+            };
+            units.insert(name, (entry, named_at));
         }
 
         for (ci, c) in m.containers.iter().enumerate() {
@@ -469,11 +508,129 @@ pub fn assemble(
         containers: containers.into_iter().map(|(n, (e, _))| (n, e)).collect(),
         openings,
         firewall,
+        units: units.into_iter().map(|(n, (e, _))| (n, e)).collect(),
     };
     Ok(Assembled {
         generation,
         blobs: blobs.into_values().collect(),
     })
+}
+
+/// A file to add to the generation: a module's file or a unit's file.
+struct Declared<'a> {
+    path: TargetPath,
+    content: &'a str,
+    mode: FileMode,
+    owner: &'a str,
+    group: &'a str,
+    units: Vec<UnitTrigger>,
+    /// Where the declaration names the path (for a collision's span).
+    named_at: Pointer,
+}
+
+/// Adds a declared file, its state from the record, refusing a path another module declares.
+fn add_file(
+    ctx: &Ctx<'_>,
+    files: &mut BTreeMap<TargetPath, (FileEntry, Pointer)>,
+    blobs: &mut BTreeMap<BlobHash, NewBlob>,
+    record: &NodeRecord,
+    module: &ModuleName,
+    taken: bool,
+    d: Declared<'_>,
+) -> Result<(), MeshDiagnostic> {
+    let path = d.path;
+    if let Some((first, first_at)) = files.get(&path) {
+        let mut e = ctx.reject(
+            &d.named_at,
+            format!(
+                "{path} is declared by modules {} and {module}",
+                first.module
+            ),
+            &format!("declared by {module}"),
+        );
+        if let Some(span) = ctx.span(first_at, &format!("declared by {}", first.module)) {
+            e = e.with_span(span);
+        }
+        return Err(e);
+    }
+    let bytes = d.content.as_bytes();
+    let hash = BlobHash::of(bytes);
+    let private = !d.mode.world_readable();
+    blobs
+        .entry(hash)
+        .and_modify(|b| b.private |= private)
+        .or_insert_with(|| NewBlob {
+            hash,
+            bytes: bytes.to_vec(),
+            private,
+        });
+    let state = if taken {
+        FileState::Managed
+    } else {
+        match record.found.files.get(&path) {
+            Some(found) => FileState::Held {
+                original: found.hash,
+            },
+            None => FileState::Staged,
+        }
+    };
+    let entry = FileEntry {
+        module: module.clone(),
+        blob: hash,
+        size: bytes.len() as u64,
+        mode: d.mode,
+        owner: d.owner.to_owned(),
+        group: d.group.to_owned(),
+        state,
+        units: d.units,
+    };
+    files.insert(path, (entry, d.named_at));
+    Ok(())
+}
+
+/// The units a file says it configures, sorted; a unit named to be both reloaded and restarted
+/// is refused.
+fn triggers(
+    ctx: &Ctx<'_>,
+    here: &[Step],
+    module: &ModuleName,
+    path: &TargetPath,
+    file: &FileOut,
+) -> Result<Vec<UnitTrigger>, MeshDiagnostic> {
+    let mut out: BTreeMap<UnitName, (PickUp, Pointer)> = BTreeMap::new();
+    for (field, how, names) in [
+        ("reloads", PickUp::Reload, &file.reloads),
+        ("restarts", PickUp::Restart, &file.restarts),
+    ] {
+        for (i, n) in names.iter().enumerate() {
+            let named_at = at(here, &[f(field), Step::Index(i)]);
+            let unit = UnitName::new(n).map_err(|e| {
+                ctx.reject(
+                    &named_at,
+                    format!("module {module}, {path}: {e}"),
+                    "this unit",
+                )
+            })?;
+            if let Some((other, other_at)) = out.get(&unit) {
+                if *other != how {
+                    let mut d = ctx.reject(
+                        &named_at,
+                        format!("{path} says unit {unit} both reloads and restarts: say one"),
+                        &format!("{}s here", how.word()),
+                    );
+                    if let Some(span) = ctx.span(other_at, &format!("{}s here", other.word())) {
+                        d = d.with_span(span);
+                    }
+                    return Err(d);
+                }
+            }
+            out.insert(unit, (how, named_at));
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|(unit, (how, _))| UnitTrigger { unit, how })
+        .collect())
 }
 
 fn settings(ctx: &Ctx<'_>, s: &SettingsOut) -> Result<Settings, MeshDiagnostic> {

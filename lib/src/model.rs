@@ -126,7 +126,7 @@ macro_rules! name_type {
 
 /// A name that is not valid for its kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{name}` is not a valid {what} name: use 1-63 letters, digits, `-`, `_` or `.`, starting with a letter or digit")]
+#[error("`{name}` is not a valid {what} name: {}", if *.what == "systemd unit" { "write NAME.TYPE with letters, digits, `:`, `-`, `_`, `.`, `@` or `\\`, TYPE one of service, socket, timer, path, target, mount, automount, swap, slice" } else { "use 1-63 letters, digits, `-`, `_` or `.`, starting with a letter or digit" })]
 pub struct NameError {
     /// Which kind of name.
     pub what: &'static str,
@@ -149,6 +149,80 @@ name_type!(
     ContainerName,
     "container"
 );
+
+/// The unit types a declaration may name (the suffix of a unit's name).
+pub const UNIT_TYPES: [&str; 9] = [
+    "service",
+    "socket",
+    "timer",
+    "path",
+    "target",
+    "mount",
+    "automount",
+    "swap",
+    "slice",
+];
+
+/// The folder a declared unit's file is written to.
+pub const UNIT_DIR: &str = "/etc/systemd/system";
+
+/// A systemd unit's name, e.g. `ssh.service` or `getty@tty1.service`: 1–255 bytes of ASCII
+/// letters, digits, `:`, `-`, `_`, `.`, `@` and `\`, a name before the type, and a type of
+/// [`UNIT_TYPES`].
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct UnitName(String);
+
+impl UnitName {
+    /// Validates a unit name.
+    pub fn new(s: &str) -> Result<Self, NameError> {
+        let typed = s
+            .rsplit_once('.')
+            .is_some_and(|(name, kind)| !name.is_empty() && UNIT_TYPES.contains(&kind));
+        let ok = typed
+            && s.len() <= 255
+            && !s.starts_with('.')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b":-_.@\\".contains(&b));
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(NameError {
+                what: "systemd unit",
+                name: s.to_owned(),
+            })
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The path of its unit file when the mesh declares it.
+    pub fn file(&self) -> TargetPath {
+        TargetPath::new(&format!("{UNIT_DIR}/{}", self.0)).expect("a unit name is a file name")
+    }
+}
+
+impl fmt::Display for UnitName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for UnitName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UnitName({:?})", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for UnitName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::new(&s).map_err(serde::de::Error::custom)
+    }
+}
 
 /// A file mode's permission bits (at most `0o7777`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -372,6 +446,121 @@ pub struct FileEntry {
     pub group: String,
     /// What the mesh does with it here.
     pub state: FileState,
+    /// The systemd units this file configures and how each picks a change up, sorted by unit.
+    /// A change the switch makes to the file (written, taken, restored, removed) reloads or
+    /// restarts them, unless its module is not taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<UnitTrigger>,
+}
+
+/// How a unit picks up a change of a file that configures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PickUp {
+    /// `systemctl reload`: the service reads its configuration again.
+    Reload,
+    /// `systemctl restart`.
+    Restart,
+}
+
+impl PickUp {
+    /// `reload` or `restart`.
+    pub fn word(self) -> &'static str {
+        match self {
+            PickUp::Reload => "reload",
+            PickUp::Restart => "restart",
+        }
+    }
+}
+
+/// A unit a file configures.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnitTrigger {
+    /// The unit.
+    pub unit: UnitName,
+    /// How it picks a change up.
+    pub how: PickUp,
+}
+
+/// What a change of a declared unit's own file (outside `[Install]`) does to it while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnChange {
+    /// Restart it (the default).
+    Restart,
+    /// Reload it.
+    Reload,
+    /// Leave it running as it is: the change applies at its next start.
+    Leave,
+}
+
+/// What the mesh does with a declared unit on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnitState {
+    /// Its file written, enabled and started as declared.
+    Managed,
+    /// Of an assigned, not yet taken module on an adopted node, colliding with nothing: its file
+    /// is written; it is not enabled, started, stopped, reloaded or restarted.
+    Staged,
+    /// Found on an adopted node (systemd knew a unit of its name, or its file was found), its
+    /// module not taken: untouched. When its file was found elsewhere than the declared path,
+    /// the declared file is not written either.
+    Held,
+}
+
+impl UnitState {
+    /// One word for people.
+    pub fn word(&self) -> &'static str {
+        match self {
+            UnitState::Managed => "managed",
+            UnitState::Staged => "staged",
+            UnitState::Held => "held",
+        }
+    }
+}
+
+/// A systemd unit a module declares. Its file, `/etc/systemd/system/NAME`, is a declared file
+/// of the same module (except while it is held by a unit file found elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnitEntry {
+    /// The module that declares it.
+    pub module: ModuleName,
+    /// Wanted by the targets its `[Install]` section names (`systemctl enable`).
+    pub enabled: bool,
+    /// Running after the switch.
+    pub started: bool,
+    /// What a change of its unit file does to it while it runs.
+    pub on_change: OnChange,
+    /// The digest of its unit file without the `[Install]` section: when it changes, the unit
+    /// is restarted (or reloaded, or left) as `on_change` says.
+    pub body: BlobHash,
+    /// The digest of the `[Install]` section alone: when only it changes, the unit is enabled
+    /// again, not restarted.
+    pub install: BlobHash,
+    /// What the mesh does with it here.
+    pub state: UnitState,
+}
+
+/// A unit file's text in two: everything but the `[Install]` section, and that section alone
+/// (a section runs from its `[Name]` line to the next section's).
+pub fn split_install(text: &str) -> (String, String) {
+    let (mut body, mut install) = (String::new(), String::new());
+    let mut in_install = false;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        if t.starts_with('[') && t.ends_with(']') {
+            in_install = t == "[Install]";
+        }
+        if in_install {
+            install.push_str(line);
+        } else {
+            body.push_str(line);
+        }
+    }
+    (body, install)
 }
 
 /// TCP or UDP.
@@ -561,6 +750,9 @@ pub struct Generation {
     pub openings: Vec<Opening>,
     /// The guard and, on a managed node, the base ruleset.
     pub firewall: FirewallRules,
+    /// Declared systemd units by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub units: BTreeMap<UnitName, UnitEntry>,
 }
 
 impl Generation {
@@ -633,6 +825,22 @@ impl Generation {
                     "{what} publishes host port {}, which is not a setting",
                     p.host_port
                 ));
+            }
+        }
+        for (name, u) in &self.units {
+            let what = format!("unit {name}");
+            assigned(&u.module, &what)?;
+            let file = self.files.get(&name.file());
+            match u.state {
+                UnitState::Held => holdable(&u.module, &what)?,
+                _ if file.is_none_or(|f| f.module != u.module) => {
+                    return Err(format!(
+                        "{what} has no file {} of its module {}",
+                        name.file(),
+                        u.module
+                    ))
+                }
+                _ => {}
             }
         }
         for o in &self.openings {
@@ -710,6 +918,7 @@ mod tests {
                     state: FileState::Held {
                         original: BlobHash::of(b"old"),
                     },
+                    units: Vec::new(),
                 },
             )]
             .into(),
@@ -722,6 +931,7 @@ mod tests {
                 paths: [TrafficPath::Incoming].into(),
                 from: Source::Anywhere,
             }],
+            units: BTreeMap::new(),
         }
     }
 

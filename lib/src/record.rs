@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::canonical::{to_canonical_pretty, CanonicalError};
 use crate::id::BlobHash;
-use crate::model::{ContainerName, FileMode, Mode, ModuleName, NodeName, Port};
+use crate::model::{ContainerName, FileMode, Mode, ModuleName, NodeName, Port, UnitName};
 use crate::path::TargetPath;
 
 /// The record format this mesh reads and writes.
@@ -50,6 +50,21 @@ fn is_running(running: &bool) -> bool {
     *running
 }
 
+/// A systemd unit found on an adopted node under a declared unit's name: systemd knew it, from a
+/// file the mesh did not write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FoundUnit {
+    /// The file systemd loaded it from (its `FragmentPath`).
+    pub fragment: String,
+    /// Whether it was active when found: a rollback across the take starts it again, or stops
+    /// it, as it was.
+    pub active: bool,
+    /// Whether it was enabled when found: a rollback across the take enables or disables it as
+    /// it was.
+    pub enabled: bool,
+}
+
 /// The kind of firewall found in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -83,6 +98,9 @@ pub struct Found {
     /// The found firewall.
     #[serde(default)]
     pub firewall: Option<FoundFirewall>,
+    /// Found systemd units by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub units: BTreeMap<UnitName, FoundUnit>,
 }
 
 /// The node record.

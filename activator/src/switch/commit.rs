@@ -6,22 +6,26 @@
 
 use std::path::Path;
 
-use mesh_lib::{atomic, GenerationId};
+use mesh_lib::{atomic, Generation, GenerationId};
 
 use crate::host::{HostStore, Written};
 use crate::node::Node;
 use crate::plan::{Action, Plan, Reason};
 use crate::profile::Trigger;
 use crate::root::Observed;
+use crate::services::ServicePlan;
 use crate::switch::error::io_err;
 use crate::switch::files::Stamps;
 use crate::switch::journal::journal_path;
 use crate::switch::observe::Observations;
+use crate::switch::prepare::managed_triggers;
 use crate::switch::ActivateError;
 
 /// What the commit needs to know of the switch.
 pub(crate) struct Commit<'a> {
     pub(crate) id: GenerationId,
+    pub(crate) target: &'a Generation,
+    pub(crate) services: &'a ServicePlan,
     pub(crate) plan: &'a Plan,
     pub(crate) seen: &'a Observations,
     pub(crate) stamps: &'a Stamps,
@@ -65,6 +69,7 @@ impl Node {
                             uid: *uid,
                             gid: *gid,
                             stamp: c.stamps.get(path).copied(),
+                            units: managed_triggers(c.target, path),
                         },
                     );
                 }
@@ -75,6 +80,24 @@ impl Node {
                 }
                 Action::Keep { .. } | Action::Hold { .. } => {}
             }
+        }
+        // The units each file of the mesh's configures, as the generation now says (a file
+        // unchanged whose `reloads` or `restarts` changed).
+        let stale: Vec<_> = c
+            .target
+            .files
+            .keys()
+            .filter_map(|path| {
+                let w = host.written.get(path)?;
+                let units = managed_triggers(c.target, path);
+                (w.units != units).then(|| (path.clone(), Written { units, ..w.clone() }))
+            })
+            .collect();
+        for (path, w) in stale {
+            host.set_written(&path, w);
+        }
+        if c.services.not_driven.is_none() {
+            host.set_units(c.services.in_force.clone());
         }
         host.save(&self.state)?;
         crate::crash::point("host-store-written");

@@ -14,6 +14,7 @@ use mesh_lib::{Generation, GenerationId, NodeRecord};
 
 use crate::docker::{Engine, Step};
 use crate::node::Node;
+use crate::services::Remount;
 use crate::switch::ActivateError;
 
 /// The engine (when it is asked) and the steps planned on it.
@@ -35,11 +36,13 @@ impl Containers {
 }
 
 impl Node {
-    /// Observes the engine and plans its steps for `target`.
+    /// Observes the engine and plans its steps for `target`, and the restarts of containers
+    /// whose mounted files change (unless another step makes them anew).
     pub(crate) fn plan_containers(
         &self,
         target: &Generation,
         record: &NodeRecord,
+        remounts: &[Remount],
     ) -> Result<Containers, ActivateError> {
         if target.containers.is_empty() && !self.engine_used() {
             return Ok(Containers {
@@ -48,14 +51,25 @@ impl Node {
             });
         }
         let engine = Engine::connect()?;
-        let steps = crate::docker::plan(
+        let present = engine.containers()?;
+        let mut steps = crate::docker::plan(
             &target.containers,
-            &engine.containers()?,
+            &present,
             &record.found.containers,
             record.mode == Mode::Adopted,
             &self.owner(),
         )
         .map_err(|name| ActivateError::FoundContainerNotHeld { name })?;
+        for r in remounts {
+            let acted_on = steps.iter().any(|s| s.name() == r.name);
+            let runs = present.get(&r.name).is_some_and(|p| p.running);
+            if !acted_on && runs {
+                steps.push(Step::Restart {
+                    name: r.name.clone(),
+                    because: r.because.clone(),
+                });
+            }
+        }
         let images = engine.missing_images(&target.containers, &steps)?;
         if !images.is_empty() {
             return Err(ActivateError::MissingImages { images });

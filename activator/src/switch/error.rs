@@ -125,6 +125,12 @@ pub enum ActivateError {
         #[source]
         source: Box<crate::docker::DockerError>,
     },
+    /// The generation declares units the mesh must run, and no systemd answers.
+    #[error("{0}, and the generation declares units the mesh runs; nothing was changed")]
+    NoSystemd(#[source] crate::systemd::SystemdError),
+    /// A call to systemd failed.
+    #[error(transparent)]
+    Systemd(#[from] crate::systemd::SystemdError),
     /// The firewall refused (nft's own message); the kernel's ruleset is unchanged.
     #[error("{0}; the firewall was left as it was and no file was changed")]
     Firewall(#[from] crate::firewall::FirewallError),

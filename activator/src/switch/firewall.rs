@@ -135,6 +135,7 @@ mod tests {
             files: BTreeMap::new(),
             containers: BTreeMap::new(),
             openings,
+            units: BTreeMap::new(),
         }
     }
 

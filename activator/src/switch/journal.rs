@@ -3,15 +3,19 @@
 //! finished from it by the next command that changes the node ([`Node::recover`]): temp files go,
 //! and the host store records what had been written.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use mesh_lib::model::{UnitName, UnitTrigger};
 use mesh_lib::{atomic, BlobHash, GenerationId, TargetPath};
 use serde::{Deserialize, Serialize};
 
-use crate::host::{HostStore, Written};
+use crate::host::{HostStore, UnitInForce, Written};
 use crate::node::Node;
 use crate::root::Observed;
+use crate::services::ServicePlan;
 use crate::switch::error::io_err;
+use crate::switch::units::UnitFailure;
 use crate::switch::ActivateError;
 
 /// One path the journal says is changing, and what it will hold.
@@ -22,12 +26,34 @@ pub(crate) struct JournalOp {
     pub(crate) hash: Option<BlobHash>,
     /// Whether that content is a found original coming back (then it is not the mesh's).
     pub(crate) restore: bool,
+    /// The units the file configures, when the mesh writes it managed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) units: Vec<UnitTrigger>,
+}
+
+/// What the services do after the files, and the units in force once they did it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Pending {
+    pub(crate) plan: ServicePlan,
+    pub(crate) in_force: BTreeMap<UnitName, UnitInForce>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Journal {
     pub(crate) target: GenerationId,
     pub(crate) ops: Vec<JournalOp>,
+    /// The service actions still to run (`None` when there are none, or systemd is not driven).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) services: Option<Pending>,
+}
+
+/// What finishing an interrupted switch did.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Whether a switch was interrupted.
+    pub interrupted: bool,
+    /// The units that failed when its service actions ran again.
+    pub failed: Vec<UnitFailure>,
 }
 
 pub(crate) fn journal_path(state: &Path) -> PathBuf {
@@ -35,9 +61,10 @@ pub(crate) fn journal_path(state: &Path) -> PathBuf {
 }
 
 impl Node {
-    /// Finishes the bookkeeping of a switch a crash interrupted: removes its temp files and
-    /// records in the host store what it had written. Says whether there was one.
-    pub fn recover(&self) -> Result<bool, ActivateError> {
+    /// Finishes a switch a crash interrupted: removes its temp files, records in the host store
+    /// what it had written, and runs its service actions again (daemon-reload, enables, jobs,
+    /// container restarts: doing one twice is harmless, missing one is not).
+    pub fn recover(&self) -> Result<Recovered, ActivateError> {
         let path = journal_path(&self.state);
         let journal: Journal = match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice(&bytes) {
@@ -50,7 +77,7 @@ impl Node {
                     )))
                 }
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Recovered::default()),
             Err(e) => return Err(io_err("reading", &path)(e)),
         };
         let mut host = HostStore::load(&self.state)?;
@@ -62,7 +89,9 @@ impl Node {
                     if op.restore {
                         host.unset_written(&op.path);
                     } else {
-                        host.set_written(&op.path, Written::from(&f));
+                        let mut written = Written::from(&f);
+                        written.units = op.units.clone();
+                        host.set_written(&op.path, written);
                     }
                 }
                 (None, Observed::Absent) => {
@@ -71,12 +100,26 @@ impl Node {
                 _ => {}
             }
         }
+        let mut failed = Vec::new();
+        if let Some(pending) = &journal.services {
+            failed = self.apply_services(&pending.plan)?;
+            if !pending.plan.restarts.is_empty() {
+                let engine = crate::docker::Engine::connect()?;
+                for r in &pending.plan.restarts {
+                    engine.restart(&r.name)?;
+                }
+            }
+            host.set_units(pending.in_force.clone());
+        }
         host.save(&self.state)?;
         std::fs::remove_file(&path).map_err(io_err("removing", &path))?;
         atomic::sync_dir(&self.state).map_err(io_err("syncing", &self.state))?;
         self.profile
             .repair_log()
             .map_err(io_err("repairing the log in", &self.state))?;
-        Ok(true)
+        Ok(Recovered {
+            interrupted: true,
+            failed,
+        })
     }
 }

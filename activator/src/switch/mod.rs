@@ -4,13 +4,16 @@
 //!
 //! 0. an interrupted switch is finished first, from its journal ([`journal`]);
 //! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine;
-//! 2. **plan**: the pure file plan ([`crate::plan`]) and the container steps ([`containers`]);
-//!    a dry run stops here and prints them;
+//! 2. **plan**: the pure file plan ([`crate::plan`]), the service plan ([`crate::services`],
+//!    with the units' states systemd reports) and the container steps ([`containers`]); a dry
+//!    run stops here and prints them;
 //! 3. **prepare**: every blob read and checked, space and writability checked ([`prepare`]);
 //! 4. **apply**, in this order:
 //!    - the firewall, in one transaction ([`firewall`]): if nft refuses, nothing has changed;
 //!    - content the mesh did not write recorded, the journal written ([`prepare`]);
 //!    - the files, staged, synced, renamed ([`files`]);
+//!    - the units: daemon-reload, enables, then stops, reloads, restarts, starts ([`units`],
+//!      planned by [`crate::services`]);
 //!    - the containers, after the files they may mount ([`containers`]);
 //! 5. **commit**: the host store, the profile's `current`, the journal removed ([`commit`]).
 //!
@@ -24,6 +27,7 @@ pub(crate) mod firewall;
 pub(crate) mod journal;
 pub(crate) mod observe;
 pub(crate) mod prepare;
+pub(crate) mod units;
 
 use std::path::Path;
 
@@ -31,6 +35,8 @@ use mesh_lib::{Generation, GenerationId, NodeRecord};
 use serde::Serialize;
 
 pub use error::{ActivateError, Kind};
+pub use journal::Recovered;
+pub use units::UnitFailure;
 
 use crate::host::HostStore;
 use crate::node::Node;
@@ -47,6 +53,14 @@ pub struct Switched {
     pub number: Option<u64>,
     /// The plan.
     pub plan: Plan,
+    /// What the units and containers do after the files, and why.
+    pub services: crate::services::ServicePlan,
+    /// The units that failed: their jobs failed, or they failed once started. The switch is
+    /// committed all the same (the files are the new generation's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<UnitFailure>,
+    /// The generation in force before the switch (the one to go back to).
+    pub previous: Option<GenerationId>,
     /// The container steps.
     pub containers: Vec<crate::docker::Step>,
     /// How many Docker API calls the switch made.
@@ -75,9 +89,11 @@ impl Node {
         target
             .validate()
             .map_err(|why| ActivateError::InvalidGeneration { id, why })?;
-        if !dry_run {
-            self.recover()?;
-        }
+        let recovered = if dry_run {
+            Recovered::default()
+        } else {
+            self.recover()?
+        };
         let record = self
             .record()?
             .unwrap_or_else(|| NodeRecord::managed(target.node.clone()));
@@ -106,20 +122,29 @@ impl Node {
             observed: &seen.0,
             ids: &self.ids,
         })?;
-        let containers = self.plan_containers(target, &record)?;
-        let already = in_force.is_some_and(|(_, cid)| cid == id);
+        let services = self.plan_services(target, &plan, &host, &record)?;
+        let containers = self.plan_containers(target, &record, &services.restarts)?;
+        let previous = in_force.map(|(_, cid)| cid);
+        let already = previous == Some(id);
         let bookkeeping = plan
             .actions
             .iter()
-            .any(|a| matches!(a, Action::Claim { .. } | Action::Keep { .. }));
-        let nothing_to_do =
-            already && !plan.changes_machine() && !bookkeeping && !containers.busy();
+            .any(|a| matches!(a, Action::Claim { .. } | Action::Keep { .. }))
+            || (services.not_driven.is_none() && services.in_force != host.units);
+        let nothing_to_do = already
+            && !plan.changes_machine()
+            && !bookkeeping
+            && !services.asks_systemd()
+            && !containers.busy();
         if dry_run || nothing_to_do {
             return Ok(Switched {
                 id,
                 number: None,
                 docker_calls: containers.calls(),
                 plan,
+                services,
+                failed: recovered.failed,
+                previous,
                 containers: containers.steps,
                 firewall: None,
                 restored: Vec::new(),
@@ -135,15 +160,19 @@ impl Node {
         let firewall = self.converge_firewall(target)?;
         crate::crash::point("firewall-converged");
         self.record_originals(&plan, &seen, &mut host)?;
-        self.write_journal(id, &plan)?;
+        self.write_journal(target, id, &plan, &services)?;
         let stamps = self.apply_files(&plan, &blobs, &seen)?;
-        self.apply_containers(&containers, target, id, in_force.map(|(_, cid)| cid))?;
+        let mut failed = recovered.failed;
+        failed.extend(self.apply_services(&services)?);
+        self.apply_containers(&containers, target, id, previous)?;
 
         // Commit.
         let number = self.commit(
             &mut host,
             commit::Commit {
                 id,
+                target,
+                services: &services,
                 plan: &plan,
                 seen: &seen,
                 stamps: &stamps,
@@ -157,6 +186,9 @@ impl Node {
             number,
             docker_calls: containers.calls(),
             plan,
+            services,
+            failed,
+            previous,
             containers: containers.steps,
             firewall: Some(firewall),
             restored: Vec::new(),

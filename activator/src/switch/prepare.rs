@@ -12,14 +12,16 @@
 
 use std::collections::BTreeMap;
 
-use mesh_lib::{atomic, BlobHash, GenerationId, TargetPath};
+use mesh_lib::model::{FileState, UnitTrigger};
+use mesh_lib::{atomic, BlobHash, Generation, GenerationId, TargetPath};
 
 use crate::host::{HostStore, Kept};
 use crate::node::Node;
 use crate::plan::{Action, Plan, Reason};
 use crate::root::Observed;
+use crate::services::ServicePlan;
 use crate::switch::error::io_err;
-use crate::switch::journal::{journal_path, Journal, JournalOp};
+use crate::switch::journal::{journal_path, Journal, JournalOp, Pending};
 use crate::switch::observe::Observations;
 use crate::switch::ActivateError;
 
@@ -116,12 +118,14 @@ impl Node {
         Ok(())
     }
 
-    /// Writes the journal of a switch to `target`: the paths the plan changes. Nothing to
-    /// journal, no journal.
+    /// Writes the journal of a switch to `target`: the paths the plan changes and the service
+    /// actions that follow (when systemd is driven). Nothing to journal, no journal.
     pub(crate) fn write_journal(
         &self,
-        target: GenerationId,
+        target: &Generation,
+        id: GenerationId,
         plan: &Plan,
+        services: &ServicePlan,
     ) -> Result<(), ActivateError> {
         let ops: Vec<JournalOp> = plan
             .actions
@@ -133,23 +137,44 @@ impl Node {
                     path: path.clone(),
                     hash: Some(*blob),
                     restore: *reason == Reason::Restore,
+                    units: managed_triggers(target, path),
                 }),
                 Action::Remove { path } => Some(JournalOp {
                     path: path.clone(),
                     hash: None,
                     restore: false,
+                    units: Vec::new(),
                 }),
                 _ => None,
             })
             .collect();
-        if ops.is_empty() {
+        let pending = (services.not_driven.is_none() && !services.is_empty()).then(|| Pending {
+            plan: services.clone(),
+            in_force: services.in_force.clone(),
+        });
+        if ops.is_empty() && pending.is_none() {
             return Ok(());
         }
         let journal = journal_path(&self.state);
-        let bytes = serde_json::to_vec(&Journal { target, ops })
-            .map_err(|e| io_err("encoding", &journal)(e.into()))?;
+        let bytes = serde_json::to_vec(&Journal {
+            target: id,
+            ops,
+            services: pending,
+        })
+        .map_err(|e| io_err("encoding", &journal)(e.into()))?;
         atomic::write_file(&journal, &bytes, 0o600).map_err(io_err("writing", &journal))?;
         crate::crash::point("journal-written");
         Ok(())
     }
+}
+
+/// The units a file of `target` configures, when the mesh writes it managed (what the host
+/// store keeps, so that removing the file later reloads or restarts them).
+pub(crate) fn managed_triggers(target: &Generation, path: &TargetPath) -> Vec<UnitTrigger> {
+    target
+        .files
+        .get(path)
+        .filter(|f| f.state == FileState::Managed)
+        .map(|f| f.units.clone())
+        .unwrap_or_default()
 }

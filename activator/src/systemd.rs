@@ -1,0 +1,479 @@
+//! systemd, through its D-Bus API on the system bus (zbus and zbus_systemd's proxies; never by
+//! parsing `systemctl`'s output). The switch speaks to it through the [`Systemd`] trait: [`Bus`]
+//! is the real one, [`Recording`] records what it is asked (for tests of what a switch asks).
+//!
+//! Every job is waited for: its `JobRemoved` signal is subscribed to before the job is queued, so
+//! none is missed, and a job not finished within the bound counts as failed. The last lines of a
+//! unit's log come from the journal (`journalctl`, the journal's own reader: there is no D-Bus
+//! call for them).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use mesh_lib::model::UnitName;
+use serde::{Deserialize, Serialize};
+use zbus_systemd::systemd1::{ManagerProxy, UnitProxy};
+
+/// A systemd failure.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemdError {
+    /// No systemd answers on the system bus.
+    #[error("systemd does not answer on the system bus: {0}")]
+    Unreachable(#[source] zbus::Error),
+    /// A call failed.
+    #[error("systemd {what}{}: {source}", .unit.as_ref().map(|u| format!(" {u}")).unwrap_or_default())]
+    Call {
+        /// What was asked.
+        what: &'static str,
+        /// The unit, if the call was about one.
+        unit: Option<UnitName>,
+        /// The cause.
+        #[source]
+        source: zbus::Error,
+    },
+    /// The runtime for the calls could not start.
+    #[error("cannot start the runtime for systemd calls: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// A unit as systemd has it now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitNow {
+    /// `loaded`, `not-found`, `masked`, …
+    pub load: String,
+    /// `active`, `inactive`, `failed`, `activating`, …
+    pub active: String,
+}
+
+impl UnitNow {
+    /// Whether it runs (or is on its way up, or reloading).
+    pub fn running(&self) -> bool {
+        matches!(
+            self.active.as_str(),
+            "active" | "activating" | "reloading" | "refreshing"
+        )
+    }
+
+    /// Whether systemd has a unit file for it.
+    pub fn known(&self) -> bool {
+        self.load == "loaded"
+    }
+}
+
+/// A unit systemd knows, as found: where its file is, whether it runs and is enabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Known {
+    /// Its unit file (`FragmentPath`).
+    pub fragment: String,
+    /// Whether it runs.
+    pub active: bool,
+    /// Whether it is enabled.
+    pub enabled: bool,
+}
+
+/// What a job does to a unit. The order is the order a switch runs them in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    /// Stop it.
+    Stop,
+    /// Reload its configuration.
+    Reload,
+    /// Restart it.
+    Restart,
+    /// Start it.
+    Start,
+}
+
+impl Verb {
+    /// The word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verb::Stop => "stop",
+            Verb::Reload => "reload",
+            Verb::Restart => "restart",
+            Verb::Start => "start",
+        }
+    }
+}
+
+/// How a job ended: systemd's result (`done`, `failed`, `timeout`, `dependency`, `canceled`,
+/// `skipped`), `not finished` when the bound passed first, or the call's error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    /// The unit.
+    pub unit: UnitName,
+    /// The job.
+    pub verb: Verb,
+    /// `done` when it succeeded.
+    pub result: String,
+}
+
+impl Outcome {
+    /// Whether the job succeeded.
+    pub fn ok(&self) -> bool {
+        self.result == "done"
+    }
+}
+
+/// What the activator asks of systemd.
+pub trait Systemd: Send + Sync {
+    /// The units' states, in one call. A unit systemd does not know is `not-found`.
+    fn units(&self, names: &[&UnitName]) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError>;
+    /// The unit of this name systemd knows from a file, if any.
+    fn known(&self, name: &UnitName) -> Result<Option<Known>, SystemdError>;
+    /// `daemon-reload`: systemd reads its unit files again. Returns when it is done.
+    fn daemon_reload(&self) -> Result<(), SystemdError>;
+    /// Enables the units (the symlinks their `[Install]` sections ask for, replacing others).
+    fn enable(&self, names: &[&UnitName]) -> Result<(), SystemdError>;
+    /// Disables the units.
+    fn disable(&self, names: &[&UnitName]) -> Result<(), SystemdError>;
+    /// Queues one job per unit, at once, and waits for every one within `bound`.
+    fn run(
+        &self,
+        jobs: &[(&UnitName, Verb)],
+        bound: Duration,
+    ) -> Result<Vec<Outcome>, SystemdError>;
+    /// The last `lines` lines of a unit's log (best effort: empty when the journal cannot be
+    /// read).
+    fn log_tail(&self, unit: &UnitName, lines: usize) -> Vec<String>;
+    /// How many jobs were queued.
+    fn jobs(&self) -> usize;
+}
+
+/// systemd on the system bus.
+pub struct Bus {
+    runtime: tokio::runtime::Runtime,
+    connection: zbus::Connection,
+    jobs: std::sync::atomic::AtomicUsize,
+}
+
+impl Bus {
+    /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS`, or the standard socket) and checks
+    /// that systemd answers on it.
+    pub fn connect() -> Result<Self, SystemdError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let connection = runtime.block_on(async {
+            let connection = zbus::Connection::system().await?;
+            let manager = manager(&connection).await?;
+            manager.version().await?;
+            Ok::<_, zbus::Error>(connection)
+        });
+        Ok(Self {
+            runtime,
+            connection: connection.map_err(SystemdError::Unreachable)?,
+            jobs: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    fn call<T>(
+        &self,
+        what: &'static str,
+        unit: Option<&UnitName>,
+        f: impl std::future::Future<Output = zbus::Result<T>>,
+    ) -> Result<T, SystemdError> {
+        self.runtime
+            .block_on(f)
+            .map_err(|source| SystemdError::Call {
+                what,
+                unit: unit.cloned(),
+                source,
+            })
+    }
+}
+
+async fn manager(connection: &zbus::Connection) -> zbus::Result<ManagerProxy<'static>> {
+    ManagerProxy::builder(connection)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+}
+
+fn names(list: &[&UnitName]) -> Vec<String> {
+    list.iter().map(|n| n.to_string()).collect()
+}
+
+impl Systemd for Bus {
+    fn units(&self, list: &[&UnitName]) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError> {
+        if list.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let rows = self.call("list units", None, async {
+            manager(&self.connection)
+                .await?
+                .list_units_by_names(names(list))
+                .await
+        })?;
+        let mut out = BTreeMap::new();
+        for row in rows {
+            if let Ok(name) = UnitName::new(&row.0) {
+                out.insert(
+                    name,
+                    UnitNow {
+                        load: row.2,
+                        active: row.3,
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    fn known(&self, name: &UnitName) -> Result<Option<Known>, SystemdError> {
+        self.call("inspect", Some(name), async {
+            let manager = manager(&self.connection).await?;
+            let path = manager.load_unit(name.to_string()).await?;
+            let unit = UnitProxy::builder(&self.connection)
+                .path(path)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await?;
+            let fragment = unit.fragment_path().await?;
+            if unit.load_state().await? != "loaded" || fragment.is_empty() {
+                return Ok(None);
+            }
+            let active = matches!(
+                unit.active_state().await?.as_str(),
+                "active" | "activating" | "reloading" | "refreshing"
+            );
+            let enabled = matches!(
+                unit.unit_file_state().await?.as_str(),
+                "enabled" | "enabled-runtime" | "alias"
+            );
+            Ok(Some(Known {
+                fragment,
+                active,
+                enabled,
+            }))
+        })
+    }
+
+    fn daemon_reload(&self) -> Result<(), SystemdError> {
+        self.call("daemon-reload", None, async {
+            manager(&self.connection).await?.reload().await
+        })
+    }
+
+    fn enable(&self, list: &[&UnitName]) -> Result<(), SystemdError> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        self.call("enable", list.first().copied(), async {
+            manager(&self.connection)
+                .await?
+                .enable_unit_files(names(list), false, true)
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn disable(&self, list: &[&UnitName]) -> Result<(), SystemdError> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        self.call("disable", list.first().copied(), async {
+            manager(&self.connection)
+                .await?
+                .disable_unit_files(names(list), false)
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn run(
+        &self,
+        jobs: &[(&UnitName, Verb)],
+        bound: Duration,
+    ) -> Result<Vec<Outcome>, SystemdError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.runtime.block_on(async {
+            let err = |what, unit: Option<&UnitName>| {
+                let unit = unit.cloned();
+                move |source| SystemdError::Call { what, unit, source }
+            };
+            let manager = manager(&self.connection)
+                .await
+                .map_err(err("connect", None))?;
+            // Subscribed before any job is queued, so no JobRemoved is missed.
+            manager.subscribe().await.map_err(err("subscribe", None))?;
+            let mut removed = manager
+                .receive_job_removed()
+                .await
+                .map_err(err("subscribe", None))?;
+            let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
+            let mut out: Vec<Outcome> = Vec::new();
+            for (i, (unit, verb)) in jobs.iter().enumerate() {
+                let (name, mode) = (unit.to_string(), "replace".to_string());
+                let queued = match verb {
+                    Verb::Stop => manager.stop_unit(name, mode).await,
+                    Verb::Reload => manager.reload_unit(name, mode).await,
+                    Verb::Restart => manager.restart_unit(name, mode).await,
+                    Verb::Start => manager.start_unit(name, mode).await,
+                };
+                self.jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                out.push(Outcome {
+                    unit: (*unit).clone(),
+                    verb: *verb,
+                    result: "not finished".into(),
+                });
+                match queued {
+                    Ok(job) => {
+                        waiting.insert(job.as_str().to_owned(), i);
+                    }
+                    Err(e) => out[i].result = format!("refused: {e}"),
+                }
+            }
+            let wait = async {
+                while !waiting.is_empty() {
+                    let Some(signal) = removed.next().await else {
+                        break;
+                    };
+                    let Ok(args) = signal.args() else { continue };
+                    if let Some(i) = waiting.remove(args.job.as_str()) {
+                        out[i].result = args.result.clone();
+                    }
+                }
+            };
+            let _bounded = tokio::time::timeout(bound, wait).await;
+            let _quiet = manager.unsubscribe().await;
+            Ok(out)
+        })
+    }
+
+    fn log_tail(&self, unit: &UnitName, lines: usize) -> Vec<String> {
+        let out = std::process::Command::new("journalctl")
+            .args(["--no-pager", "-o", "cat", "-n"])
+            .arg(lines.to_string())
+            .arg("-u")
+            .arg(unit.as_str())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn jobs(&self) -> usize {
+        self.jobs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A call made to a [`Recording`] systemd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// `daemon-reload`.
+    DaemonReload,
+    /// Enable these units.
+    Enable(Vec<String>),
+    /// Disable these units.
+    Disable(Vec<String>),
+    /// These jobs, queued together.
+    Jobs(Vec<(String, Verb)>),
+}
+
+/// A systemd that records what it is asked and answers from a table: for tests of what a switch
+/// asks, never instead of the real one in tests of what happens.
+#[derive(Debug, Default)]
+pub struct Recording {
+    /// The units' states it answers with (a unit not in it is `not-found`).
+    pub units: Mutex<BTreeMap<UnitName, UnitNow>>,
+    /// Jobs that end with another result than `done`.
+    pub fail: BTreeSet<UnitName>,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl Recording {
+    /// What it was asked, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().expect("not poisoned").clone()
+    }
+
+    fn record(&self, call: Call) {
+        self.calls.lock().expect("not poisoned").push(call);
+    }
+}
+
+impl Systemd for std::sync::Arc<Recording> {
+    fn units(&self, list: &[&UnitName]) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError> {
+        let table = self.units.lock().expect("not poisoned");
+        Ok(list
+            .iter()
+            .map(|n| {
+                let now = table.get(*n).cloned().unwrap_or(UnitNow {
+                    load: "not-found".into(),
+                    active: "inactive".into(),
+                });
+                ((*n).clone(), now)
+            })
+            .collect())
+    }
+
+    fn known(&self, name: &UnitName) -> Result<Option<Known>, SystemdError> {
+        let table = self.units.lock().expect("not poisoned");
+        Ok(table.get(name).filter(|u| u.known()).map(|u| Known {
+            fragment: format!("/usr/lib/systemd/system/{name}"),
+            active: u.running(),
+            enabled: false,
+        }))
+    }
+
+    fn daemon_reload(&self) -> Result<(), SystemdError> {
+        self.record(Call::DaemonReload);
+        Ok(())
+    }
+
+    fn enable(&self, list: &[&UnitName]) -> Result<(), SystemdError> {
+        self.record(Call::Enable(names(list)));
+        Ok(())
+    }
+
+    fn disable(&self, list: &[&UnitName]) -> Result<(), SystemdError> {
+        self.record(Call::Disable(names(list)));
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        jobs: &[(&UnitName, Verb)],
+        _bound: Duration,
+    ) -> Result<Vec<Outcome>, SystemdError> {
+        self.record(Call::Jobs(
+            jobs.iter().map(|(u, v)| (u.to_string(), *v)).collect(),
+        ));
+        Ok(jobs
+            .iter()
+            .map(|(u, v)| Outcome {
+                unit: (*u).clone(),
+                verb: *v,
+                result: if self.fail.contains(*u) {
+                    "failed".into()
+                } else {
+                    "done".into()
+                },
+            })
+            .collect())
+    }
+
+    fn log_tail(&self, _unit: &UnitName, _lines: usize) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn jobs(&self) -> usize {
+        self.calls()
+            .iter()
+            .map(|c| match c {
+                Call::Jobs(j) => j.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+}
