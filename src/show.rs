@@ -365,6 +365,9 @@ pub fn diff(from: &GenerationId, to: &GenerationId, d: &mesh_lib::diff::Diff) ->
     for (name, what) in &d.containers {
         let _ = writeln!(o, "container {name}: {what}");
     }
+    for (unit, what) in &d.units {
+        let _ = writeln!(o, "unit {unit}: {what}");
+    }
     for (sign, comment) in &d.openings {
         let comment = comment.strip_prefix("mesh: ").unwrap_or(comment);
         let _ = writeln!(o, "{sign} opening {comment}");

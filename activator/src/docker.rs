@@ -287,13 +287,16 @@ impl Engine {
         Ok((inspect.id.unwrap_or_default(), started))
     }
 
-    /// Creates (not starts) the declared container under `name`, labelled as the mesh's.
+    /// Creates (not starts) the declared container under `name`, labelled as the mesh's. A
+    /// volume whose source is an absolute path is that path under `root`, where the mesh writes
+    /// declared files.
     pub fn create(
         &self,
         name: &str,
         entry: &ContainerEntry,
         generation: &mesh_lib::GenerationId,
         owner: &str,
+        root: &std::path::Path,
     ) -> Result<(), DockerError> {
         let mut labels: HashMap<String, String> = entry.labels.clone().into_iter().collect();
         labels.insert(LABEL_OWNER.into(), owner.to_owned());
@@ -330,9 +333,13 @@ impl Engine {
                         .volumes
                         .iter()
                         .map(|v| {
+                            let source = match v.source.strip_prefix('/') {
+                                Some(rel) => root.join(rel).display().to_string(),
+                                None => v.source.clone(),
+                            };
                             format!(
                                 "{}:{}{}",
-                                v.source,
+                                source,
                                 v.target,
                                 if v.read_only { ":ro" } else { "" }
                             )
@@ -548,13 +555,15 @@ pub fn plan(
 }
 
 impl Engine {
-    /// Carries out `steps` for `containers`, creating containers labelled for `owner`.
+    /// Carries out `steps` for `containers`, creating containers labelled for `owner` whose
+    /// path volumes are under `root`.
     pub fn apply(
         &self,
         containers: &BTreeMap<ContainerName, ContainerEntry>,
         steps: &[Step],
         generation: &mesh_lib::GenerationId,
         owner: &str,
+        root: &std::path::Path,
     ) -> Result<(), DockerError> {
         let entry = |name: &str| {
             containers
@@ -574,7 +583,7 @@ impl Engine {
             match step {
                 Step::Hold { .. } => {}
                 Step::Stage { name } => {
-                    self.create(name, entry(name), generation, owner)?;
+                    self.create(name, entry(name), generation, owner, root)?;
                     changed();
                 }
                 Step::Retire { name } => {
@@ -588,7 +597,7 @@ impl Engine {
                         self.remove(name)?;
                         changed();
                     }
-                    self.create(name, entry(name), generation, owner)?;
+                    self.create(name, entry(name), generation, owner, root)?;
                     changed();
                     self.start(name)?;
                     changed();

@@ -207,7 +207,8 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
     let target = input.target;
     let host = input.host;
     let mut out = ServicePlan::default();
-    let mut jobs: BTreeMap<UnitName, (Verb, Vec<String>)> = BTreeMap::new();
+    // Per unit: the strongest job asked, and every cause with the job it asked for.
+    let mut jobs: BTreeMap<UnitName, (Verb, Vec<(Verb, String)>)> = BTreeMap::new();
     let mut ask = |unit: &UnitName, verb: Verb, because: String| {
         let entry = jobs
             .entry(unit.clone())
@@ -215,8 +216,8 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
         if strength(verb) > strength(entry.0) {
             entry.0 = verb;
         }
-        if !entry.1.contains(&because) {
-            entry.1.push(because);
+        if !entry.1.iter().any(|(_, b)| *b == because) {
+            entry.1.push((verb, because));
         }
     };
     let now = |unit: &UnitName| input.now.and_then(|n| n.get(unit));
@@ -310,12 +311,20 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
                     None => written(&name.file()),
                 };
                 if unit.enabled && prev.is_none_or(|p| !p.enabled || p.install != unit.install) {
+                    let because = match prev {
+                        Some(p) if p.enabled => {
+                            // The links the old [Install] asked for go first.
+                            out.disable.push(UnitFile {
+                                unit: name.clone(),
+                                because: "its [Install] section changed".into(),
+                            });
+                            "its [Install] section changed"
+                        }
+                        _ => "declared enabled",
+                    };
                     out.enable.push(UnitFile {
                         unit: name.clone(),
-                        because: match prev {
-                            Some(p) if p.enabled => "its [Install] section changed".into(),
-                            _ => "declared enabled".into(),
-                        },
+                        because: because.into(),
                     });
                 }
                 if !unit.enabled && prev.is_some_and(|p| p.enabled) {
@@ -422,12 +431,18 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
         }
     }
 
+    // The causes of the job done: a restart answers what asked for a reload too; a start or a
+    // stop only what asked for it.
     let mut jobs: Vec<UnitJob> = jobs
         .into_iter()
-        .map(|(unit, (verb, because))| UnitJob {
+        .map(|(unit, (verb, asked))| UnitJob {
             unit,
             verb,
-            because,
+            because: asked
+                .into_iter()
+                .filter(|(v, _)| *v == verb || (verb == Verb::Restart && *v == Verb::Reload))
+                .map(|(_, b)| b)
+                .collect(),
         })
         .collect();
     jobs.sort_by(|a, b| (a.verb, &a.unit).cmp(&(b.verb, &b.unit)));

@@ -4,7 +4,8 @@
 //! at that point, as a power cut would stop it: no destructor runs, no buffer is flushed. The
 //! crash-safety test runs a switch, a take, a rollback and a flip once per point in [`POINTS`]; the
 //! container test crashes a take and a rollback after each change on the engine
-//! ([`CONTAINER_POINTS`]); the gc test crashes a gc at each of [`GC_POINTS`].
+//! ([`CONTAINER_POINTS`]); the gc test crashes a gc at each of [`GC_POINTS`]; the services test a
+//! switch at each of [`SERVICE_POINTS`].
 
 /// Every crash point, in the order a switch reaches them.
 pub const POINTS: &[&str] = &[
@@ -29,6 +30,11 @@ pub const GC_POINTS: &[&str] = &["gc-links-removed", "gc-removed"];
 /// rename, a create, a start, a removal): `container-changed:K` stops after the K-th.
 pub const CONTAINER_POINTS: &[&str] = &["container-changed"];
 
+/// The crash points of the units phase, reached only where systemd is driven (the services test
+/// crashes a switch at each, in a node with systemd as PID 1): after daemon-reload, enables and
+/// disables, and after each group of jobs (`service-jobs-done:K`).
+pub const SERVICE_POINTS: &[&str] = &["services-reloaded", "service-jobs-done"];
+
 /// Aborts here if asked to.
 #[cfg(feature = "crash-points")]
 pub fn point(name: &'static str) {
@@ -37,8 +43,11 @@ pub fn point(name: &'static str) {
     static TARGET: OnceLock<Option<(String, usize)>> = OnceLock::new();
     static HITS: AtomicUsize = AtomicUsize::new(0);
     debug_assert!(
-        POINTS.contains(&name) || CONTAINER_POINTS.contains(&name) || GC_POINTS.contains(&name),
-        "crash point {name} is not listed in POINTS, CONTAINER_POINTS or GC_POINTS"
+        POINTS.contains(&name)
+            || CONTAINER_POINTS.contains(&name)
+            || GC_POINTS.contains(&name)
+            || SERVICE_POINTS.contains(&name),
+        "crash point {name} is not listed in POINTS, CONTAINER_POINTS, GC_POINTS or SERVICE_POINTS"
     );
     let target = TARGET.get_or_init(|| {
         let spec = std::env::var("MESH_CRASH_AT").ok()?;

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::model::{Generation, Mode, ModuleState};
+use crate::model::{FileEntry, FileState, Generation, Mode, ModuleState, PickUp, UnitState};
 
 /// How one path changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,6 +44,11 @@ pub struct Diff {
     pub guard: bool,
     /// What happens to the base ruleset: `loaded`, `removed` or `changed`.
     pub base: Option<String>,
+    /// Declared units that are added, removed or change, and the units the changed files
+    /// configure: unit and what a switch does to it (when it runs; `mesh switch --dry-run`
+    /// asks systemd).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<(String, String)>,
 }
 
 impl Diff {
@@ -150,6 +155,7 @@ pub fn diff(a: &Generation, b: &Generation) -> Diff {
         .map(|c| ('-', c.clone()))
         .chain(after.difference(&before).map(|c| ('+', c.clone())))
         .collect();
+    d.units = units(a, b);
     d.guard = a.firewall.guard != b.firewall.guard;
     d.base = match (&a.firewall.base, &b.firewall.base) {
         (None, Some(_)) => Some("loaded".into()),
@@ -158,4 +164,93 @@ pub fn diff(a: &Generation, b: &Generation) -> Diff {
         _ => None,
     };
     d
+}
+
+/// The content a file holds on the machine in a generation: its original while held.
+fn in_effect(f: &FileEntry) -> crate::BlobHash {
+    match f.state {
+        FileState::Held { original } => original,
+        _ => f.blob,
+    }
+}
+
+/// What happens to units from `a` to `b`: declared units added, removed, changed; and the
+/// reloads and restarts the files that change call for (the rules of the service plan, without
+/// what systemd says runs).
+fn units(a: &Generation, b: &Generation) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let names: BTreeSet<_> = a.units.keys().chain(b.units.keys()).collect();
+    for n in names {
+        let what = match (a.units.get(n), b.units.get(n)) {
+            (None, Some(u)) => Some(format!(
+                "added ({}{}{})",
+                u.state.word(),
+                if u.enabled { ", enabled" } else { "" },
+                if u.started && u.state == UnitState::Managed {
+                    ", started"
+                } else {
+                    ""
+                }
+            )),
+            (Some(_), None) => Some("removed: stopped and disabled".to_owned()),
+            (Some(x), Some(y)) if x.state != y.state => {
+                Some(format!("{} -> {}", x.state.word(), y.state.word()))
+            }
+            (Some(x), Some(y)) if x.body != y.body && y.state == UnitState::Managed => Some(
+                format!("its unit file changes: {} if it runs", on_change_word(y)),
+            ),
+            (Some(x), Some(y)) if x.install != y.install && y.state == UnitState::Managed => {
+                Some("its [Install] section changes: enabled again, not restarted".to_owned())
+            }
+            (Some(x), Some(y)) if (x.enabled, x.started) != (y.enabled, y.started) => {
+                Some(format!(
+                    "now {}, {}",
+                    if y.enabled { "enabled" } else { "not enabled" },
+                    if y.started { "started" } else { "not started" }
+                ))
+            }
+            _ => None,
+        };
+        if let Some(w) = what {
+            out.push((n.to_string(), w));
+        }
+    }
+    let paths: BTreeSet<_> = a.files.keys().chain(b.files.keys()).collect();
+    for p in paths {
+        let (x, y) = (a.files.get(p), b.files.get(p));
+        let (triggers, said) = match (x, y) {
+            (_, Some(y)) if x.is_none_or(|x| in_effect(x) != in_effect(y)) => match y.state {
+                FileState::Managed => (&y.units, format!("{p} changes")),
+                FileState::Held { .. } if x.is_some_and(|x| x.state == FileState::Managed) => {
+                    (&y.units, format!("{p} is back as it was found"))
+                }
+                _ => continue,
+            },
+            (Some(x), None) if x.state == FileState::Managed => (&x.units, format!("{p} removed")),
+            _ => continue,
+        };
+        for t in triggers {
+            let held = b
+                .units
+                .get(&t.unit)
+                .is_some_and(|u| u.state != UnitState::Managed);
+            if held && y.is_some_and(|y| y.state == FileState::Managed) {
+                continue;
+            }
+            let verb = match t.how {
+                PickUp::Reload => "reload",
+                PickUp::Restart => "restart",
+            };
+            out.push((t.unit.to_string(), format!("{verb} if it runs: {said}")));
+        }
+    }
+    out
+}
+
+fn on_change_word(u: &crate::model::UnitEntry) -> &'static str {
+    match u.on_change {
+        crate::model::OnChange::Restart => "restarted",
+        crate::model::OnChange::Reload => "reloaded",
+        crate::model::OnChange::Leave => "left running",
+    }
 }

@@ -606,3 +606,88 @@ fn container_failure_after_the_files_names_the_way_back() {
     );
     drop(holder);
 }
+
+/// A container that mounts a declared file is restarted when a switch changes the file: a bind
+/// mount holds the file it found, so without the restart it would serve the old one. Derived
+/// from the volume, nothing to declare; the container is the same one (restarted, not
+/// recreated).
+#[test]
+fn a_container_restarts_when_a_file_it_mounts_changes() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("m");
+    let f = Fixture::new();
+    let port = 30000 + (std::process::id() % 20000) as u16;
+    let decl = |page: &str| {
+        format!(
+            r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820, web = {port} }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
+  }},
+  modules = [
+    {{ name = "web", config = fun s => {{
+        files = [{{ path = "/etc/web/index.html", content = "{page}" }}],
+        containers = [{{
+          name = "{p}-web",
+          image = "{i}",
+          command = ["/bin/busybox", "httpd", "-f", "-p", "8080", "-h", "/www"],
+          publish = [{{ host_port = s.ports.web, container_port = 8080, host_ip = "127.0.0.1" }}],
+          volumes = [{{ source = "/etc/web/index.html", target = "/www/index.html", read_only = true }}],
+        }}],
+    }} }},
+  ],
+}}
+"#,
+            p = made.prefix,
+            i = made.image
+        )
+    };
+    let get_page = || {
+        for _ in 0..30 {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n");
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out);
+                if let Some(body) = out.split("\r\n\r\n").nth(1) {
+                    return Some(body.to_owned());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    };
+    f.write_decl("v1.ncl", &decl("one\\n"));
+    f.ok(&["switch", f.decl("v1.ncl").to_str().unwrap()]);
+    assert_eq!(get_page().as_deref(), Some("one\n"));
+    let name = format!("{}-web", made.prefix);
+    let before = docker(&["inspect", "-f", "{{.Id}} {{.State.StartedAt}}", &name]);
+
+    f.write_decl("v2.ncl", &decl("two\\n"));
+    let ran = f.ok(&["switch", f.decl("v2.ncl").to_str().unwrap()]);
+    assert!(
+        ran.stdout.contains(&format!(
+            "restart  container {name}: mounts /etc/web/index.html"
+        )),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(
+        get_page().as_deref(),
+        Some("two\n"),
+        "the new file is served"
+    );
+    let after = docker(&["inspect", "-f", "{{.Id}} {{.State.StartedAt}}", &name]);
+    let (id_before, started_before) = before.split_once(' ').unwrap();
+    let (id_after, started_after) = after.split_once(' ').unwrap();
+    assert_eq!(id_before, id_after, "restarted, not recreated");
+    assert_ne!(started_before, started_after, "restarted");
+
+    let again = f.ok(&["switch", f.decl("v2.ncl").to_str().unwrap()]);
+    assert!(!again.stdout.contains("restart"), "{}", again.stdout);
+}

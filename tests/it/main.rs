@@ -15,5 +15,7 @@ mod held;
 mod netlab;
 mod node_fixture;
 mod rejections;
+mod services;
 mod support;
 mod switch;
+mod systemd_node;

@@ -100,7 +100,13 @@ impl Node {
             self.mark_engine_used()?;
         }
         engine
-            .apply(&target.containers, &containers.steps, &id, &self.owner())
+            .apply(
+                &target.containers,
+                &containers.steps,
+                &id,
+                &self.owner(),
+                self.root.path(),
+            )
             .map_err(|source| ActivateError::ContainersUnfinished {
                 target: id,
                 previous,

@@ -78,7 +78,8 @@ impl Node {
             now,
         };
         if names.is_empty() {
-            return Ok(ServicePlan::default());
+            // No unit to ask about: what is left is the containers' remounts.
+            return Ok(services::plan(&input(None)));
         }
         if self.root.path() != Path::new("/") {
             let mut plan = services::plan(&input(None));
