@@ -48,13 +48,7 @@ impl Drop for Cleanup {
 }
 
 fn main() {
-    if Command::new("docker")
-        .arg("info")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        eprintln!("the containers bench needs a Docker engine");
+    if !common::docker_here() {
         return;
     }
     let prefix = format!("meshbench{}", std::process::id());

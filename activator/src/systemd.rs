@@ -7,6 +7,7 @@
 //! unit's log come from the journal (`journalctl`, the journal's own reader: there is no D-Bus
 //! call for them).
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -306,41 +307,77 @@ impl Systemd for Bus {
                 .receive_job_removed()
                 .await
                 .map_err(err("subscribe", None))?;
-            let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
-            let mut out: Vec<Outcome> = Vec::new();
-            for (i, (unit, verb)) in jobs.iter().enumerate() {
-                let (name, mode) = (unit.to_string(), "replace".to_string());
-                let queued = match verb {
-                    Verb::Stop => manager.stop_unit(name, mode).await,
-                    Verb::Reload => manager.reload_unit(name, mode).await,
-                    Verb::Restart => manager.restart_unit(name, mode).await,
-                    Verb::Start => manager.start_unit(name, mode).await,
-                };
-                self.jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                out.push(Outcome {
-                    unit: (*unit).clone(),
-                    verb: *verb,
-                    result: "not finished".into(),
-                });
-                match queued {
-                    Ok(job) => {
-                        waiting.insert(job.as_str().to_owned(), i);
-                    }
-                    Err(e) => out[i].result = format!("refused: {e}"),
-                }
-            }
-            let wait = async {
-                while !waiting.is_empty() {
-                    let Some(signal) = removed.next().await else {
+            // The signals are read while the jobs are queued: a stream not read holds at most
+            // 64 messages, and a full one stops the connection (the calls' replies too).
+            let ended: RefCell<BTreeMap<String, String>> = RefCell::new(BTreeMap::new());
+            let queued: RefCell<Option<Vec<Option<String>>>> = RefCell::new(None);
+            let all_queued = tokio::sync::Notify::new();
+            let read = async {
+                loop {
+                    let done = queued.borrow().as_ref().is_some_and(|q| {
+                        let ended = ended.borrow();
+                        q.iter().flatten().all(|job| ended.contains_key(job))
+                    });
+                    if done {
                         break;
-                    };
-                    let Ok(args) = signal.args() else { continue };
-                    if let Some(i) = waiting.remove(args.job.as_str()) {
-                        out[i].result = args.result.clone();
+                    }
+                    tokio::select! {
+                        signal = removed.next() => {
+                            let Some(signal) = signal else { break };
+                            if let Ok(args) = signal.args() {
+                                ended
+                                    .borrow_mut()
+                                    .insert(args.job.as_str().to_owned(), args.result.clone());
+                            }
+                        }
+                        _ = all_queued.notified() => {}
                     }
                 }
             };
-            let _bounded = tokio::time::timeout(bound, wait).await;
+            let queue = async {
+                let mut paths = Vec::new();
+                let mut refused = Vec::new();
+                for (unit, verb) in jobs {
+                    let (name, mode) = (unit.to_string(), "replace".to_string());
+                    let job = match verb {
+                        Verb::Stop => manager.stop_unit(name, mode).await,
+                        Verb::Reload => manager.reload_unit(name, mode).await,
+                        Verb::Restart => manager.restart_unit(name, mode).await,
+                        Verb::Start => manager.start_unit(name, mode).await,
+                    };
+                    self.jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    match job {
+                        Ok(path) => {
+                            paths.push(Some(path.as_str().to_owned()));
+                            refused.push(None);
+                        }
+                        Err(e) => {
+                            paths.push(None);
+                            refused.push(Some(format!("refused: {e}")));
+                        }
+                    }
+                }
+                *queued.borrow_mut() = Some(paths);
+                all_queued.notify_one();
+                refused
+            };
+            let (refused, _bounded) =
+                futures_util::future::join(queue, tokio::time::timeout(bound, read)).await;
+            let paths = queued.into_inner().unwrap_or_default();
+            let ended = ended.into_inner();
+            let out: Vec<Outcome> = jobs
+                .iter()
+                .zip(paths.iter().zip(refused))
+                .map(|((unit, verb), (path, refused))| Outcome {
+                    unit: (*unit).clone(),
+                    verb: *verb,
+                    result: refused.unwrap_or_else(|| {
+                        path.as_ref()
+                            .and_then(|p| ended.get(p).cloned())
+                            .unwrap_or_else(|| "not finished".into())
+                    }),
+                })
+                .collect();
             let _quiet = manager.unsubscribe().await;
             Ok(out)
         })

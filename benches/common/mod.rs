@@ -76,3 +76,15 @@ pub fn feed(args: &[&str], input: &str) {
         .unwrap();
     assert!(child.wait().unwrap().success(), "{args:?}");
 }
+
+/// Whether a Docker engine answers; says why not when it does not.
+pub fn docker_here() -> bool {
+    let ok = Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("this bench needs a Docker engine");
+    }
+    ok
+}

@@ -405,3 +405,32 @@ fn under_another_root_units_are_not_driven() {
         ran.stdout
     );
 }
+
+/// Seventy units started by one switch: every job is waited for (the signals are read while the
+/// jobs are queued; a stream left unread stops the connection after 64 messages).
+#[test]
+fn seventy_units_start_in_one_switch() {
+    if !tools() {
+        return;
+    }
+    let node = SystemdNode::boot("many");
+    let units: String = (0..70)
+        .map(|n| {
+            format!(
+                "{{ name = \"m{n}.service\", text = \"[Service]\\nExecStart=/usr/bin/sleep infinity\\n\" }},"
+            )
+        })
+        .collect();
+    let path = node.declare(
+        "many.ncl",
+        &decl(&format!(
+            "    {{ name = \"many\", config = fun s => {{ units = [{units}] }} }},"
+        )),
+    );
+    let ran = node.mesh_env(&[("MESH_JOB_TIMEOUT", "60")], &["switch", &path, "--json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let out: serde_json::Value = serde_json::from_str(ran.stdout.trim()).unwrap();
+    assert_eq!(out["systemd_jobs"], 70);
+    let active = node.ok_sh("systemctl list-units --state=active --no-legend 'm*.service' | wc -l");
+    assert_eq!(active.trim(), "70");
+}

@@ -5,13 +5,19 @@
 //! a folder of the test's mounted at `/srv/t` (declarations, the state directory, counters the
 //! units write). The mesh runs inside, as on a node: root `/`, systemd on the system bus, the
 //! firewall in the container's own network namespace. The container and the image go when the
-//! fixture is dropped, also when the test fails.
+//! fixture is dropped, also when the test fails. The services bench uses it too.
+#![allow(dead_code)] // the bench uses a part
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::Ran;
+/// What a command inside said.
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
 
 pub struct SystemdNode {
     pub name: String,
@@ -174,9 +180,9 @@ impl SystemdNode {
     }
 
     /// A shell command inside.
-    pub fn sh(&self, script: &str) -> Ran {
+    pub fn sh(&self, script: &str) -> Out {
         let out = docker(&["exec", &self.name, "/bin/sh", "-c", script]);
-        Ran {
+        Out {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -191,12 +197,12 @@ impl SystemdNode {
     }
 
     /// `mesh ARGS` inside, with the state directory in the test's folder.
-    pub fn mesh(&self, args: &[&str]) -> Ran {
+    pub fn mesh(&self, args: &[&str]) -> Out {
         self.mesh_env(&[], args)
     }
 
     /// `mesh ARGS` inside, with `env` set.
-    pub fn mesh_env(&self, env: &[(&str, &str)], args: &[&str]) -> Ran {
+    pub fn mesh_env(&self, env: &[(&str, &str)], args: &[&str]) -> Out {
         let mut c = Command::new("docker");
         c.args([
             "exec",
@@ -210,7 +216,7 @@ impl SystemdNode {
         }
         c.arg(&self.name).arg("/opt/mesh/mesh").args(args);
         let out = c.output().expect("docker exec runs");
-        Ran {
+        Out {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -218,7 +224,7 @@ impl SystemdNode {
     }
 
     /// `mesh ARGS`, which must succeed.
-    pub fn ok(&self, args: &[&str]) -> Ran {
+    pub fn ok(&self, args: &[&str]) -> Out {
         let ran = self.mesh(args);
         assert_eq!(
             ran.code, 0,

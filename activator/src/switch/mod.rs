@@ -65,6 +65,8 @@ pub struct Switched {
     pub containers: Vec<crate::docker::Step>,
     /// How many Docker API calls the switch made.
     pub docker_calls: usize,
+    /// How many systemd jobs the switch queued.
+    pub systemd_jobs: usize,
     /// What putting the firewall in force changed (`None` when the switch changed nothing).
     pub firewall: Option<crate::firewall::Converged>,
     /// The found firewall's tables (`family name`) loaded back from the dump before the switch:
@@ -141,6 +143,7 @@ impl Node {
                 id,
                 number: None,
                 docker_calls: containers.calls(),
+                systemd_jobs: self.systemd_jobs(),
                 plan,
                 services,
                 failed: recovered.failed,
@@ -185,6 +188,7 @@ impl Node {
             id,
             number,
             docker_calls: containers.calls(),
+            systemd_jobs: self.systemd_jobs(),
             plan,
             services,
             failed,

@@ -167,6 +167,11 @@ impl Node {
         Ok(failed)
     }
 
+    /// How many jobs this node queued on systemd.
+    pub(crate) fn systemd_jobs(&self) -> usize {
+        self.systemd.get().map_or(0, |s| s.jobs())
+    }
+
     /// systemd, connected on first use.
     pub(crate) fn systemd(&self) -> Result<&dyn Systemd, crate::systemd::SystemdError> {
         if let Some(s) = self.systemd.get() {
