@@ -21,6 +21,22 @@ pub fn install_report_handler() {
     }));
 }
 
+/// What clap says about the command line, with the contract's exit code: help and the version
+/// asked for are a success (0); anything else is a usage error, bad input (1) — not clap's own 2,
+/// which the contract keeps for a conflict that may be retried.
+pub fn usage(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let asked = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    // Printing goes to stdout for help and version, stderr otherwise; a closed pipe is not an
+    // error worth reporting here.
+    let _unprinted = e.print();
+    if asked {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(Exit::User as u8)
+    }
+}
+
 /// The exit codes of the command contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {

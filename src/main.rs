@@ -15,7 +15,10 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     failure::install_report_handler();
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) => return failure::usage(e),
+    };
     match commands::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report(),
