@@ -11,10 +11,13 @@ use crate::cli::{BuildArgs, Cli, Command, RecordCommand, ShowArgs};
 use crate::failure::{Exit, Failure};
 use crate::show;
 
-/// The state directory: the flag or `MESH_STATE_DIR`, else SPEC.md's default.
+/// The state directory: the flag or `MESH_STATE_DIR`, else SPEC.md's default. Made absolute, so
+/// that a relative one means the same folder to every part of the mesh.
 fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, Failure> {
     if let Some(dir) = flag {
-        return Ok(dir);
+        return std::path::absolute(&dir).map_err(|e| {
+            Failure::user(format!("the state directory {}: {e}", dir.display()))
+        });
     }
     if rustix::process::geteuid().is_root() {
         return Ok(PathBuf::from("/var/lib/mesh"));
@@ -58,6 +61,7 @@ fn load_record(
 
 pub fn run(cli: Cli) -> Result<(), Failure> {
     let state = state_dir(cli.global.state_dir)?;
+    mesh_lib::state::secure(&state)?;
     let machine = activate::Machine {
         state: state.clone(),
         root: cli.global.root,

@@ -88,6 +88,7 @@ impl From<BuildError> for Failure {
             BuildError::Store(StoreError::MissingGeneration(_) | StoreError::Ambiguous(_)) => {
                 Exit::User
             }
+            BuildError::Store(StoreError::State(ref s)) if s.is_bad_input() => Exit::User,
             BuildError::Store(_) | BuildError::Io { .. } => Exit::System,
         };
         Self::new(exit, e)
@@ -97,6 +98,17 @@ impl From<BuildError> for Failure {
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         BuildError::Store(e).into()
+    }
+}
+
+impl From<mesh_lib::state::StateError> for Failure {
+    fn from(e: mesh_lib::state::StateError) -> Self {
+        let exit = if e.is_bad_input() {
+            Exit::User
+        } else {
+            Exit::System
+        };
+        Self::new(exit, miette::Report::msg(error_chain(&e)))
     }
 }
 

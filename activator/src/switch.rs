@@ -375,7 +375,7 @@ impl Node {
             atomic::write_file(
                 &marker,
                 b"the mesh created containers for this node\n",
-                0o644,
+                0o600,
             )
             .map_err(io_err("writing", &marker))?;
         }
@@ -404,7 +404,7 @@ impl Node {
         let bytes = record
             .to_bytes()
             .map_err(|e| io_err("encoding", &path)(std::io::Error::other(e)))?;
-        atomic::write_file(&path, &bytes, 0o644).map_err(io_err("writing", &path))?;
+        atomic::write_file(&path, &bytes, 0o600).map_err(io_err("writing", &path))?;
         crate::crash::point("record-written");
         Ok(())
     }

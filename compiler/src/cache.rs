@@ -77,7 +77,7 @@ pub fn store(state_dir: &Path, key: &CacheKey, generation: GenerationId, sources
     };
     if let Some(dir) = path.parent() {
         if atomic::create_dir_all(dir).is_ok() {
-            let _ignored_cache_write_failure = atomic::write_file(&path, &bytes, 0o644);
+            let _ignored_cache_write_failure = atomic::write_file(&path, &bytes, 0o600);
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod model;
 pub mod pack;
 pub mod path;
 pub mod record;
+pub mod state;
 pub mod store;
 
 pub use id::{BlobHash, GenerationId};

@@ -2,7 +2,11 @@
 //! mesh, and what the mesh does with it. Each test pins one of the holes the issue found (or a
 //! sibling of one), and failed before its fix.
 
-use crate::support::{mesh, run};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use crate::rejections::{file, module, node, PORTS};
+use crate::support::{build_json, have_root_tools, mesh, run};
 
 /// A usage error — an unknown flag or command, a missing or conflicting argument, a value that
 /// is not a number — is bad input: exit 1 (2 is a conflict that may be retried); `--help` and
@@ -54,4 +58,141 @@ fn usage_errors_exit_1_help_and_version_exit_0() {
         assert_eq!(ran.code, 0, "mesh {args:?}: {}", ran.stderr);
         assert!(!ran.stdout.is_empty(), "mesh {args:?} prints to stdout");
     }
+}
+
+/// Item 8: a relative `--state-dir` that does not exist yet is created, like an absolute one,
+/// under the working folder.
+#[test]
+fn a_relative_state_dir_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("n.ncl"),
+        node(PORTS, &module("m", &file("/etc/motd"))),
+    )
+    .unwrap();
+    let mut c = mesh(Path::new("unused"));
+    c.current_dir(dir.path())
+        .env_remove("MESH_STATE_DIR")
+        .args(["--state-dir", "state", "build", "n.ncl"]);
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let store = dir.path().join("state/store/generations");
+    assert_eq!(std::fs::read_dir(store).unwrap().count(), 1);
+}
+
+fn mode_of(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+}
+
+/// Item 2: the state directory and the store are their owner's only — folders `0700`, no file
+/// readable by group or others — whatever mode a declaration gives its files; a state directory
+/// an older mesh left readable is made private when it is next opened; and a user other than
+/// its owner cannot read a blob.
+#[test]
+fn the_state_directory_is_its_owners_only() {
+    let dir = tempfile::tempdir().unwrap();
+    // Traversable by others up to the state directory, so only its own modes protect it.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = dir.path().join("var/lib/mesh");
+    let decl = dir.path().join("n.ncl");
+    let secret = "password = hunter2\n";
+    std::fs::write(
+        &decl,
+        node(
+            PORTS,
+            &module(
+                "m",
+                &format!(
+                    r#"files = [{{ path = "/etc/app.conf", content = {secret:?}, mode = "0644" }}]"#
+                ),
+            ),
+        ),
+    )
+    .unwrap();
+    build_json(&state, &decl, None);
+    let check_private = |state: &Path| {
+        let mut files = 0;
+        for entry in walkdir::WalkDir::new(state) {
+            let entry = entry.unwrap();
+            let mode = mode_of(entry.path());
+            if entry.file_type().is_dir() {
+                assert_eq!(mode, 0o700, "{}", entry.path().display());
+            } else {
+                files += 1;
+                assert_eq!(mode & 0o077, 0, "{} is {mode:o}", entry.path().display());
+            }
+        }
+        assert!(files > 0);
+    };
+    check_private(&state);
+    // Its parents the mesh created are private too; the ones that were there are untouched.
+    assert_eq!(mode_of(&dir.path().join("var")), 0o700);
+    assert_eq!(mode_of(dir.path()), 0o755);
+
+    // As an older mesh left it: folders 0755, blobs and generations 0444, the record 0644.
+    for entry in walkdir::WalkDir::new(&state) {
+        let entry = entry.unwrap();
+        let mode = if entry.file_type().is_dir() { 0o755 } else { 0o444 };
+        std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::write(state.join("record.json"), "{}").unwrap();
+    std::fs::set_permissions(state.join("record.json"), std::fs::Permissions::from_mode(0o644))
+        .unwrap();
+    let mut c = mesh(&state);
+    c.arg("generations");
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    for p in [
+        state.clone(),
+        state.join("store"),
+        state.join("store/packs"),
+        state.join("store/generations"),
+    ] {
+        assert_eq!(mode_of(&p), 0o700, "{}", p.display());
+    }
+    assert_eq!(mode_of(&state.join("record.json")), 0o600);
+
+    // A user other than the owner reads nothing of it: not the pack with the secret, not the
+    // list of generations.
+    if have_root_tools(&["cat", "ls"]) {
+        use std::os::unix::process::CommandExt;
+        let pack = std::fs::read_dir(state.join("store/packs"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        for (tool, target) in [("cat", &pack), ("ls", &state.join("store/generations"))] {
+            let out = std::process::Command::new(tool)
+                .arg(target)
+                .uid(65534)
+                .gid(65534)
+                .output()
+                .unwrap();
+            assert!(
+                !out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("hunter2"),
+                "{tool} {} as nobody: {}",
+                target.display(),
+                String::from_utf8_lossy(&out.stdout)
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// A folder every user may write to is not a state directory: refused, exit 1.
+#[test]
+fn a_shared_folder_is_not_a_state_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let mut c = mesh(dir.path());
+    c.arg("generations");
+    let ran = run(c);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert!(ran.stderr.contains("writable by every user"), "{}", ran.stderr);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing made in it");
 }
