@@ -521,7 +521,7 @@ pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
                     c["port"],
                     c["protocol"].as_str().unwrap_or_default(),
                     c["host_ip"].as_str().unwrap_or_default(),
-                    c["container"].as_str().unwrap_or_default(),
+                    mesh_lib::text::escape(c["container"].as_str().unwrap_or_default()),
                     c["verdict"].as_str().unwrap_or_default()
                 );
             }
@@ -629,7 +629,7 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
                 published
                     .iter()
                     .find(|p| p.port == port && p.protocol == proto)
-                    .map(|p| format!("container {}", p.container))
+                    .map(|p| format!("container {}", mesh_lib::text::escape(&p.container)))
             })
     };
     let used: Vec<u16> = settings.ports.values().map(|p| p.get()).collect();

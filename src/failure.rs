@@ -62,12 +62,22 @@ impl Failure {
         }
     }
 
+    /// A failure whose message is text, some of it from outside (a path, a tool's answer):
+    /// escaped where it could make the report lie (see [`mesh_lib::text`]).
+    pub fn text(exit: Exit, message: impl std::fmt::Display) -> Self {
+        let text = message.to_string();
+        Self::new(
+            exit,
+            miette::Report::msg(mesh_lib::text::escape_keeping_lines(&text).into_owned()),
+        )
+    }
+
     pub fn user(message: impl std::fmt::Display) -> Self {
-        Self::new(Exit::User, miette::miette!("{message}"))
+        Self::text(Exit::User, message)
     }
 
     pub fn system(message: impl std::fmt::Display) -> Self {
-        Self::new(Exit::System, miette::miette!("{message}"))
+        Self::text(Exit::System, message)
     }
 
     /// The report as one line, for a long-running loop that goes on after it.
@@ -91,7 +101,11 @@ impl From<BuildError> for Failure {
             BuildError::Store(StoreError::State(ref s)) if s.is_bad_input() => Exit::User,
             BuildError::Store(_) | BuildError::Io { .. } => Exit::System,
         };
-        Self::new(exit, e)
+        match e {
+            // Spans and help, each part escaped by the diagnostic itself.
+            BuildError::Rejected(_) => Self::new(exit, e),
+            _ => Self::text(exit, error_chain(&e)),
+        }
     }
 }
 
@@ -108,7 +122,7 @@ impl From<mesh_lib::state::StateError> for Failure {
         } else {
             Exit::System
         };
-        Self::new(exit, miette::Report::msg(error_chain(&e)))
+        Self::text(exit, error_chain(&e))
     }
 }
 
@@ -119,7 +133,8 @@ impl From<mesh_activator::ActivateError> for Failure {
             mesh_activator::Kind::Refused => Exit::Refused,
             mesh_activator::Kind::System => Exit::System,
         };
-        Self::new(exit, miette::Report::msg(error_chain(&e)))
+        // Docker's and nft's messages are in the chain: escaped, their lines kept.
+        Self::text(exit, error_chain(&e))
     }
 }
 

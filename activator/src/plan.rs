@@ -429,6 +429,7 @@ mod tests {
             mode: FileMode::parse("0644").unwrap(),
             owner: "0".into(),
             group: "0".into(),
+            special_mode: false,
             state,
         };
         Generation {

@@ -10,7 +10,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use ipnet::Ipv4Net;
 use mesh_lib::firewall::{base_ruleset, guard_ruleset};
 use mesh_lib::model::{
-    ContainerEntry, ContainerName, ContainerState, FileEntry, FileMode, FileState, FirewallRules,
+    check_account_name, check_printable, ContainerEntry, ContainerName, ContainerState, FileEntry,
+    FileMode, FileState, FirewallRules,
     Mode, ModuleName, ModuleState, NodeName, Opening, Port, PrivateNetwork, Protocol,
     PublishedPort, Settings, Source as From, TrafficPath, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
 };
@@ -55,6 +56,7 @@ struct FileOut {
     mode: String,
     owner: String,
     group: String,
+    special_mode: bool,
 }
 
 #[derive(Deserialize)]
@@ -242,6 +244,28 @@ pub fn assemble(
                     "this mode",
                 )
             })?;
+            let special = mode.special();
+            if !special.is_empty() && !file.special_mode {
+                return Err(ctx
+                    .reject(
+                        &at(&here, &[f("mode")]),
+                        format!(
+                            "module {module}, {path}: mode {mode} is {}, which the mesh writes only when the file asks for it",
+                            special.join(", ")
+                        ),
+                        "this mode",
+                    )
+                    .with_help("if this file must have it, say so on the file: `special_mode = true`"));
+            }
+            for (field, name) in [("owner", &file.owner), ("group", &file.group)] {
+                check_account_name(name).map_err(|e| {
+                    ctx.reject(
+                        &at(&here, &[f(field)]),
+                        format!("module {module}, {path}: {e}"),
+                        &format!("this {field}"),
+                    )
+                })?;
+            }
             let bytes = file.content.as_bytes().to_vec();
             let hash = BlobHash::of(&bytes);
             let private = !mode.world_readable();
@@ -270,6 +294,7 @@ pub fn assemble(
                 mode,
                 owner: file.owner.clone(),
                 group: file.group.clone(),
+                special_mode: file.special_mode,
                 state,
             };
             if let Some((first, first_at)) = files.get(&path) {
@@ -383,6 +408,28 @@ pub fn assemble(
                     None => ContainerState::Staged,
                 }
             };
+            // What `mesh show` prints of a container reads as what it is.
+            let mut printed: Vec<(&str, &str, Pointer)> =
+                vec![("image", &c.image, at(&here, &[f("image")]))];
+            for (i, a) in c.command.iter().enumerate() {
+                printed.push(("command argument", a, at(&here, &[f("command"), Step::Index(i)])));
+            }
+            for k in c.environment.keys() {
+                printed.push(("environment variable", k, at(&here, &[f("environment"), f(k)])));
+            }
+            for k in c.labels.keys() {
+                printed.push(("label", k, at(&here, &[f("labels"), f(k)])));
+            }
+            for (vi, v) in c.volumes.iter().enumerate() {
+                let v_at = at(&here, &[f("volumes"), Step::Index(vi)]);
+                printed.push(("volume source", &v.source, at(&v_at, &[f("source")])));
+                printed.push(("volume target", &v.target, at(&v_at, &[f("target")])));
+            }
+            for (what, text, pointer) in printed {
+                check_printable(what, text).map_err(|e| {
+                    ctx.reject(&pointer, format!("container {name}: {e}"), "this value")
+                })?;
+            }
             let entry = ContainerEntry {
                 module: module.clone(),
                 image: c.image.clone(),

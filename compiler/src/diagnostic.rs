@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::Path;
 
+use mesh_lib::text::{escape, escape_keeping_lines};
 use miette::{Diagnostic, LabeledSpan, NamedSource, SourceCode};
 
 /// A source a diagnostic points into: its display name and text.
@@ -65,8 +66,8 @@ impl MeshDiagnostic {
             _ => {
                 if self.named.is_none() {
                     self.named = Some(Box::new(NamedSource::new(
-                        span.source.name.clone(),
-                        span.source.text.clone(),
+                        escape(&span.source.name),
+                        shown_source(&span.source.text),
                     )));
                 }
                 self.spans.push(span);
@@ -91,9 +92,26 @@ impl MeshDiagnostic {
     }
 }
 
+/// A source as a snippet shows it: every character that could make the snippet lie (see
+/// [`mesh_lib::text`]) becomes `?`, one per byte, so every span's byte range still points where
+/// it did. Newlines, tabs and a carriage return ending a line stay.
+fn shown_source(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let line_end = c == '\r' && chars.peek() == Some(&'\n');
+        if mesh_lib::text::is_hazard(c) && c != '\n' && c != '\t' && !line_end {
+            out.extend(std::iter::repeat_n('?', c.len_utf8()));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl fmt::Display for MeshDiagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&escape_keeping_lines(&self.message))
     }
 }
 
@@ -103,7 +121,7 @@ impl Diagnostic for MeshDiagnostic {
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
         self.help
             .as_ref()
-            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+            .map(|h| Box::new(escape_keeping_lines(h)) as Box<dyn fmt::Display>)
     }
 
     fn source_code(&self) -> Option<&dyn SourceCode> {
@@ -115,7 +133,7 @@ impl Diagnostic for MeshDiagnostic {
             return None;
         }
         Some(Box::new(self.spans.iter().enumerate().map(|(i, s)| {
-            let label = (!s.label.is_empty()).then(|| s.label.clone());
+            let label = (!s.label.is_empty()).then(|| escape(&s.label).into_owned());
             let len = s.range.end.saturating_sub(s.range.start);
             if i == 0 {
                 LabeledSpan::new_primary_with_span(label, (s.range.start, len))

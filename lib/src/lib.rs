@@ -21,6 +21,7 @@ pub mod path;
 pub mod record;
 pub mod state;
 pub mod store;
+pub mod text;
 
 pub use id::{BlobHash, GenerationId};
 pub use model::Generation;

@@ -5,7 +5,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use crate::rejections::{file, module, node, PORTS};
+use crate::rejections::{assert_says, file, module, node, rejected, PORTS};
 use crate::support::{build_json, have_root_tools, mesh, run};
 
 /// A usage error — an unknown flag or command, a missing or conflicting argument, a value that
@@ -195,4 +195,114 @@ fn a_shared_folder_is_not_a_state_directory() {
     assert_eq!(ran.code, 1, "{}", ran.stderr);
     assert!(ran.stderr.contains("writable by every user"), "{}", ran.stderr);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing made in it");
+}
+
+/// Item 6: a declared path with a newline, a carriage return, an escape or a bidirectional
+/// override is refused with its span, and the message shows the character escaped, never raw.
+#[test]
+fn a_path_with_a_control_character_is_refused() {
+    for (nickel, shown) in [
+        (r"/etc/motd\nPermitRootLogin yes", r"/etc/motd\nPermitRootLogin yes"),
+        (r"/etc/motd\r", r"/etc/motd\r"),
+        (r"/etc/\u{1b}[2Jmotd", r"/etc/\u{1b}[2Jmotd"),
+        (r"/etc/cron.d/x\u{202e}fnoc", r"/etc/cron.d/x\u{202e}fnoc"),
+    ] {
+        let ran = rejected(&node(PORTS, &module("m", &file(nickel))), None);
+        assert_says(
+            &ran,
+            &[
+                &format!("`{shown}` contains the character U+"),
+                "module m",
+                "bad-node.ncl:9:",
+            ],
+        );
+        assert!(
+            !ran.stderr.contains(['\r', '\u{1b}', '\u{202e}']),
+            "raw in: {:?}",
+            ran.stderr
+        );
+    }
+}
+
+/// Item 6: anything from the declaration printed in a diagnostic is escaped: a name with an
+/// escape sequence cannot colour or clear the terminal of the person reading it.
+#[test]
+fn a_diagnostic_never_prints_a_raw_escape_sequence() {
+    let text = node(PORTS, "").replace(r#"name = "n""#, r#"name = "n\u{1b}[2J\u{1b}[31m""#);
+    let ran = rejected(&text, None);
+    assert_says(&ran, &[r"n\u{1b}[2J\u{1b}[31m", "is not a valid node name"]);
+    assert!(!ran.stderr.contains('\u{1b}'), "{:?}", ran.stderr);
+}
+
+/// Item 6: setuid, setgid, sticky and world-writable modes are written only for a file that
+/// asks for them (`special_mode = true`); otherwise the mode is refused with its span. The
+/// generation records the opt-in.
+#[test]
+fn a_special_mode_needs_its_opt_in() {
+    for (mode, says) in [
+        ("4755", "setuid"),
+        ("2755", "setgid"),
+        ("1644", "sticky"),
+        ("0666", "writable by everyone"),
+        ("0602", "writable by everyone"),
+    ] {
+        let body = format!(r#"files = [{{ path = "/usr/local/bin/tool", content = "x", mode = "{mode}" }}]"#);
+        let ran = rejected(&node(PORTS, &module("m", &body)), None);
+        assert_says(
+            &ran,
+            &[
+                &format!("mode {mode} is {says}"),
+                "bad-node.ncl:9:",
+                "special_mode = true",
+            ],
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let decl = dir.path().join("n.ncl");
+    std::fs::write(
+        &decl,
+        node(
+            PORTS,
+            &module(
+                "m",
+                r#"files = [{ path = "/usr/local/bin/tool", content = "x", mode = "4755", special_mode = true }]"#,
+            ),
+        ),
+    )
+    .unwrap();
+    let built = build_json(state.path(), &decl, None);
+    let mut c = mesh(state.path());
+    c.args(["show", built["id"].as_str().unwrap(), "--json"]);
+    let shown: serde_json::Value = serde_json::from_str(&run(c).stdout).unwrap();
+    let f = &shown["files"]["/usr/local/bin/tool"];
+    assert_eq!((f["mode"].as_str(), f["special_mode"].as_bool()), (Some("4755"), Some(true)));
+}
+
+/// Item 6, siblings: owner and group names and a container's printed strings hold no control
+/// character (they are printed in plans and `mesh show`); each refusal points at the value.
+#[test]
+fn names_and_container_strings_are_printable() {
+    let cases = [
+        (
+            r#"files = [{ path = "/etc/motd", content = "x", owner = "root\nPasswordAuthentication yes" }]"#,
+            r"`root\nPasswordAuthentication yes` is not a user or group name",
+        ),
+        (
+            r#"files = [{ path = "/etc/motd", content = "x", group = "adm in" }]"#,
+            "`adm in` is not a user or group name",
+        ),
+        (
+            r#"containers = [{ name = "c", image = "busybox\u{1b}[2J" }]"#,
+            r"container c: image `busybox\u{1b}[2J` holds the control character U+001B",
+        ),
+        (
+            r#"containers = [{ name = "c", image = "busybox", volumes = [{ source = "data\r", target = "/data" }] }]"#,
+            r"volume source `data\r`",
+        ),
+    ];
+    for (body, says) in cases {
+        let ran = rejected(&node(PORTS, &module("m", body)), None);
+        assert_says(&ran, &[says, "bad-node.ncl:9:"]);
+    }
 }
