@@ -306,3 +306,46 @@ fn names_and_container_strings_are_printable() {
         assert_says(&ran, &[says, "bad-node.ncl:9:"]);
     }
 }
+
+/// Item 4: a caller that finds the lock held always names the holder's pid — also when it
+/// races the first caller to create the lock file, or a holder taking over a lock file a
+/// previous one left (the lock's unit test races it hundreds of times in one process).
+#[test]
+fn a_concurrent_loser_always_prints_a_pid() {
+    for round in 0..15 {
+        let state = tempfile::tempdir().unwrap();
+        if round % 2 == 1 {
+            let mut c = mesh(state.path());
+            c.arg("gc");
+            assert_eq!(run(c).code, 0, "a lock file an earlier holder left");
+        }
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                let mut c = mesh(state.path());
+                c.arg("gc")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
+                c.spawn().unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            match out.status.code() {
+                Some(0) => {}
+                Some(2) => {
+                    let pid = stderr
+                        .split("(pid ")
+                        .nth(1)
+                        .and_then(|rest| rest.split(')').next())
+                        .unwrap_or_default();
+                    assert!(
+                        !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()),
+                        "round {round}: {stderr}"
+                    );
+                }
+                other => panic!("round {round}: exit {other:?}: {stderr}"),
+            }
+        }
+    }
+}
