@@ -258,7 +258,16 @@ pub fn generations(machine: &Machine, json_out: bool) -> Result<(), Failure> {
     let read = |e: std::io::Error| Failure::system(format!("reading the profile: {e}"));
     let links = node.profile.generations().map_err(read)?;
     let current = node.profile.current().map_err(read)?.map(|(n, _)| n);
-    let log = node.profile.log().map_err(read)?;
+    let log = node.profile.read_log().map_err(read)?;
+    for d in &log.damaged {
+        eprintln!(
+            "warning: {} line {}: {}; skipped, the rest of the history is read",
+            node.profile.log_path().display(),
+            d.line,
+            mesh_lib::text::escape(&d.why)
+        );
+    }
+    let log = log.entries;
     let rows: Vec<serde_json::Value> = links
         .iter()
         .map(|(n, id)| {

@@ -5,6 +5,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use crate::node_fixture::Fixture;
 use crate::rejections::{assert_says, file, module, node, rejected, PORTS};
 use crate::support::{build_json, have_root_tools, mesh, run};
 
@@ -348,4 +349,69 @@ fn a_concurrent_loser_always_prints_a_pid() {
             }
         }
     }
+}
+
+/// Item 9: a damaged line in `profile.log` (not even text) does not make `mesh generations`
+/// fail: the line is named on stderr, every other entry is shown.
+#[test]
+fn a_damaged_profile_log_line_is_named_and_skipped() {
+    let state = tempfile::tempdir().unwrap();
+    let profile = state.path().join("profile");
+    std::fs::create_dir(&profile).unwrap();
+    let ids = ["11", "22"].map(|n| n.repeat(32));
+    for (i, id) in ids.iter().enumerate() {
+        std::os::unix::fs::symlink(
+            format!("../store/generations/{id}"),
+            profile.join(format!("generation-{}", i + 1)),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink("generation-2", profile.join("current")).unwrap();
+    let entry = |n: usize, trigger: &str| {
+        format!(
+            "{{\"number\":{n},\"id\":\"b3:{}\",\"time\":\"2025-01-0{n}T00:00:00Z\",\"trigger\":\"{trigger}\"}}\n",
+            ids[n - 1]
+        )
+    };
+    let mut log = entry(1, "build").into_bytes();
+    log.extend_from_slice(b"\xff\xfe\x1b[2J not a line of the mesh's\n");
+    log.extend_from_slice(entry(2, "take").as_bytes());
+    std::fs::write(state.path().join("profile.log"), log).unwrap();
+
+    let mut c = mesh(state.path());
+    c.arg("generations");
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stderr.contains("profile.log line 2"), "{}", ran.stderr);
+    assert!(!ran.stderr.contains('\u{1b}'));
+    let rows: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(rows.len(), 2, "{}", ran.stdout);
+    assert!(rows[0].contains("2025-01-01T00:00:00Z") && rows[0].contains("build"));
+    assert!(rows[1].starts_with('*') && rows[1].contains("take"), "{}", rows[1]);
+}
+
+/// Item 9: switches keep appending to a log whose last line is damaged and has no newline: the
+/// next entry is a line of its own, readable, and the damage is named.
+#[test]
+fn switches_append_after_a_damaged_log_line() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    let f = Fixture::new();
+    f.ok(&["switch", f.decl("a.ncl").to_str().unwrap()]);
+    let log = f.state().join("profile.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(b"{\"number\":2,\"id\":\"b3:\xff");
+    std::fs::write(&log, bytes).unwrap();
+    f.ok(&["switch", f.decl("b.ncl").to_str().unwrap()]);
+    let ran = f.ok(&["generations", "--json"]);
+    assert!(ran.stderr.contains("profile.log line 2"), "{}", ran.stderr);
+    let rows: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    let triggers: Vec<&str> = rows["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["trigger"].as_str().unwrap_or("missing"))
+        .collect();
+    assert_eq!(triggers, ["build", "build"], "{}", ran.stdout);
 }
