@@ -330,12 +330,13 @@ impl Node {
     ) -> Result<Self, ActivateError> {
         let store = Store::open(state)?;
         let profile = Profile::open(state).map_err(io_err("opening the profile in", state))?;
+        let root = Root::open(root)?;
         Ok(Self {
             state: state.to_owned(),
-            root: Root::open(root)?,
+            ids: Ids::load(&root),
+            root,
             store,
             profile,
-            ids: Ids::load(),
             firewall: Box::new(crate::firewall::Kernel::new(netns)),
             _lock: lock,
         })
@@ -523,6 +524,8 @@ impl Node {
                         mode: f.mode,
                         owner: self.ids.user_name(f.uid),
                         group: self.ids.group_name(f.gid),
+                        uid: Some(f.uid),
+                        gid: Some(f.gid),
                     },
                 );
                 found += 1;

@@ -29,6 +29,13 @@ pub struct FoundFile {
     pub owner: String,
     /// Its group's name (or gid).
     pub group: String,
+    /// Its owner's uid, as found (absent in records of an older mesh): what a restore writes
+    /// back, whatever the name resolves to then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Its group's gid, as found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
 }
 
 /// A container found under a declared name without the mesh's label.

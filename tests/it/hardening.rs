@@ -5,7 +5,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use crate::node_fixture::Fixture;
+use crate::node_fixture::{declaration, Fixture, MOTD, SSH};
 use crate::rejections::{assert_says, file, module, node, rejected, PORTS};
 use crate::support::{build_json, have_root_tools, mesh, run};
 
@@ -414,4 +414,50 @@ fn switches_append_after_a_damaged_log_line() {
         .map(|r| r["trigger"].as_str().unwrap_or("missing"))
         .collect();
     assert_eq!(triggers, ["build", "build"], "{}", ran.stdout);
+}
+
+/// Item 7: owners and groups resolve against the root's own `/etc/passwd` and `/etc/group`,
+/// not the machine's: a user only the root knows gets the root's uid; a user only the machine
+/// knows is refused, naming the root's databases. A found file's numeric ids are recorded
+/// beside its names.
+#[test]
+fn owners_resolve_against_the_roots_own_databases() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::write(
+        f.at("/etc/passwd"),
+        "root:x:0:0::/root:/bin/sh\nsvc:x:4242:4243::/:/usr/sbin/nologin\n",
+    )
+    .unwrap();
+    std::fs::write(f.at("/etc/group"), "root:x:0:\nsvc:x:4243:\n").unwrap();
+    let with_owner = |owner: &str| {
+        declaration("hello\\n", false).replace(
+            r#"content = "hello\n" }"#,
+            &format!(r#"content = "hello\n", owner = "{owner}", group = "{owner}" }}"#),
+        )
+    };
+    // Adopting records the found drop-in's ids (1000:1000, no name in this root) as numbers.
+    f.ok(&["adopt", f.decl("a.ncl").to_str().unwrap()]);
+    let found = &f.record()["found"]["files"][SSH];
+    assert_eq!((found["uid"].as_u64(), found["gid"].as_u64()), (Some(1000), Some(1000)));
+    assert_eq!(found["owner"], "1000");
+
+    f.write_decl("svc.ncl", &with_owner("svc"));
+    f.ok(&["switch", f.decl("svc.ncl").to_str().unwrap()]);
+    let (_, uid, gid) = f.meta(MOTD);
+    assert_eq!((uid, gid), (4242, 4243));
+
+    // `daemon` is a user of this machine (Debian's uid 1), not of this root.
+    f.write_decl("daemon.ncl", &with_owner("daemon"));
+    let ran = f.mesh(&["switch", f.decl("daemon.ncl").to_str().unwrap()]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("owner `daemon` is not in the /etc/passwd and /etc/group of the root"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(f.meta(MOTD).1, 4242, "nothing changed");
 }
