@@ -186,6 +186,23 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
         Some(d) => d,
         None => last_declaration(&node)?,
     };
+    // A module the declaration does not assign is the declaration's to fix (or a typo in the
+    // module's name): say so, rather than let the build blame the record the take would write.
+    let assigned = build_with(state, &decl, Some(&record))?;
+    if !assigned.generation.modules.contains_key(&module) {
+        return Err(Failure::user(format!(
+            "{} does not assign module {module} to node {}: there is nothing to take (assigned: {})",
+            decl.display(),
+            record.node,
+            assigned
+                .generation
+                .modules
+                .keys()
+                .map(ModuleName::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     record.taken.insert(module);
     commit_record(&node, state, &decl, record, Trigger::Take, args.json)
 }

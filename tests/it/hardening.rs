@@ -461,3 +461,32 @@ fn owners_resolve_against_the_roots_own_databases() {
     );
     assert_eq!(f.meta(MOTD).1, 4242, "nothing changed");
 }
+
+/// Item 8: `mesh take` of a module the declaration does not assign names the declaration and
+/// the module (not the node record, which only the take would have changed), exit 1, and
+/// changes nothing.
+#[test]
+fn take_of_a_module_the_declaration_does_not_assign() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    let f = Fixture::new();
+    let decl = f.decl("a.ncl");
+    f.ok(&["adopt", decl.to_str().unwrap()]);
+    let record = f.record();
+    for args in [&["take", "sssh", decl.to_str().unwrap()][..], &["take", "sssh"]] {
+        let ran = f.mesh(args);
+        assert_eq!(ran.code, 1, "{}", ran.stderr);
+        assert!(
+            ran.stderr.contains(&format!(
+                "{} does not assign module sssh to node n1",
+                decl.display()
+            )),
+            "{}",
+            ran.stderr
+        );
+        assert!(ran.stderr.contains("assigned: extra, motd, ssh"), "{}", ran.stderr);
+        assert!(!ran.stderr.contains("record"), "{}", ran.stderr);
+        assert_eq!(f.record(), record, "the record is unchanged");
+    }
+}
