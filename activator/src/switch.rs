@@ -26,7 +26,7 @@ use crate::host::{HostError, HostStore, Kept, Written};
 use crate::lock::{LockError, StateLock};
 use crate::plan::{self, Action, Plan, PlanError, PlanInput, Reason};
 use crate::profile::{Profile, Trigger};
-use crate::root::{FileFacts, Observed, Root, RootError};
+use crate::root::{FileFacts, Observed, Root, RootError, TempKey};
 use crate::users::Ids;
 
 /// How a failure is to be reported: the binary maps these to exit codes.
@@ -330,7 +330,8 @@ impl Node {
     ) -> Result<Self, ActivateError> {
         let store = Store::open(state)?;
         let profile = Profile::open(state).map_err(io_err("opening the profile in", state))?;
-        let root = Root::open(root)?;
+        let key = TempKey::of_state(state).map_err(io_err("reading the temp-file key in", state))?;
+        let root = Root::open(root, key)?;
         Ok(Self {
             state: state.to_owned(),
             ids: Ids::load(&root),

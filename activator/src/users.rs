@@ -122,7 +122,8 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.path().join("etc/group"), "only-in-root:x:4243:\n").unwrap();
-        let ids = Ids::load(&crate::root::Root::open(dir.path()).unwrap());
+        let root = crate::root::Root::open(dir.path(), crate::root::TempKey::ephemeral().unwrap());
+        let ids = Ids::load(&root.unwrap());
         assert_eq!(ids.uid("only-in-root"), Some(4242));
         assert_eq!(ids.gid("only-in-root"), Some(4243));
         // On this machine, `daemon` (Debian's uid 1) exists; in this root, it does not.

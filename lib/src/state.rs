@@ -33,7 +33,7 @@ const FOLDERS: [&str; 8] = [
 ];
 
 /// Files of the mesh's own, relative to the state directory.
-const FILES: [&str; 7] = [
+const FILES: [&str; 8] = [
     "record.json",
     "host.json",
     "host.log",
@@ -41,6 +41,7 @@ const FILES: [&str; 7] = [
     "lock",
     "journal.json",
     "engine-used",
+    "temp-key",
 ];
 
 /// A state directory that cannot be used.

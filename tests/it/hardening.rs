@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::node_fixture::{declaration, Fixture, MOTD, SSH};
 use crate::rejections::{assert_says, file, module, node, rejected, PORTS};
-use crate::support::{build_json, have_root_tools, mesh, run};
+use crate::support::{build_json, crash_points_here, crashes_at, have_root_tools, mesh, run};
 
 /// A usage error — an unknown flag or command, a missing or conflicting argument, a value that
 /// is not a number — is bad input: exit 1 (2 is a conflict that may be retried); `--help` and
@@ -488,5 +488,54 @@ fn take_of_a_module_the_declaration_does_not_assign() {
         assert!(ran.stderr.contains("assigned: extra, motd, ssh"), "{}", ran.stderr);
         assert!(!ran.stderr.contains("record"), "{}", ran.stderr);
         assert_eq!(f.record(), record, "the record is unchanged");
+    }
+}
+
+/// Item 10: an operator's own file named like the mesh's temp files beside a declared path —
+/// the old fixed name `.NAME.mesh-tmp` among them — is never removed: not by a switch, not by
+/// the recovery of a switch a crash cut short after staging its temp files. The mesh's own
+/// leftovers are.
+#[test]
+fn an_operators_file_named_like_a_temp_file_is_never_removed() {
+    if !have_root_tools(&[]) || !crash_points_here() {
+        return;
+    }
+    let f = Fixture::new();
+    let theirs = [".motd.mesh-tmp", ".motd.mesh-0000000000000000beef", ".10-mesh.conf.mesh-tmp"];
+    let place = |name: &str| {
+        if name.contains("10-mesh") {
+            f.at(SSH).with_file_name(name)
+        } else {
+            f.at(MOTD).with_file_name(name)
+        }
+    };
+    std::fs::create_dir_all(f.at(MOTD).parent().unwrap()).unwrap();
+    for name in theirs {
+        std::fs::write(place(name), "the operator's own\n").unwrap();
+    }
+    let decl = f.decl("a.ncl");
+    assert!(crashes_at(
+        f.command(&["switch", decl.to_str().unwrap()]),
+        "file-written-before-rename",
+        "a switch cut short with its temp files staged"
+    ));
+    f.ok(&["switch", decl.to_str().unwrap()]);
+    for name in theirs {
+        assert_eq!(
+            std::fs::read_to_string(place(name)).unwrap(),
+            "the operator's own\n",
+            "{name}"
+        );
+    }
+    // Nothing else is left beside the declared paths: the mesh's own temp files went.
+    for dir in [f.at(MOTD).parent().unwrap().to_owned(), f.at(SSH).parent().unwrap().to_owned()] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            assert!(
+                !name.starts_with('.') || theirs.contains(&name.as_str()),
+                "left in {}: {name}",
+                dir.display()
+            );
+        }
     }
 }
