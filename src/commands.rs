@@ -15,9 +15,8 @@ use crate::show;
 /// that a relative one means the same folder to every part of the mesh.
 fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, Failure> {
     if let Some(dir) = flag {
-        return std::path::absolute(&dir).map_err(|e| {
-            Failure::user(format!("the state directory {}: {e}", dir.display()))
-        });
+        return std::path::absolute(&dir)
+            .map_err(|e| Failure::user(format!("the state directory {}: {e}", dir.display())));
     }
     if rustix::process::geteuid().is_root() {
         return Ok(PathBuf::from("/var/lib/mesh"));

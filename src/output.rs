@@ -14,7 +14,10 @@ pub fn out(text: std::fmt::Arguments<'_>) {
     let text = text.to_string();
     let text = mesh_lib::text::escape_keeping_lines(&text);
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);
         }

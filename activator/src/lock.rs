@@ -67,11 +67,13 @@ fn holder(file: &mut File) -> Option<String> {
     file.rewind().ok()?;
     file.read_to_string(&mut text).ok()?;
     let pid: i32 = text.split_whitespace().next()?.parse().ok()?;
-    let running = rustix::process::Pid::from_raw(pid)
-        .is_some_and(|p| match rustix::process::test_kill_process(p) {
-            Ok(()) | Err(rustix::io::Errno::PERM) => true,
-            Err(_) => false,
-        });
+    let running =
+        rustix::process::Pid::from_raw(pid).is_some_and(
+            |p| match rustix::process::test_kill_process(p) {
+                Ok(()) | Err(rustix::io::Errno::PERM) => true,
+                Err(_) => false,
+            },
+        );
     running.then(|| pid.to_string())
 }
 
@@ -131,7 +133,9 @@ impl StateLock {
             .tempfile_in(state)?;
         tmp.write_all(pid_record().as_bytes())?;
         if !try_lock(tmp.as_file())? {
-            return Err(io::Error::other("a new temp file is locked by someone else"));
+            return Err(io::Error::other(
+                "a new temp file is locked by someone else",
+            ));
         }
         match tmp.persist_noclobber(path) {
             Ok(file) => Ok(Some(Self { _file: file })),

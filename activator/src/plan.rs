@@ -579,7 +579,15 @@ mod tests {
         (found.uid, found.gid) = (Some(4242), Some(4243));
         let p = plan_of(&g, &host, &record, file(b"new")).unwrap();
         assert!(
-            matches!(p.actions[..], [Action::Write { uid: 4242, gid: 4243, reason: Reason::Restore, .. }]),
+            matches!(
+                p.actions[..],
+                [Action::Write {
+                    uid: 4242,
+                    gid: 4243,
+                    reason: Reason::Restore,
+                    ..
+                }]
+            ),
             "{:?}",
             p.actions
         );

@@ -298,7 +298,8 @@ mod tests {
         profile.commit(id(1), Trigger::Build, None).unwrap();
         let log = dir.path().join("profile.log");
         let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
-        f.write_all(b"\xff\xfe garbage\n{\"number\": \"two\"}\n").unwrap();
+        f.write_all(b"\xff\xfe garbage\n{\"number\": \"two\"}\n")
+            .unwrap();
         drop(f);
         profile.commit(id(2), Trigger::Take, None).unwrap();
         let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();

@@ -542,7 +542,11 @@ mod tests {
         std::fs::create_dir(dir.path().join("etc")).unwrap();
         let root = Root::open(dir.path(), TempKey::of_state(&state).unwrap()).unwrap();
         let motd = TargetPath::new("/etc/motd").unwrap();
-        let theirs = [".motd.mesh-tmp", ".motd.mesh-0123456789abcdef0123", ".motd.tmp"];
+        let theirs = [
+            ".motd.mesh-tmp",
+            ".motd.mesh-0123456789abcdef0123",
+            ".motd.tmp",
+        ];
         for name in theirs {
             std::fs::write(dir.path().join("etc").join(name), "the operator's\n").unwrap();
         }
@@ -558,7 +562,10 @@ mod tests {
         root.stage(&motd, b"again\n", mode, 0, 0, true).unwrap();
         root.stage(&motd, b"third\n", mode, 0, 0, true).unwrap();
         root.commit(&motd).unwrap();
-        assert_eq!(std::fs::read(dir.path().join("etc/motd")).unwrap(), b"third\n");
+        assert_eq!(
+            std::fs::read(dir.path().join("etc/motd")).unwrap(),
+            b"third\n"
+        );
         for name in theirs {
             assert_eq!(
                 std::fs::read_to_string(dir.path().join("etc").join(name)).unwrap(),
@@ -571,7 +578,15 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
-        assert_eq!(left, [".motd.mesh-0123456789abcdef0123", ".motd.mesh-tmp", ".motd.tmp", "motd"]);
+        assert_eq!(
+            left,
+            [
+                ".motd.mesh-0123456789abcdef0123",
+                ".motd.mesh-tmp",
+                ".motd.tmp",
+                "motd"
+            ]
+        );
 
         // The key is the node's: the same from its state directory, another elsewhere.
         let again = Root::open(dir.path(), TempKey::of_state(&state).unwrap()).unwrap();

@@ -330,7 +330,8 @@ impl Node {
     ) -> Result<Self, ActivateError> {
         let store = Store::open(state)?;
         let profile = Profile::open(state).map_err(io_err("opening the profile in", state))?;
-        let key = TempKey::of_state(state).map_err(io_err("reading the temp-file key in", state))?;
+        let key =
+            TempKey::of_state(state).map_err(io_err("reading the temp-file key in", state))?;
         let root = Root::open(root, key)?;
         Ok(Self {
             state: state.to_owned(),

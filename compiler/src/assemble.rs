@@ -11,9 +11,9 @@ use ipnet::Ipv4Net;
 use mesh_lib::firewall::{base_ruleset, guard_ruleset};
 use mesh_lib::model::{
     check_account_name, check_printable, ContainerEntry, ContainerName, ContainerState, FileEntry,
-    FileMode, FileState, FirewallRules,
-    Mode, ModuleName, ModuleState, NodeName, Opening, Port, PrivateNetwork, Protocol,
-    PublishedPort, Settings, Source as From, TrafficPath, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
+    FileMode, FileState, FirewallRules, Mode, ModuleName, ModuleState, NodeName, Opening, Port,
+    PrivateNetwork, Protocol, PublishedPort, Settings, Source as From, TrafficPath, Volume,
+    FORMAT_VERSION, FOUNDATION_PORTS,
 };
 use mesh_lib::{BlobHash, Generation, NodeRecord, TargetPath};
 use serde::Deserialize;
@@ -412,10 +412,18 @@ pub fn assemble(
             let mut printed: Vec<(&str, &str, Pointer)> =
                 vec![("image", &c.image, at(&here, &[f("image")]))];
             for (i, a) in c.command.iter().enumerate() {
-                printed.push(("command argument", a, at(&here, &[f("command"), Step::Index(i)])));
+                printed.push((
+                    "command argument",
+                    a,
+                    at(&here, &[f("command"), Step::Index(i)]),
+                ));
             }
             for k in c.environment.keys() {
-                printed.push(("environment variable", k, at(&here, &[f("environment"), f(k)])));
+                printed.push((
+                    "environment variable",
+                    k,
+                    at(&here, &[f("environment"), f(k)]),
+                ));
             }
             for k in c.labels.keys() {
                 printed.push(("label", k, at(&here, &[f("labels"), f(k)])));

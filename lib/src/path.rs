@@ -151,7 +151,8 @@ mod tests {
         ] {
             assert!(TargetPath::new(ok).is_ok(), "{ok}");
         }
-        let cases: &[(&str, fn(&PathError) -> bool)] = &[
+        type Case = (&'static str, fn(&PathError) -> bool);
+        let cases: &[Case] = &[
             ("etc/passwd", |e| matches!(e, PathError::Relative(_))),
             ("/etc/../shadow", |e| {
                 matches!(e, PathError::DotComponent { .. })
@@ -165,10 +166,18 @@ mod tests {
             ("/var/lib/mesh", |e| matches!(e, PathError::UnderStore(_))),
             ("/etc/", |e| matches!(e, PathError::Folder(_))),
             ("/etc/motd\nPasswordAuthentication yes", |e| {
-                matches!(e, PathError::Control { character: '\n', .. })
+                matches!(
+                    e,
+                    PathError::Control {
+                        character: '\n',
+                        ..
+                    }
+                )
             }),
             ("/etc/x\r", |e| matches!(e, PathError::Control { .. })),
-            ("/etc/\u{1b}[2Jx", |e| matches!(e, PathError::Control { .. })),
+            ("/etc/\u{1b}[2Jx", |e| {
+                matches!(e, PathError::Control { .. })
+            }),
             ("/etc/\u{85}x", |e| matches!(e, PathError::Control { .. })),
             ("/etc/cron.d/x\u{202e}fnoc", |e| {
                 matches!(e, PathError::Control { .. })

@@ -78,7 +78,10 @@ impl StateError {
     /// Whether the user gave a folder that cannot be a state directory (rather than the system
     /// failing).
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, StateError::Shared { .. } | StateError::NotAFolder { .. })
+        matches!(
+            self,
+            StateError::Shared { .. } | StateError::NotAFolder { .. }
+        )
     }
 }
 
@@ -95,8 +98,10 @@ fn restrict(path: &Path, mode: u32) -> Result<(), StateError> {
     match fs::symlink_metadata(path) {
         // A symlink is not the mesh's; chmod would follow it.
         Ok(m) if m.file_type().is_symlink() => Ok(()),
-        Ok(m) if m.mode() & 0o077 != 0 => fs::set_permissions(path, fs::Permissions::from_mode(mode))
-            .map_err(io_err("making private", path)),
+        Ok(m) if m.mode() & 0o077 != 0 => {
+            fs::set_permissions(path, fs::Permissions::from_mode(mode))
+                .map_err(io_err("making private", path))
+        }
         Ok(_) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io_err("inspecting", path)(e)),
@@ -197,6 +202,10 @@ mod tests {
         fs::write(foreign.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
         fs::set_permissions(&foreign, fs::Permissions::from_mode(0o755)).unwrap();
         secure(&foreign).unwrap();
-        assert_eq!(mode(&foreign), 0o755, "not the mesh's folder: left as it is");
+        assert_eq!(
+            mode(&foreign),
+            0o755,
+            "not the mesh's folder: left as it is"
+        );
     }
 }

@@ -353,7 +353,8 @@ impl Store {
         }
         // Not waited for, like a build's blobs: a generation can be built again. A switch makes
         // what it activates durable ([`Store::sync`]) before it commits.
-        atomic::write_file_unsynced(&path, &bytes, OBJECT_MODE).map_err(io_err("writing", &path))?;
+        atomic::write_file_unsynced(&path, &bytes, OBJECT_MODE)
+            .map_err(io_err("writing", &path))?;
         Ok(id)
     }
 
@@ -579,9 +580,7 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let public = store.put_blob(b"motd", false).unwrap();
         let secret = store.put_blob(b"password", true).unwrap();
-        store
-            .put_blobs_deferred([(&b"packed"[..], false)])
-            .unwrap();
+        store.put_blobs_deferred([(&b"packed"[..], false)]).unwrap();
         for h in [public, secret] {
             assert_eq!(
                 fs::metadata(store.blob_path(&h)).unwrap().mode() & 0o777,

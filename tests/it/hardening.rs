@@ -133,12 +133,19 @@ fn the_state_directory_is_its_owners_only() {
     // As an older mesh left it: folders 0755, blobs and generations 0444, the record 0644.
     for entry in walkdir::WalkDir::new(&state) {
         let entry = entry.unwrap();
-        let mode = if entry.file_type().is_dir() { 0o755 } else { 0o444 };
+        let mode = if entry.file_type().is_dir() {
+            0o755
+        } else {
+            0o444
+        };
         std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode)).unwrap();
     }
     std::fs::write(state.join("record.json"), "{}").unwrap();
-    std::fs::set_permissions(state.join("record.json"), std::fs::Permissions::from_mode(0o644))
-        .unwrap();
+    std::fs::set_permissions(
+        state.join("record.json"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
     let mut c = mesh(&state);
     c.arg("generations");
     let ran = run(c);
@@ -194,8 +201,16 @@ fn a_shared_folder_is_not_a_state_directory() {
     c.arg("generations");
     let ran = run(c);
     assert_eq!(ran.code, 1, "{}", ran.stderr);
-    assert!(ran.stderr.contains("writable by every user"), "{}", ran.stderr);
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing made in it");
+    assert!(
+        ran.stderr.contains("writable by every user"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing made in it"
+    );
 }
 
 /// Item 6: a declared path with a newline, a carriage return, an escape or a bidirectional
@@ -203,7 +218,10 @@ fn a_shared_folder_is_not_a_state_directory() {
 #[test]
 fn a_path_with_a_control_character_is_refused() {
     for (nickel, shown) in [
-        (r"/etc/motd\nPermitRootLogin yes", r"/etc/motd\nPermitRootLogin yes"),
+        (
+            r"/etc/motd\nPermitRootLogin yes",
+            r"/etc/motd\nPermitRootLogin yes",
+        ),
         (r"/etc/motd\r", r"/etc/motd\r"),
         (r"/etc/\u{1b}[2Jmotd", r"/etc/\u{1b}[2Jmotd"),
         (r"/etc/cron.d/x\u{202e}fnoc", r"/etc/cron.d/x\u{202e}fnoc"),
@@ -247,7 +265,9 @@ fn a_special_mode_needs_its_opt_in() {
         ("0666", "writable by everyone"),
         ("0602", "writable by everyone"),
     ] {
-        let body = format!(r#"files = [{{ path = "/usr/local/bin/tool", content = "x", mode = "{mode}" }}]"#);
+        let body = format!(
+            r#"files = [{{ path = "/usr/local/bin/tool", content = "x", mode = "{mode}" }}]"#
+        );
         let ran = rejected(&node(PORTS, &module("m", &body)), None);
         assert_says(
             &ran,
@@ -277,7 +297,10 @@ fn a_special_mode_needs_its_opt_in() {
     c.args(["show", built["id"].as_str().unwrap(), "--json"]);
     let shown: serde_json::Value = serde_json::from_str(&run(c).stdout).unwrap();
     let f = &shown["files"]["/usr/local/bin/tool"];
-    assert_eq!((f["mode"].as_str(), f["special_mode"].as_bool()), (Some("4755"), Some(true)));
+    assert_eq!(
+        (f["mode"].as_str(), f["special_mode"].as_bool()),
+        (Some("4755"), Some(true))
+    );
 }
 
 /// Item 6, siblings: owner and group names and a container's printed strings hold no control
@@ -387,7 +410,11 @@ fn a_damaged_profile_log_line_is_named_and_skipped() {
     let rows: Vec<&str> = ran.stdout.lines().collect();
     assert_eq!(rows.len(), 2, "{}", ran.stdout);
     assert!(rows[0].contains("2025-01-01T00:00:00Z") && rows[0].contains("build"));
-    assert!(rows[1].starts_with('*') && rows[1].contains("take"), "{}", rows[1]);
+    assert!(
+        rows[1].starts_with('*') && rows[1].contains("take"),
+        "{}",
+        rows[1]
+    );
 }
 
 /// Item 9: switches keep appending to a log whose last line is damaged and has no newline: the
@@ -441,7 +468,10 @@ fn owners_resolve_against_the_roots_own_databases() {
     // Adopting records the found drop-in's ids (1000:1000, no name in this root) as numbers.
     f.ok(&["adopt", f.decl("a.ncl").to_str().unwrap()]);
     let found = &f.record()["found"]["files"][SSH];
-    assert_eq!((found["uid"].as_u64(), found["gid"].as_u64()), (Some(1000), Some(1000)));
+    assert_eq!(
+        (found["uid"].as_u64(), found["gid"].as_u64()),
+        (Some(1000), Some(1000))
+    );
     assert_eq!(found["owner"], "1000");
 
     f.write_decl("svc.ncl", &with_owner("svc"));
@@ -474,7 +504,10 @@ fn take_of_a_module_the_declaration_does_not_assign() {
     let decl = f.decl("a.ncl");
     f.ok(&["adopt", decl.to_str().unwrap()]);
     let record = f.record();
-    for args in [&["take", "sssh", decl.to_str().unwrap()][..], &["take", "sssh"]] {
+    for args in [
+        &["take", "sssh", decl.to_str().unwrap()][..],
+        &["take", "sssh"],
+    ] {
         let ran = f.mesh(args);
         assert_eq!(ran.code, 1, "{}", ran.stderr);
         assert!(
@@ -485,7 +518,11 @@ fn take_of_a_module_the_declaration_does_not_assign() {
             "{}",
             ran.stderr
         );
-        assert!(ran.stderr.contains("assigned: extra, motd, ssh"), "{}", ran.stderr);
+        assert!(
+            ran.stderr.contains("assigned: extra, motd, ssh"),
+            "{}",
+            ran.stderr
+        );
         assert!(!ran.stderr.contains("record"), "{}", ran.stderr);
         assert_eq!(f.record(), record, "the record is unchanged");
     }
@@ -501,7 +538,11 @@ fn an_operators_file_named_like_a_temp_file_is_never_removed() {
         return;
     }
     let f = Fixture::new();
-    let theirs = [".motd.mesh-tmp", ".motd.mesh-0000000000000000beef", ".10-mesh.conf.mesh-tmp"];
+    let theirs = [
+        ".motd.mesh-tmp",
+        ".motd.mesh-0000000000000000beef",
+        ".10-mesh.conf.mesh-tmp",
+    ];
     let place = |name: &str| {
         if name.contains("10-mesh") {
             f.at(SSH).with_file_name(name)
@@ -528,7 +569,10 @@ fn an_operators_file_named_like_a_temp_file_is_never_removed() {
         );
     }
     // Nothing else is left beside the declared paths: the mesh's own temp files went.
-    for dir in [f.at(MOTD).parent().unwrap().to_owned(), f.at(SSH).parent().unwrap().to_owned()] {
+    for dir in [
+        f.at(MOTD).parent().unwrap().to_owned(),
+        f.at(SSH).parent().unwrap().to_owned(),
+    ] {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let name = entry.unwrap().file_name().into_string().unwrap();
             assert!(
