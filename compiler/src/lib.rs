@@ -7,6 +7,8 @@
 //!   order;
 //! - every rejection points at the source span of the offending value and names both sides where
 //!   there are two;
+//! - a declaration reads nothing outside the fleet's tree but the mesh's own library
+//!   ([`imports`]);
 //! - the only writes are to the store: blobs first (not waited for: they can be made again), then
 //!   the generation, then the cache entry. A blob a crash lost is detected when read and
 //!   replaced by the next build that needs it.
@@ -16,6 +18,7 @@ pub mod assemble;
 pub mod cache;
 pub mod diagnostic;
 pub mod eval;
+pub mod imports;
 pub mod library;
 
 use std::path::{Path, PathBuf};
@@ -84,9 +87,17 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         Some((r, _)) => Some(r.to_bytes().map_err(StoreError::Encode)?),
         None => None,
     };
+    let library_dir = library::install(request.state_dir).map_err(|source| BuildError::Io {
+        what: "installing the mesh library in",
+        path: request.state_dir.to_owned(),
+        source,
+    })?;
+    let tree = imports::Tree::of_declaration(&node, &library_dir);
     let key = cache::CacheKey::new(&node, record_bytes.as_deref());
     if request.use_cache {
-        if let Some(id) = cache::lookup(request.state_dir, &key) {
+        // An entry whose sources the tree no longer holds (a checkout moved, a link retargeted)
+        // is not used: the evaluation below says what is wrong.
+        if let Some(id) = cache::lookup(request.state_dir, &key, |p| tree.allows(p)) {
             if store.has_generation(&id) {
                 let generation = store.generation(&id)?;
                 return Ok(Built {
@@ -97,11 +108,6 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
             }
         }
     }
-    let library_dir = library::install(request.state_dir).map_err(|source| BuildError::Io {
-        what: "installing the mesh library in",
-        path: request.state_dir.to_owned(),
-        source,
-    })?;
     let record = request.record.map(|(record, path)| assemble::RecordSource {
         record,
         name: diagnostic::display_name(path),
@@ -116,7 +122,8 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
                 .collect()
         })
         .unwrap_or_default();
-    let evaluation = eval::evaluate(&node, &library_dir, &pinned)?;
+    imports::check_imports(&node, std::slice::from_ref(&library_dir), &tree)?;
+    let evaluation = eval::evaluate_in(&node, &library_dir, &pinned, &tree)?;
     let assembled = assemble::assemble(&evaluation, record.as_ref())?;
     store.put_blobs_deferred(
         assembled

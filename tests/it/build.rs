@@ -69,8 +69,12 @@ fn ids_do_not_depend_on_folder_or_environment() {
         .prefix("another-checkout")
         .tempdir()
         .unwrap();
-    copy_tree(&repo().join("examples"), &a.path().join("examples"));
-    copy_tree(&repo().join("examples"), &b.path().join("deeper/examples"));
+    // Two checkouts of the fleet (the tree its imports may reach is the checkout: see
+    // compiler/src/imports.rs).
+    for checkout in [a.path().to_owned(), b.path().join("deeper")] {
+        copy_tree(&repo().join("examples"), &checkout.join("examples"));
+        std::fs::create_dir(checkout.join(".git")).unwrap();
+    }
     let state_a = tempfile::tempdir().unwrap();
     let state_b = tempfile::tempdir().unwrap();
     let first = build_examples(&a.path().join("examples"), state_a.path(), &[]);

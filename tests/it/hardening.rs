@@ -583,3 +583,147 @@ fn an_operators_file_named_like_a_temp_file_is_never_removed() {
         }
     }
 }
+
+/// A declaration `n.ncl` in `dir` with one module whose file's content is `content` (Nickel).
+fn declaration_with_content(dir: &Path, content: &str) -> std::path::PathBuf {
+    let path = dir.join("n.ncl");
+    std::fs::write(
+        &path,
+        node(
+            PORTS,
+            &module(
+                "m",
+                &format!(r#"files = [{{ path = "/etc/x", content = {content} }}]"#),
+            ),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn build_in(state: &Path, decl: &Path, extra: &[&str]) -> crate::support::Ran {
+    let mut c = mesh(state);
+    c.current_dir(decl.parent().unwrap())
+        .arg("build")
+        .arg(decl.file_name().unwrap())
+        .args(extra);
+    run(c)
+}
+
+/// Item 2: an import that resolves outside the fleet's tree — an absolute path, `..` out of
+/// it, a symlink in it that points out, the state directory through the library's folder — is
+/// exit 1 with the span of the import naming the path; nothing reaches the store, and the CI
+/// gate (`--check`) refuses it the same way.
+#[test]
+fn an_import_outside_the_fleets_tree_is_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "hunter2\n").unwrap();
+    std::fs::write(outside.path().join("lib.ncl"), "{ x = \"hunter2\" }\n").unwrap();
+    let secret = outside.path().join("secret");
+    let fleet = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(
+        state.path().join("record.json"),
+        r#"{"format": 1, "node": "n", "mode": "managed"}"#,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&secret, fleet.path().join("link.txt")).unwrap();
+    std::fs::write(
+        fleet.path().join("inner.ncl"),
+        format!(
+            "{{ x = import {:?} as 'Text }}\n",
+            secret.display().to_string()
+        ),
+    )
+    .unwrap();
+    let up = format!(
+        "{}{}",
+        "../".repeat(fleet.path().components().count()),
+        secret.display().to_string().trim_start_matches('/')
+    );
+    let cases: Vec<(String, String, String)> = vec![
+        (
+            format!("import {:?} as 'Text", secret.display().to_string()),
+            format!(
+                "n.ncl imports {}, which is outside the fleet's tree",
+                secret.display()
+            ),
+            "n.ncl:9:".into(),
+        ),
+        (
+            format!("import {up:?} as 'Text"),
+            format!("n.ncl imports {}", secret.display()),
+            "n.ncl:9:".into(),
+        ),
+        (
+            format!(
+                "(import {:?}).x",
+                outside.path().join("lib.ncl").display().to_string()
+            ),
+            "lib.ncl, which is outside the fleet's tree".into(),
+            "n.ncl:9:".into(),
+        ),
+        (
+            "import \"link.txt\" as 'Text".into(),
+            format!("link.txt (through a symlink, to {})", secret.display()),
+            "n.ncl:9:".into(),
+        ),
+        (
+            "(import \"inner.ncl\").x".into(),
+            format!("inner.ncl imports {}", secret.display()),
+            "inner.ncl:1:".into(),
+        ),
+        (
+            // Not in the declaration's folder, so Nickel would look in the library's, two
+            // folders below the state directory.
+            "import \"../../record.json\" as 'Text".into(),
+            "record.json, which is outside the fleet's tree".into(),
+            "n.ncl:9:".into(),
+        ),
+    ];
+    for (content, says, at) in cases {
+        let decl = declaration_with_content(fleet.path(), &content);
+        for extra in [&[][..], &["--check", &format!("b3:{}", "0".repeat(64))]] {
+            let ran = build_in(state.path(), &decl, extra);
+            assert_eq!(ran.code, 1, "{content} {extra:?}: {}", ran.stderr);
+            assert_says(&ran, &[&says, &at, "imported here"]);
+            assert!(!ran.stderr.contains("hunter2"), "{}", ran.stderr);
+        }
+    }
+    for folder in ["store/packs", "store/blobs", "store/generations"] {
+        assert_eq!(
+            std::fs::read_dir(state.path().join(folder))
+                .unwrap()
+                .count(),
+            0,
+            "nothing in {folder}"
+        );
+    }
+}
+
+/// Item 2: inside a checkout, the tree is the checkout — a node may import its catalogue beside
+/// it — and a cached build whose sources the tree no longer holds is not served.
+#[test]
+fn the_fleets_tree_is_its_checkout() {
+    let fleet = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(fleet.path().join("nodes")).unwrap();
+    std::fs::create_dir_all(fleet.path().join("catalogue")).unwrap();
+    std::fs::create_dir(fleet.path().join(".git")).unwrap();
+    std::fs::write(fleet.path().join("catalogue/motd.txt"), "hello\n").unwrap();
+    let decl = declaration_with_content(
+        &fleet.path().join("nodes"),
+        "import \"../catalogue/motd.txt\" as 'Text",
+    );
+    for cached in [false, true] {
+        let ran = build_in(state.path(), &decl, &["--json"]);
+        assert_eq!(ran.code, 0, "{}", ran.stderr);
+        let out: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+        assert_eq!(out["cached"], cached);
+    }
+    // No longer a checkout: the node's folder is the tree, and the catalogue is outside it.
+    std::fs::remove_dir(fleet.path().join(".git")).unwrap();
+    let ran = build_in(state.path(), &decl, &[]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert_says(&ran, &["motd.txt, which is outside the fleet's tree"]);
+}
