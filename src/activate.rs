@@ -47,6 +47,7 @@ fn build_with(state: &Path, decl: &Path, record: Option<&NodeRecord>) -> Result<
         record: record.map(|r| (r, path.as_path())),
         state_dir: state,
         use_cache: true,
+        evaluator: crate::commands::evaluator(),
     })?)
 }
 

@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use mesh_compiler::{build, BuildRequest, Built};
+use std::sync::OnceLock;
+
+use mesh_compiler::{build, BuildRequest, Built, Evaluator, Limits};
 use mesh_lib::{GenerationId, NodeRecord, Store};
 use serde_json::json;
 
@@ -58,7 +60,20 @@ fn load_record(
     Ok(Some((record, path)))
 }
 
+/// Where every build of this run evaluates: a bounded child of this binary, with the limits the
+/// command line gave.
+static EVALUATOR: OnceLock<Evaluator> = OnceLock::new();
+
+/// The evaluator of this run's builds.
+pub fn evaluator() -> &'static Evaluator {
+    EVALUATOR.get_or_init(|| Evaluator::this_binary(Limits::default()))
+}
+
 pub fn run(cli: Cli) -> Result<(), Failure> {
+    let _first = EVALUATOR.set(Evaluator::this_binary(Limits {
+        time: std::time::Duration::from_secs(cli.global.eval_timeout),
+        memory_mib: cli.global.eval_memory,
+    }));
     let state = state_dir(cli.global.state_dir)?;
     mesh_lib::state::secure(&state)?;
     let machine = activate::Machine {
@@ -99,6 +114,7 @@ fn build_node(
         record: record.as_ref().map(|(r, p)| (r, p.as_path())),
         state_dir: state,
         use_cache,
+        evaluator: evaluator(),
     })?;
     Ok(built)
 }

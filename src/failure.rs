@@ -99,11 +99,14 @@ impl From<BuildError> for Failure {
                 Exit::User
             }
             BuildError::Store(StoreError::State(ref s)) if s.is_bad_input() => Exit::User,
-            BuildError::Store(_) | BuildError::Io { .. } => Exit::System,
+            BuildError::Bounded(mesh_compiler::bounded::BoundedError::Exceeded { .. }) => {
+                Exit::User
+            }
+            BuildError::Store(_) | BuildError::Io { .. } | BuildError::Bounded(_) => Exit::System,
         };
         match e {
-            // Spans and help, each part escaped by the diagnostic itself.
-            BuildError::Rejected(_) => Self::new(exit, e),
+            // Spans and help, each part escaped by the diagnostic itself; a limit's help.
+            BuildError::Rejected(_) | BuildError::Bounded(_) => Self::new(exit, e),
             _ => Self::text(exit, error_chain(&e)),
         }
     }

@@ -9,7 +9,7 @@ use mesh_lib::text::{escape, escape_keeping_lines};
 use miette::{Diagnostic, LabeledSpan, NamedSource, SourceCode};
 
 /// A source a diagnostic points into: its display name and text.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Source {
     /// The name shown to the user (a path relative to the working folder where possible).
     pub name: String,
@@ -18,7 +18,7 @@ pub struct Source {
 }
 
 /// A labelled span in a [`Source`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Span {
     /// The source it is in.
     pub source: Source,
@@ -28,8 +28,11 @@ pub struct Span {
     pub label: String,
 }
 
-/// A rejection, in the mesh's voice, with where it is.
-#[derive(Debug, Clone)]
+/// A rejection, in the mesh's voice, with where it is. It crosses from the evaluating process
+/// to the mesh as data (see [`crate::bounded`]): its parts serialise, and the source snippet is
+/// made again from them.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(from = "Parts", into = "Parts")]
 pub struct MeshDiagnostic {
     /// What is wrong, naming the offending value (or both sides).
     pub message: String,
@@ -76,6 +79,22 @@ impl MeshDiagnostic {
         self
     }
 
+    fn from_parts(parts: Parts) -> Self {
+        let named = parts.spans.first().map(|span| {
+            Box::new(NamedSource::new(
+                escape(&span.source.name),
+                shown_source(&span.source.text),
+            ))
+        });
+        Self {
+            message: parts.message,
+            spans: parts.spans,
+            help: parts.help,
+            related: parts.related,
+            named,
+        }
+    }
+
     /// Adds help text.
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
@@ -107,6 +126,32 @@ fn shown_source(text: &str) -> String {
         }
     }
     out
+}
+
+/// A [`MeshDiagnostic`]'s data.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Parts {
+    message: String,
+    spans: Vec<Span>,
+    help: Option<String>,
+    related: Vec<MeshDiagnostic>,
+}
+
+impl From<Parts> for MeshDiagnostic {
+    fn from(parts: Parts) -> Self {
+        Self::from_parts(parts)
+    }
+}
+
+impl From<MeshDiagnostic> for Parts {
+    fn from(d: MeshDiagnostic) -> Self {
+        Parts {
+            message: d.message,
+            spans: d.spans,
+            help: d.help,
+            related: d.related,
+        }
+    }
 }
 
 impl fmt::Display for MeshDiagnostic {

@@ -727,3 +727,63 @@ fn the_fleets_tree_is_its_checkout() {
     assert_eq!(ran.code, 1, "{}", ran.stderr);
     assert_says(&ran, &["motd.txt, which is outside the fleet's tree"]);
 }
+
+/// Item 3: a declaration that does not terminate is stopped at the memory limit, or at the
+/// time limit, whichever it reaches first: exit 1 naming the limit, quickly, nothing stored.
+#[test]
+fn a_declaration_that_does_not_terminate_is_stopped_at_a_limit() {
+    let fleet = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let decl = fleet.path().join("n.ncl");
+    std::fs::write(
+        &decl,
+        node(
+            PORTS,
+            &module("m", r#"files = [{ path = "/etc/x", content = f 0 }]"#),
+        )
+        .replace(
+            "let mesh = import \"mesh.ncl\" in",
+            "let mesh = import \"mesh.ncl\" in\nlet rec f = fun x => f (x + 1) in",
+        ),
+    )
+    .unwrap();
+    // It grows (Nickel keeps every call): 200 MiB is reached in well under a second.
+    let t = std::time::Instant::now();
+    let ran = build_in(
+        state.path(),
+        &decl,
+        &["--eval-memory", "200", "--eval-timeout", "120"],
+    );
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert_says(
+        &ran,
+        &["went past the memory limit of 200 MiB (--eval-memory"],
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // With room to grow, the clock stops it: set through the environment this time.
+    let t = std::time::Instant::now();
+    let mut c = mesh(state.path());
+    c.current_dir(fleet.path())
+        .env("MESH_EVAL_TIMEOUT", "1")
+        .env("MESH_EVAL_MEMORY", "16384")
+        .args(["build", "n.ncl"]);
+    let ran = run(c);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert_says(&ran, &["went past the time limit of 1 s (--eval-timeout"]);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        std::fs::read_dir(state.path().join("store/generations"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
