@@ -10,10 +10,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use ipnet::Ipv4Net;
 use mesh_lib::firewall::{base_ruleset, guard_ruleset};
 use mesh_lib::model::{
-    check_account_name, check_printable, ContainerEntry, ContainerName, ContainerState, FileEntry,
-    FileMode, FileState, FirewallRules, Mode, ModuleName, ModuleState, NodeName, Opening, Port,
-    PrivateNetwork, Protocol, PublishedPort, Settings, Source as From, TrafficPath, Volume,
-    FORMAT_VERSION, FOUNDATION_PORTS,
+    check_account_name, check_printable, check_setting_name, ContainerEntry, ContainerName,
+    ContainerState, FileEntry, FileMode, FileState, FirewallRules, Mode, ModuleName, ModuleState,
+    NodeName, Opening, Port, PrivateNetwork, Protocol, PublishedPort, Settings, Source as From,
+    TrafficPath, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
 };
 use mesh_lib::{BlobHash, Generation, NodeRecord, TargetPath};
 use serde::Deserialize;
@@ -535,6 +535,7 @@ fn settings(ctx: &Ctx<'_>, s: &SettingsOut) -> Result<Settings, MeshDiagnostic> 
     let mut ports = BTreeMap::new();
     for (name, n) in &s.ports {
         let here = [f("settings"), f("ports"), f(name)];
+        check_setting_name(name).map_err(|e| ctx.reject(&here, e, "this setting"))?;
         let port = Port::new(*n)
             .map_err(|e| ctx.reject(&here, format!("setting ports.{name}: {e}"), "this port"))?;
         ports.insert(name.clone(), port);

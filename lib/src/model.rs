@@ -242,6 +242,28 @@ pub fn check_account_name(s: &str) -> Result<(), String> {
     }
 }
 
+/// A port setting's name (`settings.ports.NAME`): 1–63 ASCII letters, digits, `_` or `-`,
+/// starting with a letter or `_`. It is written into the firewall — in the comment that marks
+/// each opening as the mesh's, and in the text `iptables-nft-restore` reads, where a quote or a
+/// newline in it would be a rule of its own — so nothing else is a setting name.
+pub fn check_setting_name(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` is not a setting name: use 1-63 letters, digits, `_` or `-`, starting with a letter or `_`",
+            crate::text::escape(s)
+        ))
+    }
+}
+
 /// A free-form string of a container (image, volume source or target, command argument,
 /// environment or label key) that `mesh show` prints: no control or bidirectional formatting
 /// character. An environment or label value may hold a newline; it is escaped when printed.
@@ -725,7 +747,13 @@ impl Generation {
                 ));
             }
         }
+        for name in self.settings.ports.keys() {
+            check_setting_name(name)?;
+        }
         for o in &self.openings {
+            if o.module != "foundation" {
+                ModuleName::new(&o.module).map_err(|e| e.to_string())?;
+            }
             if self.settings.ports.get(&o.setting) != Some(&o.port) {
                 return Err(format!(
                     "the opening of module {} names setting {} but port {}",
@@ -849,6 +877,15 @@ mod tests {
             .contains("mode 4755 (setuid) without `special_mode`"));
         setuid.files.values_mut().next().unwrap().special_mode = true;
         assert_eq!(setuid.validate(), Ok(()));
+        let mut setting = generation();
+        let port = setting.settings.ports.remove("web").unwrap();
+        let injected = "web\" -j ACCEPT\n-I INPUT -j ACCEPT\n#";
+        setting.settings.ports.insert(injected.into(), port);
+        setting.openings[0].setting = injected.into();
+        assert!(setting
+            .validate()
+            .unwrap_err()
+            .contains("is not a setting name"));
         let mut owner = generation();
         owner.files.values_mut().next().unwrap().owner = "root\nx".into();
         assert!(owner.validate().unwrap_err().contains("root\\nx"));

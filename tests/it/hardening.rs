@@ -787,3 +787,29 @@ fn a_declaration_that_does_not_terminate_is_stopped_at_a_limit() {
         0
     );
 }
+
+/// Sibling of item 6: a port setting's name is written into the firewall — the opening's
+/// comment, and the text iptables-nft-restore reads, where a quote and a newline would make a
+/// rule of their own (here: accept everything). Only a plain name is a setting name.
+#[test]
+fn a_setting_name_cannot_write_a_firewall_rule() {
+    let injected = r#""web\" -j ACCEPT\n-I INPUT -j ACCEPT\n#" = 8080"#;
+    let ports = PORTS.replace("web = 80", injected);
+    let ran = rejected(&node(&ports, ""), None);
+    assert_says(
+        &ran,
+        &[
+            r#"`web" -j ACCEPT\n-I INPUT -j ACCEPT\n#` is not a setting name"#,
+            "bad-node.ncl:5:",
+        ],
+    );
+    // And a pinned port of the record cannot bring one in either.
+    let ran = rejected(
+        &node(PORTS, ""),
+        Some(serde_json::json!({
+            "format": 1, "node": "n", "mode": "adopted",
+            "pinned": { "x\" -j ACCEPT": 9000 },
+        })),
+    );
+    assert_says(&ran, &[r#"`x" -j ACCEPT` is not a setting name"#]);
+}
