@@ -23,6 +23,9 @@ fn parse(mut input: impl Read) -> BTreeMap<String, u32> {
             let mut fields = line.split(':');
             let name = fields.next()?;
             let id = fields.nth(1)?.parse().ok()?;
+            // A name that is not a plain name (a control character, a space) is not one a
+            // declaration can give, and is shown nowhere: its id stays a number.
+            mesh_lib::model::check_account_name(name).ok()?;
             Some((name.to_owned(), id))
         })
         .collect()
@@ -105,6 +108,15 @@ mod tests {
         assert_eq!(ids.uid("nobody-here"), None);
         assert_eq!(ids.user_name(33), "www-data");
         assert_eq!(ids.group_name(999), "999");
+        let odd = Ids::from_readers(
+            "ev\u{1b}[2Jil:x:66:66::/:/bin/sh\n".as_bytes(),
+            "".as_bytes(),
+        );
+        assert_eq!(
+            odd.user_name(66),
+            "66",
+            "a name with a control character is not used"
+        );
         let none = Ids::default();
         assert_eq!((none.uid("root"), none.gid("root")), (Some(0), Some(0)));
         assert_eq!(none.uid("www-data"), None);
