@@ -49,14 +49,12 @@ fn load_record(
             p
         }
     };
-    let bytes = std::fs::read(&path).map_err(|e| {
+    let record = mesh_lib::record::read(&path).map_err(|e| {
         Failure::user(format!(
             "cannot read the node record {}: {e}",
             path.display()
         ))
     })?;
-    let record =
-        NodeRecord::parse(&bytes).map_err(|e| Failure::user(format!("{}: {e}", path.display())))?;
     Ok(Some((record, path)))
 }
 

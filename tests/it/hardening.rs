@@ -813,3 +813,28 @@ fn a_setting_name_cannot_write_a_firewall_rule() {
     );
     assert_says(&ran, &[r#"`x" -j ACCEPT` is not a setting name"#]);
 }
+
+/// Sibling of item 3: `--record FILE` is read with a bound too — a fifo or a device is refused
+/// (not waited on, not read forever), and so is a file larger than any record.
+#[test]
+fn a_record_that_is_no_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let decl = dir.path().join("n.ncl");
+    std::fs::write(&decl, node(PORTS, "")).unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for record in [Path::new("/dev/zero"), &fifo] {
+        let t = std::time::Instant::now();
+        let mut c = mesh(state.path());
+        c.arg("build").arg(&decl).arg("--record").arg(record);
+        let ran = run(c);
+        assert_eq!(ran.code, 1, "{}", ran.stderr);
+        assert_says(&ran, &["cannot read the node record", "not a regular file"]);
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    }
+}
