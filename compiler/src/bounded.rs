@@ -4,7 +4,9 @@
 //! 13 GB in a minute. The mesh evaluates a declaration in a child process of its own binary
 //! (the program named by [`Evaluator::Child`], run with [`CHILD_ARG`]): the child limits its
 //! own address space (`RLIMIT_AS`) before it reads anything, and the mesh kills it when the time
-//! limit passes. So a declaration that goes past either limit ends the child, never the node's
+//! limit passes. Should the mesh itself be killed first, the child does not outlive it: it asks
+//! the kernel for SIGKILL when its parent goes, and its CPU time is limited too (`RLIMIT_CPU`, a
+//! little past the time limit). So a declaration that goes past either limit ends the child, never the node's
 //! memory or the mesh itself, and the mesh reports which limit it went past (exit 1). A crash of
 //! the evaluator (a stack overflow, a panic) is reported too, never a silent abort.
 //!
@@ -142,6 +144,8 @@ pub(crate) struct Request {
     /// The node record's canonical bytes and the name diagnostics call it by.
     pub record: Option<(String, String)>,
     pub memory_mib: u64,
+    /// The time limit in whole seconds, rounded up: the child's CPU time limit, one more.
+    pub time_seconds: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -264,6 +268,9 @@ pub(crate) fn evaluate_in_child(
         }
         if errors.contains("overflowed its stack") {
             return Err(exceeded(Exceeded::Stack));
+        }
+        if status.signal() == Some(rustix::process::Signal::XCPU.as_raw()) {
+            return Err(exceeded(Exceeded::Time(limits.time)));
         }
         let how = match (status.code(), status.signal()) {
             (Some(code), _) => format!("exit {code}"),
@@ -390,15 +397,32 @@ pub fn serve() -> u8 {
         }
     };
     drop(input);
-    let bytes = request.memory_mib.saturating_mul(1024 * 1024);
-    let hard = rustix::process::getrlimit(rustix::process::Resource::As).maximum;
-    let limit = rustix::process::Rlimit {
-        current: Some(hard.map_or(bytes, |h| h.min(bytes))),
-        maximum: hard,
-    };
-    if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::As, limit) {
-        eprintln!("mesh evaluator: cannot limit its memory: {e}");
-        return 3;
+    // The mesh waits for this answer; if it is gone, so is the reason to compute it.
+    let _best_effort =
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    if request.time_seconds > 0 {
+        let cpu = request.time_seconds.saturating_add(1);
+        let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
+        let limit = rustix::process::Rlimit {
+            current: Some(hard.map_or(cpu, |h| h.min(cpu))),
+            maximum: hard,
+        };
+        if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::Cpu, limit) {
+            eprintln!("mesh evaluator: cannot limit its time: {e}");
+            return 3;
+        }
+    }
+    if request.memory_mib > 0 {
+        let bytes = request.memory_mib.saturating_mul(1024 * 1024);
+        let hard = rustix::process::getrlimit(rustix::process::Resource::As).maximum;
+        let limit = rustix::process::Rlimit {
+            current: Some(hard.map_or(bytes, |h| h.min(bytes))),
+            maximum: hard,
+        };
+        if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::As, limit) {
+            eprintln!("mesh evaluator: cannot limit its memory: {e}");
+            return 3;
+        }
     }
     let answer = match encode(evaluate_here(&request)) {
         Ok(a) => a,

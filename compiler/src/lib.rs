@@ -133,12 +133,14 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
             _ => None,
         },
         memory_mib: 0,
+        time_seconds: 0,
     };
     let evaluated = match request.evaluator {
         Evaluator::InProcess => bounded::evaluate_here(&eval_request)?,
         Evaluator::Child { program, limits } => {
             let eval_request = bounded::Request {
                 memory_mib: limits.memory_mib,
+                time_seconds: limits.time.as_secs_f64().ceil() as u64,
                 ..eval_request
             };
             bounded::evaluate_in_child(program, *limits, &eval_request)??

@@ -838,3 +838,78 @@ fn a_record_that_is_no_file_is_refused() {
         assert!(t.elapsed() < std::time::Duration::from_secs(10));
     }
 }
+
+/// Item 3: the evaluating child does not outlive the mesh. Killed while a declaration that does
+/// not terminate is being evaluated (with room for minutes of it), the mesh takes its child with
+/// it: nothing keeps eating the node's memory.
+#[test]
+fn the_evaluator_does_not_outlive_the_mesh() {
+    let fleet = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(
+        fleet.path().join("n.ncl"),
+        node(
+            PORTS,
+            &module("m", r#"files = [{ path = "/etc/x", content = f 0 }]"#),
+        )
+        .replace(
+            "let mesh = import \"mesh.ncl\" in",
+            "let mesh = import \"mesh.ncl\" in\nlet rec f = fun x => f (x + 1) in",
+        ),
+    )
+    .unwrap();
+    let mut c = mesh(state.path());
+    c.current_dir(fleet.path())
+        .args([
+            "--eval-timeout",
+            "600",
+            "--eval-memory",
+            "65536",
+            "build",
+            "n.ncl",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut parent = c.spawn().unwrap();
+    let children_of = |pid: u32| -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
+                    // pid (comm) state ppid …: the comm may hold spaces, so after the last ')'.
+                    stat.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+                        == Some(pid)
+                })
+            })
+            .collect()
+    };
+    let started = std::time::Instant::now();
+    let child = loop {
+        if let Some(c) = children_of(parent.id()).first() {
+            break *c;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no evaluator started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    let gone = std::time::Instant::now();
+    while std::path::Path::new(&format!("/proc/{child}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+    {
+        assert!(
+            gone.elapsed() < std::time::Duration::from_secs(5),
+            "the evaluator {child} outlived the mesh"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
