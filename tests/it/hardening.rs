@@ -729,7 +729,8 @@ fn the_fleets_tree_is_its_checkout() {
 }
 
 /// Item 3: a declaration that does not terminate is stopped at the memory limit, or at the
-/// time limit, whichever it reaches first: exit 1 naming the limit, quickly, nothing stored.
+/// time limit, whichever it reaches first: exit 1 naming the limit, quickly, nothing stored. One
+/// nested too deep for the evaluator's stack is reported too, never a crash of the mesh.
 #[test]
 fn a_declaration_that_does_not_terminate_is_stopped_at_a_limit() {
     let fleet = tempfile::tempdir().unwrap();
@@ -786,6 +787,27 @@ fn a_declaration_that_does_not_terminate_is_stopped_at_a_limit() {
             .count(),
         0
     );
+
+    // A value nested deeper than the evaluator's stack: it overflows, in the child, and the
+    // mesh says so (it used to die of the overflow itself, exit 134).
+    std::fs::write(
+        &decl,
+        node(
+            PORTS,
+            &module(
+                "m",
+                r#"files = [{ path = "/etc/x", content = std.serialize 'Json (nest 200000) }]"#,
+            ),
+        )
+        .replace(
+            "let mesh = import \"mesh.ncl\" in",
+            "let mesh = import \"mesh.ncl\" in\nlet rec nest = fun n => if n == 0 then {} else { a = nest (n - 1) } in",
+        ),
+    )
+    .unwrap();
+    let ran = build_in(state.path(), &decl, &["--eval-timeout", "120"]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert_says(&ran, &["went past the evaluator's stack"]);
 }
 
 /// Sibling of item 6: a port setting's name is written into the firewall — the opening's
