@@ -47,6 +47,7 @@ fn build_with(state: &Path, decl: &Path, record: Option<&NodeRecord>) -> Result<
         record: record.map(|r| (r, path.as_path())),
         state_dir: state,
         use_cache: true,
+        evaluator: crate::commands::evaluator(),
     })?)
 }
 
@@ -105,9 +106,15 @@ fn finish(
     for f in &switched.failed {
         let mut line = format!("{} {}: {}", f.verb.word(), f.unit, f.result);
         if !f.log.is_empty() {
+            // The journal's lines are the unit's own output: escaped, as anything from outside.
+            let log: Vec<String> = f
+                .log
+                .iter()
+                .map(|l| mesh_lib::text::escape(l).into_owned())
+                .collect();
             line.push_str(&format!(
                 "; its last log lines:\n    {}",
-                f.log.join("\n    ")
+                log.join("\n    ")
             ));
         }
         what.push(line);
@@ -289,6 +296,23 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
         Some(d) => d,
         None => last_declaration(&node)?,
     };
+    // A module the declaration does not assign is the declaration's to fix (or a typo in the
+    // module's name): say so, rather than let the build blame the record the take would write.
+    let assigned = build_with(state, &decl, Some(&record))?;
+    if !assigned.generation.modules.contains_key(&module) {
+        return Err(Failure::user(format!(
+            "{} does not assign module {module} to node {}: there is nothing to take (assigned: {})",
+            decl.display(),
+            record.node,
+            assigned
+                .generation
+                .modules
+                .keys()
+                .map(ModuleName::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     record.taken.insert(module);
     commit_record(
         &node,
@@ -333,7 +357,16 @@ pub fn generations(machine: &Machine, json_out: bool) -> Result<(), Failure> {
     let read = |e: std::io::Error| Failure::system(format!("reading the profile: {e}"));
     let links = node.profile.generations().map_err(read)?;
     let current = node.profile.current().map_err(read)?.map(|(n, _)| n);
-    let log = node.profile.log().map_err(read)?;
+    let log = node.profile.read_log().map_err(read)?;
+    for d in &log.damaged {
+        eprintln!(
+            "warning: {} line {}: {}; skipped, the rest of the history is read",
+            node.profile.log_path().display(),
+            d.line,
+            mesh_lib::text::escape(&d.why)
+        );
+    }
+    let log = log.entries;
     let rows: Vec<serde_json::Value> = links
         .iter()
         .map(|(n, id)| {
@@ -596,7 +629,7 @@ pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
                     c["port"],
                     c["protocol"].as_str().unwrap_or_default(),
                     c["host_ip"].as_str().unwrap_or_default(),
-                    c["container"].as_str().unwrap_or_default(),
+                    mesh_lib::text::escape(c["container"].as_str().unwrap_or_default()),
                     c["verdict"].as_str().unwrap_or_default()
                 );
             }
@@ -712,7 +745,7 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
                 published
                     .iter()
                     .find(|p| p.port == port && p.protocol == proto)
-                    .map(|p| format!("container {}", p.container))
+                    .map(|p| format!("container {}", mesh_lib::text::escape(&p.container)))
             })
     };
     let used: Vec<u16> = settings.ports.values().map(|p| p.get()).collect();

@@ -39,6 +39,26 @@ pub struct Global {
     /// machine's own.
     #[arg(long, global = true, env = "MESH_NETNS", value_name = "NAME")]
     pub netns: Option<String>,
+    /// Stop the evaluation of a declaration that runs longer than this (exit 1).
+    #[arg(
+        long,
+        global = true,
+        env = "MESH_EVAL_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = mesh_compiler::bounded::DEFAULT_TIME_SECONDS,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub eval_timeout: u64,
+    /// Stop the evaluation of a declaration that needs more memory than this, in MiB (exit 1).
+    #[arg(
+        long,
+        global = true,
+        env = "MESH_EVAL_MEMORY",
+        value_name = "MIB",
+        default_value_t = mesh_compiler::bounded::DEFAULT_MEMORY_MIB,
+        value_parser = clap::value_parser!(u64).range(64..)
+    )]
+    pub eval_memory: u64,
 }
 
 #[derive(Subcommand, Debug)]

@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use mesh_compiler::{build, BuildRequest, Built};
+use std::sync::OnceLock;
+
+use mesh_compiler::{build, BuildRequest, Built, Evaluator, Limits};
 use mesh_lib::{GenerationId, NodeRecord, Store};
 use serde_json::json;
 
@@ -11,10 +13,12 @@ use crate::cli::{BuildArgs, Cli, Command, RecordCommand, ShowArgs};
 use crate::failure::{Exit, Failure};
 use crate::show;
 
-/// The state directory: the flag or `MESH_STATE_DIR`, else SPEC.md's default.
+/// The state directory: the flag or `MESH_STATE_DIR`, else SPEC.md's default. Made absolute, so
+/// that a relative one means the same folder to every part of the mesh.
 fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, Failure> {
     if let Some(dir) = flag {
-        return Ok(dir);
+        return std::path::absolute(&dir)
+            .map_err(|e| Failure::user(format!("the state directory {}: {e}", dir.display())));
     }
     if rustix::process::geteuid().is_root() {
         return Ok(PathBuf::from("/var/lib/mesh"));
@@ -45,19 +49,31 @@ fn load_record(
             p
         }
     };
-    let bytes = std::fs::read(&path).map_err(|e| {
+    let record = mesh_lib::record::read(&path).map_err(|e| {
         Failure::user(format!(
             "cannot read the node record {}: {e}",
             path.display()
         ))
     })?;
-    let record =
-        NodeRecord::parse(&bytes).map_err(|e| Failure::user(format!("{}: {e}", path.display())))?;
     Ok(Some((record, path)))
 }
 
+/// Where every build of this run evaluates: a bounded child of this binary, with the limits the
+/// command line gave.
+static EVALUATOR: OnceLock<Evaluator> = OnceLock::new();
+
+/// The evaluator of this run's builds.
+pub fn evaluator() -> &'static Evaluator {
+    EVALUATOR.get_or_init(|| Evaluator::this_binary(Limits::default()))
+}
+
 pub fn run(cli: Cli) -> Result<(), Failure> {
+    let _first = EVALUATOR.set(Evaluator::this_binary(Limits {
+        time: std::time::Duration::from_secs(cli.global.eval_timeout),
+        memory_mib: cli.global.eval_memory,
+    }));
     let state = state_dir(cli.global.state_dir)?;
+    mesh_lib::state::secure(&state)?;
     let machine = activate::Machine {
         state: state.clone(),
         root: cli.global.root,
@@ -96,6 +112,7 @@ fn build_node(
         record: record.as_ref().map(|(r, p)| (r, p.as_path())),
         state_dir: state,
         use_cache,
+        evaluator: evaluator(),
     })?;
     Ok(built)
 }

@@ -21,6 +21,22 @@ pub fn install_report_handler() {
     }));
 }
 
+/// What clap says about the command line, with the contract's exit code: help and the version
+/// asked for are a success (0); anything else is a usage error, bad input (1) — not clap's own 2,
+/// which the contract keeps for a conflict that may be retried.
+pub fn usage(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let asked = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    // Printing goes to stdout for help and version, stderr otherwise; a closed pipe is not an
+    // error worth reporting here.
+    let _unprinted = e.print();
+    if asked {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(Exit::User as u8)
+    }
+}
+
 /// The exit codes of the command contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -46,12 +62,22 @@ impl Failure {
         }
     }
 
+    /// A failure whose message is text, some of it from outside (a path, a tool's answer):
+    /// escaped where it could make the report lie (see [`mesh_lib::text`]).
+    pub fn text(exit: Exit, message: impl std::fmt::Display) -> Self {
+        let text = message.to_string();
+        Self::new(
+            exit,
+            miette::Report::msg(mesh_lib::text::escape_keeping_lines(&text).into_owned()),
+        )
+    }
+
     pub fn user(message: impl std::fmt::Display) -> Self {
-        Self::new(Exit::User, miette::miette!("{message}"))
+        Self::text(Exit::User, message)
     }
 
     pub fn system(message: impl std::fmt::Display) -> Self {
-        Self::new(Exit::System, miette::miette!("{message}"))
+        Self::text(Exit::System, message)
     }
 
     /// The report as one line, for a long-running loop that goes on after it.
@@ -72,15 +98,34 @@ impl From<BuildError> for Failure {
             BuildError::Store(StoreError::MissingGeneration(_) | StoreError::Ambiguous(_)) => {
                 Exit::User
             }
-            BuildError::Store(_) | BuildError::Io { .. } => Exit::System,
+            BuildError::Store(StoreError::State(ref s)) if s.is_bad_input() => Exit::User,
+            BuildError::Bounded(mesh_compiler::bounded::BoundedError::Exceeded { .. }) => {
+                Exit::User
+            }
+            BuildError::Store(_) | BuildError::Io { .. } | BuildError::Bounded(_) => Exit::System,
         };
-        Self::new(exit, e)
+        match e {
+            // Spans and help, each part escaped by the diagnostic itself; a limit's help.
+            BuildError::Rejected(_) | BuildError::Bounded(_) => Self::new(exit, e),
+            _ => Self::text(exit, error_chain(&e)),
+        }
     }
 }
 
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         BuildError::Store(e).into()
+    }
+}
+
+impl From<mesh_lib::state::StateError> for Failure {
+    fn from(e: mesh_lib::state::StateError) -> Self {
+        let exit = if e.is_bad_input() {
+            Exit::User
+        } else {
+            Exit::System
+        };
+        Self::text(exit, error_chain(&e))
     }
 }
 
@@ -91,7 +136,8 @@ impl From<mesh_activator::ActivateError> for Failure {
             mesh_activator::Kind::Refused => Exit::Refused,
             mesh_activator::Kind::System => Exit::System,
         };
-        Self::new(exit, miette::Report::msg(error_chain(&e)))
+        // Docker's and nft's messages are in the chain: escaped, their lines kept.
+        Self::text(exit, error_chain(&e))
     }
 }
 

@@ -14,8 +14,15 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // The evaluating child of a build (see mesh_compiler::bounded): not a command of the CLI.
+    if std::env::args_os().nth(1).as_deref() == Some(mesh_compiler::bounded::CHILD_ARG.as_ref()) {
+        return ExitCode::from(mesh_compiler::bounded::serve());
+    }
     failure::install_report_handler();
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) => return failure::usage(e),
+    };
     match commands::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report(),

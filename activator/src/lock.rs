@@ -1,12 +1,28 @@
 //! One switch at a time per state directory: a non-blocking `flock` on `STATE/lock`. The kernel
 //! releases it when the holder exits, however it exits, so a lock left by a killed process never
-//! blocks. The holder's pid is written in the file for the second caller's message.
+//! blocks. The holder's pid is in the file for the second caller's message.
+//!
+//! The pid never reads empty. The lock file is born whole: a temp file with the creator's pid,
+//! locked by it, then linked to the name (a second creator's link fails, and it takes the lock
+//! of the file that won). A later holder writes its pid over the previous one in one write of a
+//! fixed width, never truncating first. The flock is on the file (its inode), not on the name,
+//! so the name is never replaced while the file may be locked.
+//!
+//! What a loser can still see is the pid of the previous holder, for the instant between the new
+//! holder's flock and its write: such a pid is no longer running (or it is a `mesh reconcile
+//! --watch` between its rounds), so a loser that finds a pid of a process that has gone looks
+//! again, briefly.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 
 use rustix::fs::FlockOperation;
+
+/// The width the pid is written at: the largest pid, padded, and a newline. Every holder writes
+/// exactly this many bytes at offset 0, so a shorter pid never leaves a longer one's tail.
+const PID_WIDTH: usize = 20;
 
 /// The lock, held until dropped.
 pub struct StateLock {
@@ -33,6 +49,34 @@ pub enum LockError {
     },
 }
 
+fn pid_record() -> String {
+    format!("{:<width$}\n", std::process::id(), width = PID_WIDTH - 1)
+}
+
+fn try_lock(file: &File) -> io::Result<bool> {
+    match rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The pid in a lock file, if it names a running process.
+fn holder(file: &mut File) -> Option<String> {
+    let mut text = String::new();
+    file.rewind().ok()?;
+    file.read_to_string(&mut text).ok()?;
+    let pid: i32 = text.split_whitespace().next()?.parse().ok()?;
+    let running =
+        rustix::process::Pid::from_raw(pid).is_some_and(
+            |p| match rustix::process::test_kill_process(p) {
+                Ok(()) | Err(rustix::io::Errno::PERM) => true,
+                Err(_) => false,
+            },
+        );
+    running.then(|| pid.to_string())
+}
+
 impl StateLock {
     /// Takes the lock of `state`, failing at once if it is held.
     pub fn take(state: &Path) -> Result<Self, LockError> {
@@ -42,23 +86,102 @@ impl StateLock {
             source,
         };
         mesh_lib::atomic::create_dir_all(state).map_err(io_err)?;
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_err)?;
-        if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
-            let mut pid = String::new();
-            let _unreadable = file.read_to_string(&mut pid);
-            return Err(LockError::Held {
-                pid: pid.trim().to_owned(),
-            });
+        let mut last_seen = String::new();
+        // Each round is short; a round repeats only while a holder is between its flock and
+        // its pid (microseconds), or when two first callers race to create the file.
+        for _ in 0..200 {
+            let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    match Self::create(state, &path).map_err(io_err)? {
+                        Some(lock) => return Ok(lock),
+                        None => continue, // another caller created it first: lock that one
+                    }
+                }
+                Err(e) => return Err(io_err(e)),
+            };
+            if try_lock(&file).map_err(io_err)? {
+                // Over the previous holder's pid, whole, in one write: never an empty file.
+                file.write_all_at(pid_record().as_bytes(), 0)
+                    .map_err(io_err)?;
+                return Ok(Self { _file: file });
+            }
+            match holder(&mut file) {
+                Some(pid) => return Err(LockError::Held { pid }),
+                None => {
+                    let mut text = String::new();
+                    let _unreadable = file.rewind().and_then(|()| file.read_to_string(&mut text));
+                    last_seen = text.trim().to_owned();
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
         }
-        file.set_len(0).map_err(io_err)?;
-        file.rewind().map_err(io_err)?;
-        write!(file, "{}", std::process::id()).map_err(io_err)?;
-        Ok(Self { _file: file })
+        Err(LockError::Held {
+            pid: if last_seen.is_empty() {
+                "unknown".into()
+            } else {
+                last_seen
+            },
+        })
+    }
+
+    /// Creates the lock file whole and locked: `None` if another caller created it first.
+    fn create(state: &Path, path: &Path) -> io::Result<Option<Self>> {
+        let mut tmp = tempfile::Builder::new()
+            .prefix(mesh_lib::atomic::TEMP_PREFIX)
+            .permissions(std::fs::Permissions::from_mode(0o600))
+            .tempfile_in(state)?;
+        tmp.write_all(pid_record().as_bytes())?;
+        if !try_lock(tmp.as_file())? {
+            return Err(io::Error::other(
+                "a new temp file is locked by someone else",
+            ));
+        }
+        match tmp.persist_noclobber(path) {
+            Ok(file) => Ok(Some(Self { _file: file })),
+            Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(e.error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loser always names the holder: racing to create the lock file, and racing a holder
+    /// that takes over a lock file another left. flock locks are per open file, so threads of
+    /// one process contend as processes do; every pid is this process's.
+    #[test]
+    fn a_loser_always_reads_a_pid() {
+        let me = std::process::id().to_string();
+        for round in 0..300 {
+            let dir = tempfile::tempdir().unwrap();
+            if round % 2 == 1 {
+                // A lock file an earlier holder left, holding its pid.
+                drop(StateLock::take(dir.path()).unwrap());
+            }
+            let barrier = std::sync::Barrier::new(4);
+            let results: Vec<Result<StateLock, LockError>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            StateLock::take(dir.path())
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let held = results.iter().filter(|r| r.is_ok()).count();
+            assert_eq!(held, 1, "round {round}: exactly one holder");
+            for r in &results {
+                if let Err(LockError::Held { pid }) = r {
+                    assert_eq!(pid, &me, "round {round}: the loser read {pid:?}");
+                } else if let Err(e) = r {
+                    panic!("round {round}: {e}");
+                }
+            }
+        }
     }
 }

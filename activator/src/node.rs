@@ -13,7 +13,7 @@ use mesh_lib::{atomic, Generation, GenerationId, NodeRecord, Store};
 use crate::host::HostStore;
 use crate::lock::StateLock;
 use crate::profile::Profile;
-use crate::root::{Observed, Root};
+use crate::root::{Observed, Root, TempKey};
 use crate::switch::error::io_err;
 use crate::switch::ActivateError;
 use crate::users::Ids;
@@ -57,12 +57,15 @@ impl Node {
     ) -> Result<Self, ActivateError> {
         let store = Store::open(state)?;
         let profile = Profile::open(state).map_err(io_err("opening the profile in", state))?;
+        let key =
+            TempKey::of_state(state).map_err(io_err("reading the temp-file key in", state))?;
+        let root = Root::open(root, key)?;
         Ok(Self {
             state: state.to_owned(),
-            root: Root::open(root)?,
+            ids: Ids::load(&root),
+            root,
             store,
             profile,
-            ids: Ids::load(),
             firewall: Box::new(crate::firewall::Kernel::new(netns)),
             systemd: std::sync::OnceLock::new(),
             _lock: lock,
@@ -112,7 +115,7 @@ impl Node {
             atomic::write_file(
                 &marker,
                 b"the mesh created containers for this node\n",
-                0o644,
+                0o600,
             )
             .map_err(io_err("writing", &marker))?;
         }
@@ -141,7 +144,7 @@ impl Node {
         let bytes = record
             .to_bytes()
             .map_err(|e| io_err("encoding", &path)(std::io::Error::other(e)))?;
-        atomic::write_file(&path, &bytes, 0o644).map_err(io_err("writing", &path))?;
+        atomic::write_file(&path, &bytes, 0o600).map_err(io_err("writing", &path))?;
         crate::crash::point("record-written");
         Ok(())
     }
@@ -216,6 +219,8 @@ impl Node {
                         mode: f.mode,
                         owner: self.ids.user_name(f.uid),
                         group: self.ids.group_name(f.gid),
+                        uid: Some(f.uid),
+                        gid: Some(f.gid),
                     },
                 );
                 found += 1;

@@ -157,8 +157,8 @@ pub enum PlanError {
         /// What is there.
         what: &'static str,
     },
-    /// An owner or group this machine does not know.
-    #[error("{path}: {kind} `{name}` does not exist on this machine")]
+    /// An owner or group the root does not know.
+    #[error("{path}: {kind} `{name}` is not in the /etc/passwd and /etc/group of the root the files are written under")]
     UnknownId {
         /// The path.
         path: TargetPath,
@@ -285,7 +285,12 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
                     let found = input.record.found.files.get(path);
                     let (mode, uid, gid) = match found {
                         Some(fm) => {
-                            let (uid, gid) = ids_for(input.ids, path, &fm.owner, &fm.group)?;
+                            // The original's own ids where the record has them (names may
+                            // not resolve the same way any more).
+                            let (uid, gid) = match (fm.uid, fm.gid) {
+                                (Some(uid), Some(gid)) => (uid, gid),
+                                _ => ids_for(input.ids, path, &fm.owner, &fm.group)?,
+                            };
                             (fm.mode, uid, gid)
                         }
                         None => {
@@ -429,6 +434,7 @@ mod tests {
             mode: FileMode::parse("0644").unwrap(),
             owner: "0".into(),
             group: "0".into(),
+            special_mode: false,
             state,
             units: Vec::new(),
         };
@@ -471,6 +477,8 @@ mod tests {
                     mode: FileMode::parse("0640").unwrap(),
                     owner: "7".into(),
                     group: "7".into(),
+                    uid: None,
+                    gid: None,
                 },
             );
         }
@@ -544,6 +552,48 @@ mod tests {
                 gid: 7,
                 reason: Reason::Restore
             }]
+        );
+    }
+
+    /// A restore writes back the original's own ids where the record has them, whatever its
+    /// owner's name resolves to now (here: to nothing).
+    #[test]
+    fn restore_uses_the_recorded_ids() {
+        let g = generation(
+            FileState::Held {
+                original: BlobHash::of(b"orig"),
+            },
+            b"new",
+        );
+        let mut host = HostStore::default();
+        host.written.insert(
+            path(),
+            Written {
+                hash: BlobHash::of(b"new"),
+                mode: FileMode::parse("0644").unwrap(),
+                uid: 0,
+                gid: 0,
+                stamp: None,
+                units: Vec::new(),
+            },
+        );
+        let mut record = adopted(Some(b"orig"));
+        let found = record.found.files.get_mut(&path()).unwrap();
+        (found.owner, found.group) = ("gone".into(), "gone".into());
+        (found.uid, found.gid) = (Some(4242), Some(4243));
+        let p = plan_of(&g, &host, &record, file(b"new")).unwrap();
+        assert!(
+            matches!(
+                p.actions[..],
+                [Action::Write {
+                    uid: 4242,
+                    gid: 4243,
+                    reason: Reason::Restore,
+                    ..
+                }]
+            ),
+            "{:?}",
+            p.actions
         );
     }
 

@@ -6,6 +6,10 @@
 //! STATE/profile.log          one JSON object a line: number, id, time, trigger, declaration
 //! ```
 //!
+//! The log is history for people, not what the profile is made of (the links are): a line that
+//! is not an entry (cut short by a crash, damaged, written by something else) is named and
+//! skipped, and every other entry stays readable; the next entry starts on a line of its own.
+//!
 //! A link is created under a temporary name and renamed into place, then the folder is fsynced:
 //! `current` always names a complete generation. The new numbered link is added before `current`
 //! moves, so a crash leaves an extra link, never a dangling `current`. Time lives in the log only,
@@ -13,6 +17,7 @@
 
 use std::fs;
 use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use mesh_lib::{atomic, GenerationId};
@@ -52,6 +57,24 @@ pub struct Entry {
     pub declaration: Option<PathBuf>,
 }
 
+/// A line of the log that is not an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedLine {
+    /// Its number, from 1.
+    pub line: usize,
+    /// Why it is not an entry.
+    pub why: String,
+}
+
+/// The log as read: its entries, oldest first, and the lines that are not entries.
+#[derive(Debug, Default)]
+pub struct Log {
+    /// The entries.
+    pub entries: Vec<Entry>,
+    /// The lines skipped.
+    pub damaged: Vec<DamagedLine>,
+}
+
 /// The profile of the node whose state directory is `state`.
 pub struct Profile {
     dir: PathBuf,
@@ -71,6 +94,11 @@ impl Profile {
             dir,
             log: state.join("profile.log"),
         })
+    }
+
+    /// The log's file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// The numbers and ids of every generation link, in order.
@@ -158,8 +186,20 @@ impl Profile {
         line.push(b'\n');
         let mut f = fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
+            .mode(0o600)
             .open(&self.log)?;
+        // After a line a crash cut short (or any text without a final newline), the entry
+        // starts a line of its own: it is never glued to the damage.
+        let len = f.metadata()?.len();
+        let mut last = [b'\n'];
+        if len > 0 {
+            f.read_exact_at(&mut last, len - 1)?;
+        }
+        if last[0] != b'\n' {
+            line.insert(0, b'\n');
+        }
         f.write_all(&line)?;
         f.sync_all()
     }
@@ -181,16 +221,44 @@ impl Profile {
         })
     }
 
-    /// The log, oldest first. A line a crash cut short is skipped.
+    /// The log's entries, oldest first; a line that is not an entry is skipped (see
+    /// [`Profile::read_log`] to name it).
     pub fn log(&self) -> io::Result<Vec<Entry>> {
-        match fs::read_to_string(&self.log) {
-            Ok(text) => Ok(text
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(e),
+        Ok(self.read_log()?.entries)
+    }
+
+    /// The log's entries, oldest first, and every line that is not an entry (not text, not
+    /// JSON, not an entry, cut short), named by its number: one damaged line never hides the
+    /// rest of the history.
+    pub fn read_log(&self) -> io::Result<Log> {
+        let bytes = match fs::read(&self.log) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Log::default()),
+            Err(e) => return Err(e),
+        };
+        let mut log = Log::default();
+        let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+        let count = lines.len();
+        for (i, raw) in lines.into_iter().enumerate() {
+            let cut_short = i + 1 == count;
+            if raw.is_empty() {
+                continue;
+            }
+            let why = match std::str::from_utf8(raw) {
+                Err(_) => "not text".to_owned(),
+                Ok(text) => match serde_json::from_str::<Entry>(text) {
+                    Ok(entry) if !cut_short => {
+                        log.entries.push(entry);
+                        continue;
+                    }
+                    Ok(_) => "cut short (no newline at its end)".to_owned(),
+                    Err(_) if cut_short => "cut short (no newline at its end)".to_owned(),
+                    Err(e) => format!("not a log entry ({e})"),
+                },
+            };
+            log.damaged.push(DamagedLine { line: i + 1, why });
         }
+        Ok(log)
     }
 
     /// Removes generation links not in `keep` (never the current one).
@@ -211,4 +279,51 @@ impl Profile {
 fn link_target_id(link: &Path) -> Option<GenerationId> {
     let target = fs::read_link(link).ok()?;
     GenerationId::from_hex(target.file_name()?.to_str()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> GenerationId {
+        GenerationId::of(&[n])
+    }
+
+    /// A damaged line in the middle and a line cut short at the end are named, every entry
+    /// around them stays readable, and the next entry starts a line of its own.
+    #[test]
+    fn a_damaged_line_is_named_and_the_history_stays_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let profile = Profile::open(dir.path()).unwrap();
+        profile.commit(id(1), Trigger::Build, None).unwrap();
+        let log = dir.path().join("profile.log");
+        let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"\xff\xfe garbage\n{\"number\": \"two\"}\n")
+            .unwrap();
+        drop(f);
+        profile.commit(id(2), Trigger::Take, None).unwrap();
+        let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"{\"number\":3,\"id\":").unwrap();
+        drop(f);
+
+        let read = profile.read_log().unwrap();
+        assert_eq!(
+            read.entries.iter().map(|e| e.number).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        let lines: Vec<usize> = read.damaged.iter().map(|d| d.line).collect();
+        assert_eq!(lines, [2, 3, 5]);
+        assert_eq!(read.damaged[0].why, "not text");
+        assert!(read.damaged[2].why.contains("cut short"));
+
+        // The next commit is not glued to the line cut short.
+        profile.commit(id(3), Trigger::Rollback, None).unwrap();
+        let read = profile.read_log().unwrap();
+        assert_eq!(
+            read.entries.iter().map(|e| e.number).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        assert_eq!(read.entries[2].trigger, Trigger::Rollback);
+        assert_eq!(read.damaged.len(), 3, "{:?}", read.damaged);
+    }
 }

@@ -2,9 +2,15 @@
 //! (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`): a symlink anywhere in a
 //! declared path is refused, and nothing outside the root is ever opened.
 //!
-//! A file is written as a temp file in its folder (`.NAME.mesh-tmp`, a fixed name so a crash's
-//! leftover is found and removed), created with its final mode and owner, written, fsynced,
-//! renamed over the target, then the folder is fsynced.
+//! A file is written as a temp file in its folder, created with its final mode and owner,
+//! written, fsynced, renamed over the target, then the folder is fsynced.
+//!
+//! The temp file's name, `.NAME.mesh-TAG`, is one only the mesh can make: TAG is a keyed digest
+//! of the declared path under this node's secret ([`TempKey`], `STATE/temp-key`, readable by
+//! the state directory's owner only). So the name is the same on every try, and a crash's
+//! leftover is found and removed by the next switch; and a file of anyone else's beside a
+//! declared path — an operator's `.NAME.mesh-tmp`, say — can never bear it, so it is never
+//! mistaken for a leftover and never removed.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -126,19 +132,67 @@ impl Stamp {
     }
 }
 
+/// This node's secret for naming temp files under the root (see the module doc).
+#[derive(Clone)]
+pub struct TempKey([u8; 32]);
+
+impl TempKey {
+    /// The key of the node whose state directory is `state`: from `STATE/temp-key`, made on
+    /// first use from the kernel's random bytes (`0600`). Two first users race safely: the
+    /// file is created whole under its name once, and the loser reads the winner's.
+    pub fn of_state(state: &Path) -> io::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = state.join("temp-key");
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let mut random = [0u8; 32];
+                File::open("/dev/urandom")?.read_exact(&mut random)?;
+                let secret = hex_of(&random);
+                let mut tmp = tempfile::Builder::new()
+                    .prefix(mesh_lib::atomic::TEMP_PREFIX)
+                    .permissions(std::fs::Permissions::from_mode(0o600))
+                    .tempfile_in(state)?;
+                tmp.write_all(secret.as_bytes())?;
+                tmp.as_file().sync_all()?;
+                match tmp.persist_noclobber(&path) {
+                    Ok(_) => mesh_lib::atomic::sync_dir(state)?,
+                    Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e.error),
+                }
+                std::fs::read(&path)?
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(Self(blake3::derive_key("mesh temp file names v1", &bytes)))
+    }
+
+    /// A key for tests and tools that never meet a crash's leftovers: random, never stored.
+    pub fn ephemeral() -> io::Result<Self> {
+        let mut random = [0u8; 32];
+        File::open("/dev/urandom")?.read_exact(&mut random)?;
+        Ok(Self(random))
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The root every declared path is resolved beneath.
 pub struct Root {
     dir: OwnedFd,
     path: PathBuf,
+    key: TempKey,
 }
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
     .union(ResolveFlags::NO_MAGICLINKS);
 
-fn temp_name(name: &str) -> String {
-    format!(".{name}.mesh-tmp")
-}
+/// The longest stem of a file's name kept in its temp file's name: with the dot and the
+/// `.mesh-` tag, the temp name stays within the 255 bytes a name may have.
+const TEMP_STEM: usize = 200;
 
 fn split(path: &TargetPath) -> (Vec<&str>, &str) {
     let mut parts: Vec<&str> = path.components().collect();
@@ -147,8 +201,8 @@ fn split(path: &TargetPath) -> (Vec<&str>, &str) {
 }
 
 impl Root {
-    /// Opens the root folder.
-    pub fn open(path: &Path) -> Result<Self, RootError> {
+    /// Opens the root folder; its temp files are named with `key`.
+    pub fn open(path: &Path, key: TempKey) -> Result<Self, RootError> {
         let dir = rustix::fs::open(
             path,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -161,7 +215,19 @@ impl Root {
         Ok(Self {
             dir,
             path: path.to_owned(),
+            key,
         })
+    }
+
+    /// The name of `path`'s temp file in its folder (see the module doc).
+    fn temp_name(&self, path: &TargetPath) -> String {
+        let (_, name) = split(path);
+        let mut stem = name.len().min(TEMP_STEM);
+        while !name.is_char_boundary(stem) {
+            stem -= 1;
+        }
+        let tag = blake3::keyed_hash(&self.key.0, path.as_str().as_bytes());
+        format!(".{}.mesh-{}", &name[..stem], &tag.to_hex()[..20])
     }
 
     /// The root's path.
@@ -315,7 +381,7 @@ impl Root {
         let parent = self.parent(path, true)?.expect("created");
         let (_, name) = split(path);
         Self::check_target(&parent, name, path)?;
-        let tmp = temp_name(name);
+        let tmp = self.temp_name(path);
         let create = || {
             rustix::fs::openat(
                 &parent,
@@ -326,7 +392,8 @@ impl Root {
         };
         let fd = match create() {
             Err(Errno::EXIST) => {
-                // A leftover of an interrupted write: ours by its name.
+                // A leftover of an interrupted write: ours by its name, which no one else
+                // can make.
                 rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty())
                     .map_err(Self::io("removing a leftover temp file of", path))?;
                 create()
@@ -375,7 +442,7 @@ impl Root {
         })?;
         let (_, name) = split(path);
         Self::check_target(&parent, name, path)?;
-        rustix::fs::renameat(&parent, temp_name(name).as_str(), &parent, name)
+        rustix::fs::renameat(&parent, self.temp_name(path).as_str(), &parent, name)
             .map_err(Self::io("renaming into place", path))?;
         let st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(Self::io("inspecting", path))?;
@@ -442,8 +509,7 @@ impl Root {
         else {
             return Ok(false);
         };
-        let (_, name) = split(path);
-        match rustix::fs::unlinkat(&parent, temp_name(name).as_str(), AtFlags::empty()) {
+        match rustix::fs::unlinkat(&parent, self.temp_name(path).as_str(), AtFlags::empty()) {
             Ok(()) => {
                 rustix::fs::fsync(&parent).map_err(Self::io("syncing the folder of", path))?;
                 Ok(true)
@@ -458,5 +524,77 @@ impl Root {
         let st = rustix::fs::fstatvfs(self.dir.as_fd())?;
         let read_only = st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY);
         Ok((st.f_bavail.saturating_mul(st.f_frsize), read_only))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of anyone else's beside a declared path, named like a temp file (the mesh's old
+    /// fixed name, or the new form with another tag), survives a write and a leftover's
+    /// removal; the mesh's own leftover is found and removed.
+    #[test]
+    fn only_the_meshs_own_temp_file_is_ever_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        let root = Root::open(dir.path(), TempKey::of_state(&state).unwrap()).unwrap();
+        let motd = TargetPath::new("/etc/motd").unwrap();
+        let theirs = [
+            ".motd.mesh-tmp",
+            ".motd.mesh-0123456789abcdef0123",
+            ".motd.tmp",
+        ];
+        for name in theirs {
+            std::fs::write(dir.path().join("etc").join(name), "the operator's\n").unwrap();
+        }
+        let mode = FileMode::parse("0644").unwrap();
+        root.write(&motd, b"hello\n", mode, 0, 0).unwrap();
+        // A write cut short leaves the mesh's temp file; the next run removes it.
+        root.stage(&motd, b"again\n", mode, 0, 0, true).unwrap();
+        let ours = root.temp_name(&motd);
+        assert!(dir.path().join("etc").join(&ours).exists());
+        assert!(root.remove_leftover(&motd).unwrap());
+        assert!(!root.remove_leftover(&motd).unwrap());
+        // Staging over a leftover replaces it.
+        root.stage(&motd, b"again\n", mode, 0, 0, true).unwrap();
+        root.stage(&motd, b"third\n", mode, 0, 0, true).unwrap();
+        root.commit(&motd).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("etc/motd")).unwrap(),
+            b"third\n"
+        );
+        for name in theirs {
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join("etc").join(name)).unwrap(),
+                "the operator's\n",
+                "{name}"
+            );
+        }
+        let mut left: Vec<String> = std::fs::read_dir(dir.path().join("etc"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".motd.mesh-0123456789abcdef0123",
+                ".motd.mesh-tmp",
+                ".motd.tmp",
+                "motd"
+            ]
+        );
+
+        // The key is the node's: the same from its state directory, another elsewhere.
+        let again = Root::open(dir.path(), TempKey::of_state(&state).unwrap()).unwrap();
+        assert_eq!(again.temp_name(&motd), ours);
+        let other = Root::open(dir.path(), TempKey::ephemeral().unwrap()).unwrap();
+        assert_ne!(other.temp_name(&motd), ours);
+        // A long name still makes a name the kernel takes.
+        let long = TargetPath::new(&format!("/etc/{}", "é".repeat(127))).unwrap();
+        root.write(&long, b"x", mode, 0, 0).unwrap();
     }
 }

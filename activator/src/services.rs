@@ -517,6 +517,7 @@ mod tests {
                 mode: FileMode::parse("0644").unwrap(),
                 owner: "root".into(),
                 group: "root".into(),
+                special_mode: false,
                 state,
                 units: units
                     .iter()

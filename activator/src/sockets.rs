@@ -83,8 +83,9 @@ fn owners() -> BTreeMap<u64, String> {
         let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
             continue;
         };
+        // A process names itself: its name is shown escaped (see `mesh_lib::text`).
         let name = std::fs::read_to_string(p.path().join("comm"))
-            .map(|c| c.trim().to_owned())
+            .map(|c| mesh_lib::text::escape(c.trim_end_matches('\n')).into_owned())
             .unwrap_or_default();
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {

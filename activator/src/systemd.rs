@@ -384,6 +384,10 @@ impl Systemd for Bus {
     }
 
     fn log_tail(&self, unit: &UnitName, lines: usize) -> Vec<String> {
+        // What was logged before now is in the journal once --sync returns (best effort).
+        let _synced = std::process::Command::new("journalctl")
+            .arg("--sync")
+            .output();
         let out = std::process::Command::new("journalctl")
             .args(["--no-pager", "-o", "cat", "-n"])
             .arg(lines.to_string())

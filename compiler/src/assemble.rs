@@ -10,10 +10,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use ipnet::Ipv4Net;
 use mesh_lib::firewall::{base_ruleset, guard_ruleset};
 use mesh_lib::model::{
-    split_install, ContainerEntry, ContainerName, ContainerState, FileEntry, FileMode, FileState,
-    FirewallRules, Mode, ModuleName, ModuleState, NodeName, OnChange, Opening, PickUp, Port,
-    PrivateNetwork, Protocol, PublishedPort, Settings, Source as From, TrafficPath, UnitEntry,
-    UnitName, UnitState, UnitTrigger, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
+    check_account_name, check_printable, check_setting_name, split_install, ContainerEntry,
+    ContainerName, ContainerState, FileEntry, FileMode, FileState, FirewallRules, Mode, ModuleName,
+    ModuleState, NodeName, OnChange, Opening, PickUp, Port, PrivateNetwork, Protocol,
+    PublishedPort, Settings, Source as From, TrafficPath, UnitEntry, UnitName, UnitState,
+    UnitTrigger, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
 };
 use mesh_lib::{BlobHash, Generation, NodeRecord, TargetPath};
 use serde::Deserialize;
@@ -68,6 +69,7 @@ struct FileOut {
     group: String,
     reloads: Vec<String>,
     restarts: Vec<String>,
+    special_mode: bool,
 }
 
 #[derive(Deserialize)]
@@ -256,6 +258,28 @@ pub fn assemble(
                     "this mode",
                 )
             })?;
+            let special = mode.special();
+            if !special.is_empty() && !file.special_mode {
+                return Err(ctx
+                    .reject(
+                        &at(&here, &[f("mode")]),
+                        format!(
+                            "module {module}, {path}: mode {mode} is {}, which the mesh writes only when the file asks for it",
+                            special.join(", ")
+                        ),
+                        "this mode",
+                    )
+                    .with_help("if this file must have it, say so on the file: `special_mode = true`"));
+            }
+            for (field, name) in [("owner", &file.owner), ("group", &file.group)] {
+                check_account_name(name).map_err(|e| {
+                    ctx.reject(
+                        &at(&here, &[f(field)]),
+                        format!("module {module}, {path}: {e}"),
+                        &format!("this {field}"),
+                    )
+                })?;
+            }
             let units = triggers(&ctx, &here, module, &path, file)?;
             let declared = Declared {
                 path,
@@ -264,6 +288,7 @@ pub fn assemble(
                 owner: &file.owner,
                 group: &file.group,
                 units,
+                special_mode: file.special_mode,
                 named_at: at(&here, &[f("path")]),
             };
             add_file(
@@ -312,6 +337,7 @@ pub fn assemble(
                     owner: "root",
                     group: "root",
                     units: Vec::new(),
+                    special_mode: false,
                     named_at: named_at.clone(),
                 };
                 add_file(
@@ -422,6 +448,36 @@ pub fn assemble(
                     None => ContainerState::Staged,
                 }
             };
+            // What `mesh show` prints of a container reads as what it is.
+            let mut printed: Vec<(&str, &str, Pointer)> =
+                vec![("image", &c.image, at(&here, &[f("image")]))];
+            for (i, a) in c.command.iter().enumerate() {
+                printed.push((
+                    "command argument",
+                    a,
+                    at(&here, &[f("command"), Step::Index(i)]),
+                ));
+            }
+            for k in c.environment.keys() {
+                printed.push((
+                    "environment variable",
+                    k,
+                    at(&here, &[f("environment"), f(k)]),
+                ));
+            }
+            for k in c.labels.keys() {
+                printed.push(("label", k, at(&here, &[f("labels"), f(k)])));
+            }
+            for (vi, v) in c.volumes.iter().enumerate() {
+                let v_at = at(&here, &[f("volumes"), Step::Index(vi)]);
+                printed.push(("volume source", &v.source, at(&v_at, &[f("source")])));
+                printed.push(("volume target", &v.target, at(&v_at, &[f("target")])));
+            }
+            for (what, text, pointer) in printed {
+                check_printable(what, text).map_err(|e| {
+                    ctx.reject(&pointer, format!("container {name}: {e}"), "this value")
+                })?;
+            }
             let entry = ContainerEntry {
                 module: module.clone(),
                 image: c.image.clone(),
@@ -524,6 +580,8 @@ struct Declared<'a> {
     owner: &'a str,
     group: &'a str,
     units: Vec<UnitTrigger>,
+    /// Whether the declaration asked for a special mode.
+    special_mode: bool,
     /// Where the declaration names the path (for a collision's span).
     named_at: Pointer,
 }
@@ -581,6 +639,7 @@ fn add_file(
         mode: d.mode,
         owner: d.owner.to_owned(),
         group: d.group.to_owned(),
+        special_mode: d.special_mode,
         state,
         units: d.units,
     };
@@ -637,6 +696,7 @@ fn settings(ctx: &Ctx<'_>, s: &SettingsOut) -> Result<Settings, MeshDiagnostic> 
     let mut ports = BTreeMap::new();
     for (name, n) in &s.ports {
         let here = [f("settings"), f("ports"), f(name)];
+        check_setting_name(name).map_err(|e| ctx.reject(&here, e, "this setting"))?;
         let port = Port::new(*n)
             .map_err(|e| ctx.reject(&here, format!("setting ports.{name}: {e}"), "this port"))?;
         ports.insert(name.clone(), port);

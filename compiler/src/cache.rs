@@ -49,11 +49,19 @@ fn entry_path(state_dir: &Path, key: &CacheKey) -> PathBuf {
         .join(key.0.to_hex().as_str())
 }
 
-/// The generation a previous evaluation with the same key and unchanged sources produced.
-pub fn lookup(state_dir: &Path, key: &CacheKey) -> Option<GenerationId> {
+/// The generation a previous evaluation with the same key and unchanged sources produced, if
+/// every source is still one the evaluation may read (`allowed`).
+pub fn lookup(
+    state_dir: &Path,
+    key: &CacheKey,
+    allowed: impl Fn(&Path) -> bool,
+) -> Option<GenerationId> {
     let bytes = std::fs::read(entry_path(state_dir, key)).ok()?;
     let entry: Entry = serde_json::from_slice(&bytes).ok()?;
     for (path, digest) in &entry.sources {
+        if !allowed(path) {
+            return None;
+        }
         let text = std::fs::read(path).ok()?;
         if blake3::hash(&text).to_hex().as_str() != digest {
             return None;
@@ -77,7 +85,7 @@ pub fn store(state_dir: &Path, key: &CacheKey, generation: GenerationId, sources
     };
     if let Some(dir) = path.parent() {
         if atomic::create_dir_all(dir).is_ok() {
-            let _ignored_cache_write_failure = atomic::write_file(&path, &bytes, 0o644);
+            let _ignored_cache_write_failure = atomic::write_file(&path, &bytes, 0o600);
         }
     }
 }

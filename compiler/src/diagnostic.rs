@@ -5,10 +5,11 @@
 use std::fmt;
 use std::path::Path;
 
+use mesh_lib::text::{escape, escape_keeping_lines};
 use miette::{Diagnostic, LabeledSpan, NamedSource, SourceCode};
 
 /// A source a diagnostic points into: its display name and text.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Source {
     /// The name shown to the user (a path relative to the working folder where possible).
     pub name: String,
@@ -17,7 +18,7 @@ pub struct Source {
 }
 
 /// A labelled span in a [`Source`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Span {
     /// The source it is in.
     pub source: Source,
@@ -27,8 +28,11 @@ pub struct Span {
     pub label: String,
 }
 
-/// A rejection, in the mesh's voice, with where it is.
-#[derive(Debug, Clone)]
+/// A rejection, in the mesh's voice, with where it is. It crosses from the evaluating process
+/// to the mesh as data (see [`crate::bounded`]): its parts serialise, and the source snippet is
+/// made again from them.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(from = "Parts", into = "Parts")]
 pub struct MeshDiagnostic {
     /// What is wrong, naming the offending value (or both sides).
     pub message: String,
@@ -65,14 +69,30 @@ impl MeshDiagnostic {
             _ => {
                 if self.named.is_none() {
                     self.named = Some(Box::new(NamedSource::new(
-                        span.source.name.clone(),
-                        span.source.text.clone(),
+                        escape(&span.source.name),
+                        shown_source(&span.source.text),
                     )));
                 }
                 self.spans.push(span);
             }
         }
         self
+    }
+
+    fn from_parts(parts: Parts) -> Self {
+        let named = parts.spans.first().map(|span| {
+            Box::new(NamedSource::new(
+                escape(&span.source.name),
+                shown_source(&span.source.text),
+            ))
+        });
+        Self {
+            message: parts.message,
+            spans: parts.spans,
+            help: parts.help,
+            related: parts.related,
+            named,
+        }
     }
 
     /// Adds help text.
@@ -91,9 +111,52 @@ impl MeshDiagnostic {
     }
 }
 
+/// A source as a snippet shows it: every character that could make the snippet lie (see
+/// [`mesh_lib::text`]) becomes `?`, one per byte, so every span's byte range still points where
+/// it did. Newlines, tabs and a carriage return ending a line stay.
+fn shown_source(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let line_end = c == '\r' && chars.peek() == Some(&'\n');
+        if mesh_lib::text::is_hazard(c) && c != '\n' && c != '\t' && !line_end {
+            out.extend(std::iter::repeat_n('?', c.len_utf8()));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A [`MeshDiagnostic`]'s data.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Parts {
+    message: String,
+    spans: Vec<Span>,
+    help: Option<String>,
+    related: Vec<MeshDiagnostic>,
+}
+
+impl From<Parts> for MeshDiagnostic {
+    fn from(parts: Parts) -> Self {
+        Self::from_parts(parts)
+    }
+}
+
+impl From<MeshDiagnostic> for Parts {
+    fn from(d: MeshDiagnostic) -> Self {
+        Parts {
+            message: d.message,
+            spans: d.spans,
+            help: d.help,
+            related: d.related,
+        }
+    }
+}
+
 impl fmt::Display for MeshDiagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&escape_keeping_lines(&self.message))
     }
 }
 
@@ -103,7 +166,7 @@ impl Diagnostic for MeshDiagnostic {
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
         self.help
             .as_ref()
-            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+            .map(|h| Box::new(escape_keeping_lines(h)) as Box<dyn fmt::Display>)
     }
 
     fn source_code(&self) -> Option<&dyn SourceCode> {
@@ -115,7 +178,7 @@ impl Diagnostic for MeshDiagnostic {
             return None;
         }
         Some(Box::new(self.spans.iter().enumerate().map(|(i, s)| {
-            let label = (!s.label.is_empty()).then(|| s.label.clone());
+            let label = (!s.label.is_empty()).then(|| escape(&s.label).into_owned());
             let len = s.range.end.saturating_sub(s.range.start);
             if i == 0 {
                 LabeledSpan::new_primary_with_span(label, (s.range.start, len))

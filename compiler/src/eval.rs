@@ -58,12 +58,39 @@ pub struct Evaluation {
 pub type ReadSource = (PathBuf, [u8; 32]);
 
 /// Evaluates `node` with `library_dir` on the import path and `pinned` ports overriding the
-/// declaration's.
+/// declaration's. Reads whatever the declaration imports: see [`evaluate_in`] for an
+/// evaluation confined to the fleet's tree.
 pub fn evaluate(
     node: &Path,
     library_dir: &Path,
     pinned: &BTreeMap<String, u16>,
 ) -> Result<Evaluation, MeshDiagnostic> {
+    let (mut program, result) = run(node, library_dir, pinned)?;
+    finish(&mut program, result).map(|value| Evaluation { program, value })
+}
+
+/// [`evaluate`], confined to `tree`: every file Nickel read is checked to be in the tree (or the
+/// mesh's library) before anything of the evaluation is kept or shown — a Nickel error about a
+/// file outside it would quote that file.
+pub fn evaluate_in(
+    node: &Path,
+    library_dir: &Path,
+    pinned: &BTreeMap<String, u16>,
+    tree: &crate::imports::Tree,
+) -> Result<Evaluation, MeshDiagnostic> {
+    let (mut program, result) = run(node, library_dir, pinned)?;
+    let read = read_paths(&program.files());
+    crate::imports::check_read(read.iter().map(PathBuf::as_path), tree)?;
+    finish(&mut program, result).map(|value| Evaluation { program, value })
+}
+
+type Outcome = Result<NickelValue, nickel_lang_core::error::Error>;
+
+fn run(
+    node: &Path,
+    library_dir: &Path,
+    pinned: &BTreeMap<String, u16>,
+) -> Result<(Program<CacheImpl>, Outcome), MeshDiagnostic> {
     let overrides = pinned.iter().map(|(name, port)| FieldOverride {
         path: FieldPath(vec![
             LocIdent::from("settings"),
@@ -79,15 +106,30 @@ pub fn evaluate(
         .add_overrides(overrides)
         .build()
         .map_err(|e| MeshDiagnostic::new(format!("cannot read {}: {e}", display_name(node))))?;
-    let value = match program.eval_full_for_export() {
-        Ok(v) => v,
-        Err(e) => {
-            let mut files = program.files();
-            let diagnostics = e.into_diagnostics(&mut files);
-            return Err(nickel_to_mesh(&files, diagnostics));
-        }
-    };
-    Ok(Evaluation { program, value })
+    let result = program.eval_full_for_export();
+    Ok((program, result))
+}
+
+fn finish(
+    program: &mut Program<CacheImpl>,
+    result: Outcome,
+) -> Result<NickelValue, MeshDiagnostic> {
+    result.map_err(|e| {
+        let mut files = program.files();
+        let diagnostics = e.into_diagnostics(&mut files);
+        nickel_to_mesh(&files, diagnostics)
+    })
+}
+
+/// Every file on disk Nickel read: its absolute names past the standard library's.
+fn read_paths(files: &Files) -> Vec<PathBuf> {
+    let count = files.filenames().count();
+    let first = files.stdlib_modules().count();
+    (first..count)
+        .filter_map(file_id)
+        .map(|id| PathBuf::from(files.name(id)))
+        .filter(|name| name.is_absolute())
+        .collect()
 }
 
 impl Evaluation {

@@ -7,15 +7,19 @@
 //!   order;
 //! - every rejection points at the source span of the offending value and names both sides where
 //!   there are two;
+//! - a declaration reads nothing outside the fleet's tree but the mesh's own library
+//!   ([`imports`]), and its evaluation is bounded in time and memory ([`bounded`]);
 //! - the only writes are to the store: blobs first (not waited for: they can be made again), then
 //!   the generation, then the cache entry. A blob a crash lost is detected when read and
 //!   replaced by the next build that needs it.
 #![deny(missing_docs)]
 
 pub mod assemble;
+pub mod bounded;
 pub mod cache;
 pub mod diagnostic;
 pub mod eval;
+pub mod imports;
 pub mod library;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +27,7 @@ use std::path::{Path, PathBuf};
 use mesh_lib::store::StoreError;
 use mesh_lib::{Generation, GenerationId, NodeRecord, Store};
 
+pub use bounded::{Evaluator, Limits};
 pub use diagnostic::MeshDiagnostic;
 
 /// What to build.
@@ -35,6 +40,8 @@ pub struct BuildRequest<'a> {
     pub state_dir: &'a Path,
     /// Whether the evaluation cache may be used.
     pub use_cache: bool,
+    /// Where the declaration is evaluated: in a bounded child process (the mesh's way), or here.
+    pub evaluator: &'a Evaluator,
 }
 
 /// A generation built and in the store.
@@ -58,6 +65,10 @@ pub enum BuildError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The evaluation went past a limit, or its evaluator failed.
+    #[error(transparent)]
+    #[diagnostic(help("the limits: --eval-timeout SECONDS (MESH_EVAL_TIMEOUT, default {}), --eval-memory MIB (MESH_EVAL_MEMORY, default {})", bounded::DEFAULT_TIME_SECONDS, bounded::DEFAULT_MEMORY_MIB))]
+    Bounded(#[from] bounded::BoundedError),
     /// Other I/O failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -84,9 +95,17 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         Some((r, _)) => Some(r.to_bytes().map_err(StoreError::Encode)?),
         None => None,
     };
+    let library_dir = library::install(request.state_dir).map_err(|source| BuildError::Io {
+        what: "installing the mesh library in",
+        path: request.state_dir.to_owned(),
+        source,
+    })?;
+    let tree = imports::Tree::of_declaration(&node, &library_dir);
     let key = cache::CacheKey::new(&node, record_bytes.as_deref());
     if request.use_cache {
-        if let Some(id) = cache::lookup(request.state_dir, &key) {
+        // An entry whose sources the tree no longer holds (a checkout moved, a link retargeted)
+        // is not used: the evaluation below says what is wrong.
+        if let Some(id) = cache::lookup(request.state_dir, &key, |p| tree.allows(p)) {
             if store.has_generation(&id) {
                 let generation = store.generation(&id)?;
                 return Ok(Built {
@@ -97,27 +116,37 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
             }
         }
     }
-    let library_dir = library::install(request.state_dir).map_err(|source| BuildError::Io {
-        what: "installing the mesh library in",
-        path: request.state_dir.to_owned(),
-        source,
-    })?;
-    let record = request.record.map(|(record, path)| assemble::RecordSource {
-        record,
-        name: diagnostic::display_name(path),
-    });
-    let pinned = record
-        .as_ref()
-        .map(|r| {
-            r.record
-                .pinned
-                .iter()
-                .map(|(k, v)| (k.clone(), v.get()))
-                .collect()
-        })
+    let pinned = request
+        .record
+        .map(|(r, _)| r.pinned.iter().map(|(k, v)| (k.clone(), v.get())).collect())
         .unwrap_or_default();
-    let evaluation = eval::evaluate(&node, &library_dir, &pinned)?;
-    let assembled = assemble::assemble(&evaluation, record.as_ref())?;
+    let eval_request = bounded::Request {
+        node: node.clone(),
+        library: library_dir,
+        tree_root: tree.root.clone(),
+        pinned,
+        record: match (request.record, &record_bytes) {
+            (Some((_, path)), Some(bytes)) => Some((
+                String::from_utf8_lossy(bytes).into_owned(),
+                diagnostic::display_name(path),
+            )),
+            _ => None,
+        },
+        memory_mib: 0,
+        time_seconds: 0,
+    };
+    let evaluated = match request.evaluator {
+        Evaluator::InProcess => bounded::evaluate_here(&eval_request)?,
+        Evaluator::Child { program, limits } => {
+            let eval_request = bounded::Request {
+                memory_mib: limits.memory_mib,
+                time_seconds: limits.time.as_secs_f64().ceil() as u64,
+                ..eval_request
+            };
+            bounded::evaluate_in_child(program, *limits, &eval_request)??
+        }
+    };
+    let assembled = evaluated.assembled;
     store.put_blobs_deferred(
         assembled
             .blobs
@@ -126,7 +155,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
     )?;
     let id = store.put_generation(&assembled.generation)?;
     if request.use_cache {
-        cache::store(request.state_dir, &key, id, &evaluation.read_sources());
+        cache::store(request.state_dir, &key, id, &evaluated.sources);
     }
     Ok(Built {
         id,

@@ -24,7 +24,7 @@ pub fn install(state_dir: &Path) -> io::Result<PathBuf> {
     let present = std::fs::metadata(&file).is_ok_and(|m| m.len() == MESH_NCL.len() as u64);
     if !present {
         atomic::create_dir_all(&dir)?;
-        atomic::write_file(&file, MESH_NCL.as_bytes(), 0o444)?;
+        atomic::write_file(&file, MESH_NCL.as_bytes(), 0o400)?;
     }
     Ok(dir)
 }

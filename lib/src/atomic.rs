@@ -57,18 +57,20 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Creates `dir` and its missing parents with mode `0755` (never world-writable, whatever the
-/// umask). Not synced: a caller that needs the folder durable syncs its parent or the
+/// Creates `dir` and its missing parents, each folder it creates with mode `0700`, whatever the
+/// umask: every folder the mesh makes is its owner's only (the state directory holds the
+/// contents of files that are not world-readable). A relative `dir` is created under the working
+/// folder. Not synced: a caller that needs the folder durable syncs its parent or the
 /// filesystem.
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {
-    if dir.is_dir() {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {
         create_dir_all(parent)?;
     }
-    match fs::DirBuilder::new().mode(0o755).create(dir) {
-        Ok(()) => fs::set_permissions(dir, Permissions::from_mode(0o755)),
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => fs::set_permissions(dir, Permissions::from_mode(0o700)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
         Err(e) => Err(e),
     }
@@ -93,5 +95,19 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("secret")]);
+    }
+
+    /// A relative folder is created under the working folder (its parent is the empty path,
+    /// which is not a folder to create), and every folder made is private.
+    #[test]
+    fn creates_relative_and_private_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a/b");
+        create_dir_all(&nested).unwrap();
+        for p in [dir.path().join("a"), nested] {
+            assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o700, "{p:?}");
+        }
+        // `Path::new("state").parent()` is `Some("")`: creating it must not fail.
+        assert!(create_dir_all(Path::new("")).is_ok());
     }
 }

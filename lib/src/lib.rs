@@ -19,7 +19,9 @@ pub mod model;
 pub mod pack;
 pub mod path;
 pub mod record;
+pub mod state;
 pub mod store;
+pub mod text;
 
 pub use id::{BlobHash, GenerationId};
 pub use model::Generation;

@@ -276,6 +276,80 @@ impl FileMode {
     pub fn world_readable(self) -> bool {
         self.0 & 0o004 != 0
     }
+    /// The bits that give more than a file's content and readers: setuid, setgid, sticky, and
+    /// write for everyone. Written only when the declaration asks for them per file
+    /// (`special_mode = true`); empty for an ordinary mode.
+    pub fn special(self) -> Vec<&'static str> {
+        [
+            (0o4000, "setuid"),
+            (0o2000, "setgid"),
+            (0o1000, "sticky"),
+            (0o002, "writable by everyone"),
+        ]
+        .into_iter()
+        .filter(|(bit, _)| self.0 & bit != 0)
+        .map(|(_, name)| name)
+        .collect()
+    }
+}
+
+/// An owner or group name that a generation may carry: a name as `useradd` takes it, or a
+/// number. Printed in plans and `mesh show`, so it holds no control character, no space and no
+/// `:` (the passwd separator).
+pub fn check_account_name(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 64 {
+        return Err(format!(
+            "`{}` is not a user or group name: 1-64 characters",
+            crate::text::escape(s)
+        ));
+    }
+    match s
+        .chars()
+        .find(|c| crate::text::is_hazard(*c) || c.is_whitespace() || matches!(c, ':' | '/' | ','))
+    {
+        Some(c) => Err(format!(
+            "`{}` is not a user or group name: it holds {}",
+            crate::text::escape(s),
+            crate::text::escape(&format!("{c:?}"))
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A port setting's name (`settings.ports.NAME`): 1–63 ASCII letters, digits, `_` or `-`,
+/// starting with a letter or `_`. It is written into the firewall — in the comment that marks
+/// each opening as the mesh's, and in the text `iptables-nft-restore` reads, where a quote or a
+/// newline in it would be a rule of its own — so nothing else is a setting name.
+pub fn check_setting_name(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` is not a setting name: use 1-63 letters, digits, `_` or `-`, starting with a letter or `_`",
+            crate::text::escape(s)
+        ))
+    }
+}
+
+/// A free-form string of a container (image, volume source or target, command argument,
+/// environment or label key) that `mesh show` prints: no control or bidirectional formatting
+/// character. An environment or label value may hold a newline; it is escaped when printed.
+pub fn check_printable(what: &str, s: &str) -> Result<(), String> {
+    match s.chars().find(|c| crate::text::is_hazard(*c)) {
+        Some(c) => Err(format!(
+            "{what} `{}` holds the control character U+{:04X}",
+            crate::text::escape(s),
+            c as u32
+        )),
+        None => Ok(()),
+    }
 }
 
 impl TryFrom<String> for FileMode {
@@ -444,6 +518,11 @@ pub struct FileEntry {
     pub owner: String,
     /// Owner group name.
     pub group: String,
+    /// Whether the declaration asked for a special mode (setuid, setgid, sticky, writable by
+    /// everyone): without it such a mode is refused. Absent from the encoding when false, so
+    /// the ids of generations without one do not change.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub special_mode: bool,
     /// What the mesh does with it here.
     pub state: FileState,
     /// The systemd units this file configures and how each picks a change up, sorted by unit.
@@ -665,6 +744,28 @@ pub struct ContainerEntry {
     pub state: ContainerState,
 }
 
+impl ContainerEntry {
+    /// Every string `mesh show` prints on a line of its own is free of control characters (see
+    /// [`check_printable`]).
+    pub fn check_printable(&self) -> Result<(), String> {
+        check_printable("image", &self.image)?;
+        for a in &self.command {
+            check_printable("command argument", a)?;
+        }
+        for k in self.environment.keys() {
+            check_printable("environment variable", k)?;
+        }
+        for k in self.labels.keys() {
+            check_printable("label", k)?;
+        }
+        for v in &self.volumes {
+            check_printable("volume source", &v.source)?;
+            check_printable("volume target", &v.target)?;
+        }
+        Ok(())
+    }
+}
+
 /// Which path through the kernel a packet to an opening takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -809,6 +910,16 @@ impl Generation {
         for (path, f) in &self.files {
             let what = format!("file {path}");
             assigned(&f.module, &what)?;
+            let special = f.mode.special();
+            if !special.is_empty() && !f.special_mode {
+                return Err(format!(
+                    "{what} has mode {} ({}) without `special_mode`",
+                    f.mode,
+                    special.join(", ")
+                ));
+            }
+            check_account_name(&f.owner).map_err(|e| format!("{what}: {e}"))?;
+            check_account_name(&f.group).map_err(|e| format!("{what}: {e}"))?;
             if let FileState::Held { .. } = f.state {
                 holdable(&f.module, &what)?;
             }
@@ -817,6 +928,7 @@ impl Generation {
         for (name, c) in &self.containers {
             let what = format!("container {name}");
             assigned(&c.module, &what)?;
+            c.check_printable().map_err(|e| format!("{what}: {e}"))?;
             if let ContainerState::Held { .. } = c.state {
                 holdable(&c.module, &what)?;
             }
@@ -843,7 +955,13 @@ impl Generation {
                 _ => {}
             }
         }
+        for name in self.settings.ports.keys() {
+            check_setting_name(name)?;
+        }
         for o in &self.openings {
+            if o.module != "foundation" {
+                ModuleName::new(&o.module).map_err(|e| e.to_string())?;
+            }
             if self.settings.ports.get(&o.setting) != Some(&o.port) {
                 return Err(format!(
                     "the opening of module {} names setting {} but port {}",
@@ -915,6 +1033,7 @@ mod tests {
                     mode: FileMode::parse("0644").unwrap(),
                     owner: "0".into(),
                     group: "0".into(),
+                    special_mode: false,
                     state: FileState::Held {
                         original: BlobHash::of(b"old"),
                     },
@@ -959,5 +1078,26 @@ mod tests {
         let mut base = generation();
         base.firewall.base = Some(base.firewall.guard.clone());
         assert!(base.validate().unwrap_err().contains("has a base ruleset"));
+        let mut setuid = generation();
+        let file = setuid.files.values_mut().next().unwrap();
+        file.mode = FileMode::parse("4755").unwrap();
+        assert!(setuid
+            .validate()
+            .unwrap_err()
+            .contains("mode 4755 (setuid) without `special_mode`"));
+        setuid.files.values_mut().next().unwrap().special_mode = true;
+        assert_eq!(setuid.validate(), Ok(()));
+        let mut setting = generation();
+        let port = setting.settings.ports.remove("web").unwrap();
+        let injected = "web\" -j ACCEPT\n-I INPUT -j ACCEPT\n#";
+        setting.settings.ports.insert(injected.into(), port);
+        setting.openings[0].setting = injected.into();
+        assert!(setting
+            .validate()
+            .unwrap_err()
+            .contains("is not a setting name"));
+        let mut owner = generation();
+        owner.files.values_mut().next().unwrap().owner = "root\nx".into();
+        assert!(owner.validate().unwrap_err().contains("root\\nx"));
     }
 }

@@ -72,6 +72,10 @@ pub fn read_index(path: &Path) -> io::Result<Vec<(BlobHash, Entry)>> {
         return Err(bad(path, "wrong magic or version"));
     }
     let count = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes")) as usize;
+    // The count is read from the file: a damaged one must not make the mesh ask for 200 GB.
+    if (HEADER + count * ENTRY) as u64 > file_len {
+        return Err(bad(path, "its index is longer than the file"));
+    }
     let mut raw = vec![0u8; count * ENTRY];
     file.read_exact(&mut raw)
         .map_err(|_| bad(path, "index cut short"))?;
@@ -116,5 +120,18 @@ mod tests {
         for (hash, entry) in index {
             assert_eq!(BlobHash::of(&read_entry(&path, entry).unwrap()), hash);
         }
+    }
+
+    /// A header claiming more entries than the file holds is refused before anything is
+    /// allocated for them (4 billion entries would be 200 GB).
+    #[test]
+    fn a_damaged_count_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p");
+        let mut bytes = encode(&[(BlobHash::of(b"x"), b"x")]);
+        bytes[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        let err = read_index(&path).unwrap_err();
+        assert!(err.to_string().contains("longer than the file"), "{err}");
     }
 }

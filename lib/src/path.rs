@@ -18,8 +18,17 @@ pub enum PathError {
     #[error("`{0}` names a folder, not a file")]
     Folder(String),
     /// A NUL byte.
-    #[error("`{}` contains a NUL byte", .0.replace('\0', "\\0"))]
+    #[error("`{}` contains a NUL byte", crate::text::escape(&.0.replace('\0', "\\0")))]
     Nul(String),
+    /// A control character (newline, carriage return, escape, …) or a bidirectional override:
+    /// a path a person reviews in a plan must read as what it is.
+    #[error("`{}` contains {}: a declared path may not hold control or bidirectional formatting characters", crate::text::escape(.path), describe(*.character))]
+    Control {
+        /// The path.
+        path: String,
+        /// The first such character.
+        character: char,
+    },
     /// An empty component: `//`.
     #[error("`{0}` contains `//`")]
     DoubleSlash(String),
@@ -39,8 +48,20 @@ pub enum PathError {
     TooLong(String),
 }
 
+fn describe(c: char) -> String {
+    let name = match c {
+        '\n' => " (newline)",
+        '\r' => " (carriage return)",
+        '\t' => " (tab)",
+        '\u{1b}' => " (escape)",
+        _ => "",
+    };
+    format!("the character U+{:04X}{name}", c as u32)
+}
+
 /// An absolute, normalised path to a file on the node: starts with `/`, no `.`, `..` or empty
-/// component, no NUL, no trailing slash, not under [`STORE_ROOT`].
+/// component, no NUL, no control or bidirectional formatting character, no trailing slash, not
+/// under [`STORE_ROOT`].
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct TargetPath(String);
@@ -51,6 +72,12 @@ impl TargetPath {
         let owned = || s.to_owned();
         if s.contains('\0') {
             return Err(PathError::Nul(owned()));
+        }
+        if let Some(character) = s.chars().find(|c| crate::text::is_hazard(*c)) {
+            return Err(PathError::Control {
+                path: owned(),
+                character,
+            });
         }
         if !s.starts_with('/') {
             return Err(PathError::Relative(owned()));
@@ -124,7 +151,8 @@ mod tests {
         ] {
             assert!(TargetPath::new(ok).is_ok(), "{ok}");
         }
-        let cases: &[(&str, fn(&PathError) -> bool)] = &[
+        type Case = (&'static str, fn(&PathError) -> bool);
+        let cases: &[Case] = &[
             ("etc/passwd", |e| matches!(e, PathError::Relative(_))),
             ("/etc/../shadow", |e| {
                 matches!(e, PathError::DotComponent { .. })
@@ -137,11 +165,37 @@ mod tests {
             }),
             ("/var/lib/mesh", |e| matches!(e, PathError::UnderStore(_))),
             ("/etc/", |e| matches!(e, PathError::Folder(_))),
+            ("/etc/motd\nPasswordAuthentication yes", |e| {
+                matches!(
+                    e,
+                    PathError::Control {
+                        character: '\n',
+                        ..
+                    }
+                )
+            }),
+            ("/etc/x\r", |e| matches!(e, PathError::Control { .. })),
+            ("/etc/\u{1b}[2Jx", |e| {
+                matches!(e, PathError::Control { .. })
+            }),
+            ("/etc/\u{85}x", |e| matches!(e, PathError::Control { .. })),
+            ("/etc/cron.d/x\u{202e}fnoc", |e| {
+                matches!(e, PathError::Control { .. })
+            }),
             ("/", |e| matches!(e, PathError::Folder(_))),
         ];
         for (bad, is_expected) in cases {
             let err = TargetPath::new(bad).unwrap_err();
             assert!(is_expected(&err), "{bad}: {err}");
         }
+    }
+
+    /// The message names the character and never holds it raw.
+    #[test]
+    fn a_control_character_is_named_not_printed() {
+        let err = TargetPath::new("/etc/a\nb").unwrap_err().to_string();
+        assert!(err.contains("`/etc/a\\nb`"), "{err}");
+        assert!(err.contains("U+000A (newline)"), "{err}");
+        assert!(!err.contains('\n'));
     }
 }

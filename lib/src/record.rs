@@ -29,6 +29,13 @@ pub struct FoundFile {
     pub owner: String,
     /// Its group's name (or gid).
     pub group: String,
+    /// Its owner's uid, as found (absent in records of an older mesh): what a restore writes
+    /// back, whatever the name resolves to then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Its group's gid, as found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
 }
 
 /// A container found under a declared name without the mesh's label.
@@ -136,6 +143,39 @@ pub enum RecordError {
         /// The format it claims.
         found: u32,
     },
+    /// Not a regular file (a fifo, a device: `--record /dev/zero`).
+    #[error("not a regular file")]
+    NotAFile,
+    /// Larger than any record.
+    #[error("larger than {} MiB, which no node record is", MAX_RECORD_BYTES >> 20)]
+    TooLarge,
+    /// It cannot be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// The most bytes a node record is read to: far more than the record of a node with a hundred
+/// thousand found files, and a bound on what `--record FILE` can make the mesh hold in memory.
+pub const MAX_RECORD_BYTES: u64 = 64 << 20;
+
+/// Reads and parses the record at `path`: a regular file (opened without waiting, so a fifo
+/// is refused rather than waited on) of at most [`MAX_RECORD_BYTES`].
+pub fn read(path: &std::path::Path) -> Result<NodeRecord, RecordError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(RecordError::NotAFile);
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(RecordError::TooLarge);
+    }
+    NodeRecord::parse(&bytes)
 }
 
 /// Where a node's record lives in its state directory.

@@ -9,8 +9,9 @@
 //! Invariants:
 //! - an object is written atomically ([`crate::atomic`]) and never modified afterwards;
 //! - every read checks the bytes against the name: a corrupted object is reported, never used;
-//! - a blob of a file that is not world-readable is stored with mode `0400`, others `0444`;
-//! - the store's folders are `0755`: not world-writable.
+//! - every object is stored with mode `0400` and every folder is `0700`, whatever the mode a
+//!   declaration gives a file: the store holds secrets, and is its owner's only (see
+//!   [`crate::state`]).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -69,6 +70,9 @@ pub enum StoreError {
     /// A generation that has no canonical encoding.
     #[error("generation cannot be encoded: {0}")]
     Encode(#[from] crate::canonical::CanonicalError),
+    /// The state directory cannot be used or made private.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
@@ -99,6 +103,9 @@ pub struct VerifyReport {
     pub corrupt: Vec<PathBuf>,
 }
 
+/// The mode of every object in the store: its owner may read it, no one else.
+const OBJECT_MODE: u32 = 0o400;
+
 /// Where every packed blob is: digest → (pack file, entry).
 type PackIndex = BTreeMap<BlobHash, (PathBuf, pack::Entry)>;
 
@@ -125,8 +132,10 @@ pub enum Location {
 }
 
 impl Store {
-    /// Opens the store of `state_dir`, creating its folders if needed.
+    /// Opens the store of `state_dir`, creating its folders if needed; the state directory is
+    /// made private first ([`crate::state::secure`]).
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
+        crate::state::secure(state_dir)?;
         let root = state_dir.join("store");
         for dir in [
             root.join("blobs"),
@@ -187,9 +196,9 @@ impl Store {
         self.root.join("generations").join(id.hex())
     }
 
-    /// Adds `bytes` as a blob, durably. `private` blobs (of files not world-readable) get mode
-    /// `0400`; a blob already present is checked, replaced if corrupted, and made private if
-    /// asked.
+    /// Adds `bytes` as a blob, durably. Every blob is stored `0400`; `private` (a blob of a file
+    /// that is not world-readable) also makes an object an older mesh stored `0444` private. A
+    /// blob already present is checked and replaced if corrupted.
     pub fn put_blob(&self, bytes: &[u8], private: bool) -> Result<BlobHash, StoreError> {
         Ok(self.put_blobs([(bytes, private)])?[0])
     }
@@ -221,22 +230,19 @@ impl Store {
     /// [`Store::put_blobs`]; a switch makes the blobs it activates durable first
     /// ([`Store::sync`]).
     ///
-    /// The blobs not yet in the store go into one new pack; the pack is private (`0400`) if any
-    /// of them is.
+    /// The blobs not yet in the store go into one new pack (`0400`).
     pub fn put_blobs_deferred<'a>(
         &self,
         blobs: impl IntoIterator<Item = (&'a [u8], bool)>,
     ) -> Result<Vec<BlobHash>, StoreError> {
         let mut hashes = Vec::new();
         let mut missing: Vec<(BlobHash, &[u8])> = Vec::new();
-        let mut private_pack = false;
         for (bytes, private) in blobs {
             let hash = BlobHash::of(bytes);
             hashes.push(hash);
             match self.locate(&hash)? {
                 None => {
                     missing.push((hash, bytes));
-                    private_pack |= private;
                 }
                 Some(Location::Loose(path)) if private => self.restrict(&path)?,
                 Some(Location::Packed { pack, .. }) if private => self.restrict(&pack)?,
@@ -251,7 +257,7 @@ impl Store {
             .root
             .join("packs")
             .join(format!("{}.pack", BlobHash::of(&bytes).hex()));
-        atomic::write_file_unsynced(&path, &bytes, if private_pack { 0o400 } else { 0o444 })
+        atomic::write_file_unsynced(&path, &bytes, OBJECT_MODE)
             .map_err(io_err("writing", &path))?;
         let index = pack::read_index(&path).map_err(io_err("reading", &path))?;
         self.with_packs(|packs| {
@@ -284,7 +290,7 @@ impl Store {
     ) -> Result<(BlobHash, bool), StoreError> {
         let hash = BlobHash::of(bytes);
         let path = self.blob_path(&hash);
-        let mode = if private { 0o400 } else { 0o444 };
+        let mode = OBJECT_MODE;
         match fs::read(&path) {
             Ok(existing) if BlobHash::of(&existing) == hash => {
                 if private {
@@ -347,7 +353,8 @@ impl Store {
         }
         // Not waited for, like a build's blobs: a generation can be built again. A switch makes
         // what it activates durable ([`Store::sync`]) before it commits.
-        atomic::write_file_unsynced(&path, &bytes, 0o444).map_err(io_err("writing", &path))?;
+        atomic::write_file_unsynced(&path, &bytes, OBJECT_MODE)
+            .map_err(io_err("writing", &path))?;
         Ok(id)
     }
 
@@ -469,13 +476,8 @@ impl Store {
                 let refs: Vec<(BlobHash, &[u8])> =
                     contents.iter().map(|(h, b)| (*h, b.as_slice())).collect();
                 let bytes = pack::encode(&refs);
-                let mode = fs::metadata(&path)
-                    .map_err(io_err("reading", &path))?
-                    .permissions()
-                    .mode()
-                    & 0o777;
                 let new = packs.join(format!("{}.pack", BlobHash::of(&bytes).hex()));
-                atomic::write_file(&new, &bytes, mode).map_err(io_err("writing", &new))?;
+                atomic::write_file(&new, &bytes, OBJECT_MODE).map_err(io_err("writing", &new))?;
                 report.packs_rewritten += 1;
             }
             fs::remove_file(&path).map_err(io_err("removing", &path))?;
@@ -570,32 +572,25 @@ mod tests {
         assert_eq!(store.blob(&h).unwrap(), b"original");
     }
 
-    /// Secrets stay secret in the store; folders are not world-writable.
+    /// Nothing in the store is readable by anyone but its owner, whatever the declared mode:
+    /// objects `0400`, folders `0700`.
     #[test]
-    fn private_blobs_are_not_world_readable() {
+    fn every_object_is_its_owners_only() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let public = store.put_blob(b"motd", false).unwrap();
         let secret = store.put_blob(b"password", true).unwrap();
-        assert_eq!(
-            fs::metadata(store.blob_path(&public)).unwrap().mode() & 0o777,
-            0o444
-        );
-        assert_eq!(
-            fs::metadata(store.blob_path(&secret)).unwrap().mode() & 0o777,
-            0o400
-        );
-        // The same content declared later as a secret becomes private.
-        store.put_blob(b"motd", true).unwrap();
-        assert_eq!(
-            fs::metadata(store.blob_path(&public)).unwrap().mode() & 0o777,
-            0o400
-        );
-        for entry in walk(store.root()) {
+        store.put_blobs_deferred([(&b"packed"[..], false)]).unwrap();
+        for h in [public, secret] {
+            assert_eq!(
+                fs::metadata(store.blob_path(&h)).unwrap().mode() & 0o777,
+                0o400
+            );
+        }
+        for entry in walk(dir.path()) {
             let m = fs::metadata(&entry).unwrap();
-            if m.is_dir() {
-                assert_eq!(m.mode() & 0o002, 0, "{} is world-writable", entry.display());
-            }
+            let want = if m.is_dir() { 0o700 } else { 0o400 };
+            assert_eq!(m.mode() & 0o777, want, "{}", entry.display());
         }
     }
 

@@ -11,17 +11,17 @@ pub const PINNED: [(&str, Option<&str>, &str); 3] = [
     (
         "control-node",
         Some("control-node.record.json"),
-        "b3:5afc5e684e6f5dd236e7b50c48128a4a82fa84c454dbb8799ef4142d7b4a7fdd",
+        "b3:76ed0dabf008c7cb098e7a0866cf4da582e79791c82a9b16eb6f8273b6fb671e",
     ),
     (
         "worker-1",
         Some("worker-1.record.json"),
-        "b3:92877eb2fdd956b2b2d831d5e5491a84ac8af46de16c777a28bd8bff5c65b619",
+        "b3:364b0662ff55ed1d6fdf3c9d8756a638aaece4974f527d041938b3adacaa364c",
     ),
     (
         "fresh-node",
         None,
-        "b3:95838523138dc4833ca2247a854c8f4b7108426382aae670f0ae4e930d859012",
+        "b3:c598fab75ac10284e93891918414dc1615ded6be9a191df94e84f3118e94e2ce",
     ),
 ];
 
@@ -69,8 +69,12 @@ fn ids_do_not_depend_on_folder_or_environment() {
         .prefix("another-checkout")
         .tempdir()
         .unwrap();
-    copy_tree(&repo().join("examples"), &a.path().join("examples"));
-    copy_tree(&repo().join("examples"), &b.path().join("deeper/examples"));
+    // Two checkouts of the fleet (the tree its imports may reach is the checkout: see
+    // compiler/src/imports.rs).
+    for checkout in [a.path().to_owned(), b.path().join("deeper")] {
+        copy_tree(&repo().join("examples"), &checkout.join("examples"));
+        std::fs::create_dir(checkout.join(".git")).unwrap();
+    }
     let state_a = tempfile::tempdir().unwrap();
     let state_b = tempfile::tempdir().unwrap();
     let first = build_examples(&a.path().join("examples"), state_a.path(), &[]);

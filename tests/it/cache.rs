@@ -22,6 +22,7 @@ fn changed_import_misses_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     copy_tree(&repo().join("examples"), &dir.path().join("examples"));
+    std::fs::create_dir(dir.path().join(".git")).unwrap(); // a checkout: the imports' tree
     let node = dir.path().join("examples/nodes/fresh-node.ncl");
 
     let cold = build_json(state.path(), &node, None);

@@ -130,8 +130,13 @@ fn assert_no_temp_files(f: &Fixture, context: &str) {
     for entry in walkdir::WalkDir::new(f.dir.path()) {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy();
+        // The mesh's temp file beside a declared path: `.NAME.mesh-` and a 20-digit tag.
+        let staged = name.starts_with('.')
+            && name.rsplit_once(".mesh-").is_some_and(|(_, tag)| {
+                tag.len() == 20 && tag.bytes().all(|b| b.is_ascii_hexdigit())
+            });
         assert!(
-            !name.ends_with(".mesh-tmp") && !name.starts_with(".tmp-"),
+            !staged && !name.starts_with(".tmp-"),
             "{context}: temp file left: {}",
             entry.path().display()
         );

@@ -11,6 +11,7 @@ mod firewall_drivers;
 mod firewall_rules;
 mod firewall_runtime;
 mod genesis;
+mod hardening;
 mod held;
 mod netlab;
 mod node_fixture;

@@ -3,10 +3,10 @@
 
 use crate::support::{mesh, run, Ran};
 
-const PORTS: &str =
+pub(crate) const PORTS: &str =
     "store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820, web = 80";
 
-fn node(ports: &str, modules: &str) -> String {
+pub(crate) fn node(ports: &str, modules: &str) -> String {
     format!(
         r#"let mesh = import "mesh.ncl" in
 mesh.node {{
@@ -23,16 +23,16 @@ mesh.node {{
     )
 }
 
-fn module(name: &str, body: &str) -> String {
+pub(crate) fn module(name: &str, body: &str) -> String {
     format!("    {{ name = \"{name}\", config = fun s => {{ {body} }} }},\n")
 }
 
-fn file(path: &str) -> String {
+pub(crate) fn file(path: &str) -> String {
     format!("files = [{{ path = \"{path}\", content = \"x\" }}]")
 }
 
 /// Builds `text` as `bad-node.ncl` (with an optional record) and expects a rejection.
-fn rejected(text: &str, record: Option<serde_json::Value>) -> Ran {
+pub(crate) fn rejected(text: &str, record: Option<serde_json::Value>) -> Ran {
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad-node.ncl");
@@ -61,7 +61,7 @@ fn rejected(text: &str, record: Option<serde_json::Value>) -> Ran {
     ran
 }
 
-fn assert_says(ran: &Ran, needles: &[&str]) {
+pub(crate) fn assert_says(ran: &Ran, needles: &[&str]) {
     for n in needles {
         assert!(ran.stderr.contains(n), "expected {n:?} in:\n{}", ran.stderr);
     }

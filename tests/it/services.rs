@@ -275,7 +275,7 @@ fn a_failing_unit_is_reported_and_rolled_back_with_the_flag() {
         failed.stderr
     );
     assert!(
-        failed.stderr.contains("bad-binary"),
+        failed.stderr.contains("its last log lines") && failed.stderr.contains("203/EXEC"),
         "its log: {}",
         failed.stderr
     );

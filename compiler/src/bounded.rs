@@ -1,0 +1,442 @@
+//! Evaluation bounded in time and memory.
+//!
+//! Nickel is a full language: a declaration can recurse forever, and one did, growing past
+//! 13 GB in a minute. The mesh evaluates a declaration in a child process of its own binary
+//! (the program named by [`Evaluator::Child`], run with [`CHILD_ARG`]): the child limits its
+//! own address space (`RLIMIT_AS`) before it reads anything, and the mesh kills it when the time
+//! limit passes. Should the mesh itself be killed first, the child does not outlive it: it asks
+//! the kernel for SIGKILL when its parent goes, and its CPU time is limited too (`RLIMIT_CPU`, a
+//! little past the time limit). So a declaration that goes past either limit ends the child, never the node's
+//! memory or the mesh itself, and the mesh reports which limit it went past (exit 1). A crash of
+//! the evaluator (a stack overflow, a panic) is reported too, never a silent abort.
+//!
+//! The child does all of the work that needs Nickel's values: the walk of the imports
+//! ([`crate::imports`]), the evaluation, and the assembly (whose rejections point into the
+//! sources); it answers with the generation, its blobs and the sources it read, or with the
+//! rejection, spans included. The mesh writes the store and the evaluation cache; a build the
+//! cache answers starts no child.
+//!
+//! The answer on the child's stdout: a little-endian `u64` length, that many bytes of JSON
+//! ([`Answer`]), then the blobs' bytes, concatenated in the order the JSON lists them.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use mesh_lib::{BlobHash, Generation, NodeRecord};
+use serde::{Deserialize, Serialize};
+
+use crate::assemble::{Assembled, NewBlob, RecordSource};
+use crate::diagnostic::MeshDiagnostic;
+use crate::eval::ReadSource;
+use crate::imports::Tree;
+
+/// The first argument that makes the mesh's binary (or any binary that calls [`serve`] for
+/// it) an evaluating child.
+pub const CHILD_ARG: &str = "__mesh-evaluate";
+
+/// The default time limit, in seconds.
+pub const DEFAULT_TIME_SECONDS: u64 = 60;
+/// The default memory limit, in MiB.
+pub const DEFAULT_MEMORY_MIB: u64 = 2048;
+
+/// How long and how much memory an evaluation may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time, from the child's start to its answer.
+    pub time: Duration,
+    /// The child's address space, in MiB (the evaluator's own code and libraries included).
+    pub memory_mib: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            time: Duration::from_secs(DEFAULT_TIME_SECONDS),
+            memory_mib: DEFAULT_MEMORY_MIB,
+        }
+    }
+}
+
+/// Where a declaration is evaluated.
+#[derive(Debug, Clone)]
+pub enum Evaluator {
+    /// In this process, unbounded: for tests, benches, and the child itself.
+    InProcess,
+    /// In a child process, bounded by `limits`: `program CHILD_ARG`.
+    Child {
+        /// The program to run; it must call [`serve`] when given [`CHILD_ARG`].
+        program: PathBuf,
+        /// The limits.
+        limits: Limits,
+    },
+}
+
+impl Evaluator {
+    /// A child of this very binary (`/proc/self/exe`: the same file even if it was replaced on
+    /// disk since), bounded by `limits`.
+    pub fn this_binary(limits: Limits) -> Self {
+        Self::Child {
+            program: PathBuf::from("/proc/self/exe"),
+            limits,
+        }
+    }
+}
+
+/// A limit an evaluation went past.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exceeded {
+    /// The time limit.
+    Time(Duration),
+    /// The memory limit, in MiB.
+    Memory(u64),
+    /// The evaluator's stack: recursion too deep for it.
+    Stack,
+}
+
+impl std::fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exceeded::Time(t) => write!(
+                f,
+                "the time limit of {} s (--eval-timeout, MESH_EVAL_TIMEOUT)",
+                t.as_secs_f64()
+            ),
+            Exceeded::Memory(m) => write!(
+                f,
+                "the memory limit of {m} MiB (--eval-memory, MESH_EVAL_MEMORY)"
+            ),
+            Exceeded::Stack => f.write_str("the evaluator's stack (a recursion too deep)"),
+        }
+    }
+}
+
+/// Why a bounded evaluation gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedError {
+    /// The declaration went past a limit.
+    #[error("evaluating {} went past {limit}: it was stopped; a declaration that does not terminate, or one far larger than a node needs, does this", .node.display())]
+    Exceeded {
+        /// The declaration.
+        node: PathBuf,
+        /// Which limit.
+        limit: Exceeded,
+    },
+    /// The evaluator could not run, or died in a way no limit explains.
+    #[error("the evaluator of {} failed: {reason}", .node.display())]
+    Failed {
+        /// The declaration.
+        node: PathBuf,
+        /// What happened.
+        reason: String,
+    },
+}
+
+/// What the evaluating child needs.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Request {
+    pub node: PathBuf,
+    pub library: PathBuf,
+    pub tree_root: PathBuf,
+    pub pinned: BTreeMap<String, u16>,
+    /// The node record's canonical bytes and the name diagnostics call it by.
+    pub record: Option<(String, String)>,
+    pub memory_mib: u64,
+    /// The time limit in whole seconds, rounded up: the child's CPU time limit, one more.
+    pub time_seconds: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct BlobHeader {
+    hash: BlobHash,
+    private: bool,
+    len: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+enum Answer {
+    Built {
+        generation: Box<Generation>,
+        blobs: Vec<BlobHeader>,
+        sources: Vec<(PathBuf, String)>,
+    },
+    Rejected(Box<MeshDiagnostic>),
+}
+
+/// An evaluation's result: the assembled generation and the sources it read.
+pub(crate) struct Evaluated {
+    pub assembled: Assembled,
+    pub sources: Vec<ReadSource>,
+}
+
+/// Evaluates and assembles in this process: what the child does, and what
+/// [`Evaluator::InProcess`] does.
+pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnostic> {
+    let tree = Tree {
+        root: request.tree_root.clone(),
+        library: std::fs::canonicalize(&request.library)
+            .unwrap_or_else(|_| request.library.clone()),
+    };
+    crate::imports::check_imports(&request.node, std::slice::from_ref(&request.library), &tree)?;
+    let evaluation =
+        crate::eval::evaluate_in(&request.node, &request.library, &request.pinned, &tree)?;
+    let record = match &request.record {
+        Some((bytes, name)) => Some((
+            NodeRecord::parse(bytes.as_bytes())
+                .map_err(|e| MeshDiagnostic::new(format!("{name}: {e}")))?,
+            name.clone(),
+        )),
+        None => None,
+    };
+    let source = record.as_ref().map(|(record, name)| RecordSource {
+        record,
+        name: name.clone(),
+    });
+    let assembled = crate::assemble::assemble(&evaluation, source.as_ref())?;
+    Ok(Evaluated {
+        assembled,
+        sources: evaluation.read_sources(),
+    })
+}
+
+/// Runs `request` in `program`, bounded by `limits`.
+pub(crate) fn evaluate_in_child(
+    program: &Path,
+    limits: Limits,
+    request: &Request,
+) -> Result<Result<Evaluated, MeshDiagnostic>, BoundedError> {
+    let failed = |reason: String| BoundedError::Failed {
+        node: request.node.clone(),
+        reason,
+    };
+    let input = serde_json::to_vec(request).map_err(|e| failed(e.to_string()))?;
+    let mut child = Command::new(program)
+        .arg(CHILD_ARG)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(format!("cannot start {}: {e}", program.display())))?;
+    let started = std::time::Instant::now();
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let (done, answered) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let result = stdout.read_to_end(&mut bytes).map(|_| bytes);
+        let _receiver_gone = done.send(());
+        result
+    });
+    let errors = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _unreadable = stderr.read_to_end(&mut bytes);
+        bytes
+    });
+    // The child reads its whole request before anything else; a child that died first
+    // (closing its stdin) is reported from its status below.
+    if let Some(mut stdin) = child.stdin.take() {
+        let _child_gone = stdin.write_all(&input);
+    }
+    let timed_out = answered
+        .recv_timeout(limits.time.saturating_sub(started.elapsed()))
+        .is_err();
+    if timed_out {
+        // Not reaped yet, so the pid is still the child's.
+        let _already_gone = child.kill();
+    }
+    let status = child.wait().map_err(|e| failed(e.to_string()))?;
+    let output = reader
+        .join()
+        .map_err(|_| failed("its output could not be read".into()))?
+        .map_err(|e| failed(format!("reading its answer: {e}")))?;
+    let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
+    let exceeded = |limit| BoundedError::Exceeded {
+        node: request.node.clone(),
+        limit,
+    };
+    if timed_out {
+        return Err(exceeded(Exceeded::Time(limits.time)));
+    }
+    if !status.success() {
+        use std::os::unix::process::ExitStatusExt;
+        // Under RLIMIT_AS an allocation fails and Rust aborts with this message; a thread's
+        // stack that cannot grow is a SIGSEGV or SIGBUS.
+        if errors.contains("memory allocation of") || errors.contains("out of memory") {
+            return Err(exceeded(Exceeded::Memory(limits.memory_mib)));
+        }
+        if errors.contains("overflowed its stack") {
+            return Err(exceeded(Exceeded::Stack));
+        }
+        if status.signal() == Some(rustix::process::Signal::XCPU.as_raw()) {
+            return Err(exceeded(Exceeded::Time(limits.time)));
+        }
+        let how = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exit {code}"),
+            (_, Some(signal)) => format!("signal {signal}"),
+            _ => "an unknown status".into(),
+        };
+        let said = mesh_lib::text::escape_keeping_lines(errors.trim()).into_owned();
+        return Err(failed(if said.is_empty() {
+            format!(
+                "it ended with {how} and said nothing (out of memory, within the limit of {} MiB?)",
+                limits.memory_mib
+            )
+        } else {
+            format!("it ended with {how}: {said}")
+        }));
+    }
+    decode(&output).map_err(|e| failed(format!("its answer cannot be read: {e}")))
+}
+
+fn decode(output: &[u8]) -> Result<Result<Evaluated, MeshDiagnostic>, String> {
+    let (len, rest) = output.split_first_chunk::<8>().ok_or("it is cut short")?;
+    let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|e| e.to_string())?;
+    if rest.len() < len {
+        return Err("it is cut short".into());
+    }
+    let (json, mut data) = rest.split_at(len);
+    match serde_json::from_slice(json).map_err(|e| e.to_string())? {
+        Answer::Rejected(d) => Ok(Err(*d)),
+        Answer::Built {
+            generation,
+            blobs: headers,
+            sources,
+        } => {
+            let mut blobs = Vec::with_capacity(headers.len());
+            for h in headers {
+                let len = usize::try_from(h.len).map_err(|e| e.to_string())?;
+                if data.len() < len {
+                    return Err("a blob is cut short".into());
+                }
+                let (bytes, more) = data.split_at(len);
+                data = more;
+                if BlobHash::of(bytes) != h.hash {
+                    return Err(format!("blob {} does not match its name", h.hash));
+                }
+                blobs.push(NewBlob {
+                    hash: h.hash,
+                    bytes: bytes.to_vec(),
+                    private: h.private,
+                });
+            }
+            let sources = sources
+                .into_iter()
+                .map(|(p, hex)| {
+                    let hash = blake3::Hash::from_hex(&hex).map_err(|e| e.to_string())?;
+                    Ok((p, *hash.as_bytes()))
+                })
+                .collect::<Result<_, String>>()?;
+            Ok(Ok(Evaluated {
+                assembled: Assembled {
+                    generation: *generation,
+                    blobs,
+                },
+                sources,
+            }))
+        }
+    }
+}
+
+fn encode(result: Result<Evaluated, MeshDiagnostic>) -> Result<Vec<u8>, serde_json::Error> {
+    let (answer, data) = match result {
+        Err(d) => (Answer::Rejected(Box::new(d)), Vec::new()),
+        Ok(e) => {
+            let mut data = Vec::new();
+            let blobs = e
+                .assembled
+                .blobs
+                .into_iter()
+                .map(|b| {
+                    data.extend_from_slice(&b.bytes);
+                    BlobHeader {
+                        hash: b.hash,
+                        private: b.private,
+                        len: b.bytes.len() as u64,
+                    }
+                })
+                .collect();
+            let sources = e
+                .sources
+                .into_iter()
+                .map(|(p, d)| (p, blake3::Hash::from_bytes(d).to_hex().to_string()))
+                .collect();
+            (
+                Answer::Built {
+                    generation: Box::new(e.assembled.generation),
+                    blobs,
+                    sources,
+                },
+                data,
+            )
+        }
+    };
+    let json = serde_json::to_vec(&answer)?;
+    let mut out = Vec::with_capacity(8 + json.len() + data.len());
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&data);
+    Ok(out)
+}
+
+/// The child's side: reads the request on stdin, limits its own address space, evaluates,
+/// writes the answer on stdout. Returns the process's exit code: 0 when it answered (a
+/// rejection is an answer), 3 when it could not.
+pub fn serve() -> u8 {
+    let mut input = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut input) {
+        eprintln!("mesh evaluator: reading the request: {e}");
+        return 3;
+    }
+    let request: Request = match serde_json::from_slice(&input) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mesh evaluator: the request cannot be read: {e}");
+            return 3;
+        }
+    };
+    drop(input);
+    // The mesh waits for this answer; if it is gone, so is the reason to compute it.
+    let _best_effort =
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    if request.time_seconds > 0 {
+        let cpu = request.time_seconds.saturating_add(1);
+        let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
+        let limit = rustix::process::Rlimit {
+            current: Some(hard.map_or(cpu, |h| h.min(cpu))),
+            maximum: hard,
+        };
+        if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::Cpu, limit) {
+            eprintln!("mesh evaluator: cannot limit its time: {e}");
+            return 3;
+        }
+    }
+    if request.memory_mib > 0 {
+        let bytes = request.memory_mib.saturating_mul(1024 * 1024);
+        let hard = rustix::process::getrlimit(rustix::process::Resource::As).maximum;
+        let limit = rustix::process::Rlimit {
+            current: Some(hard.map_or(bytes, |h| h.min(bytes))),
+            maximum: hard,
+        };
+        if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::As, limit) {
+            eprintln!("mesh evaluator: cannot limit its memory: {e}");
+            return 3;
+        }
+    }
+    let answer = match encode(evaluate_here(&request)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("mesh evaluator: cannot encode the answer: {e}");
+            return 3;
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(&answer).and_then(|()| stdout.flush()) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("mesh evaluator: writing the answer: {e}");
+            3
+        }
+    }
+}

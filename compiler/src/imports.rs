@@ -1,0 +1,266 @@
+//! Imports stay inside the fleet's tree.
+//!
+//! A declaration may import catalogue files, templates and data (`import "x"`,
+//! `import "x" as 'Text`), and whatever it imports ends up in a generation, its blobs in the
+//! store. An import of a file outside the fleet's own sources — `/etc/shadow`, another user's
+//! home, the mesh's state directory — would copy it there, and would make the id depend on the
+//! machine that builds it. So:
+//!
+//! - the **fleet's tree** is the enclosing checkout of the node declaration: the nearest folder
+//!   above it (or its own) that holds `.git`; or, outside a checkout, the declaration's own
+//!   folder ([`Tree::of_declaration`]);
+//! - an import may resolve to a file in the tree, or to the mesh's own library (`mesh.ncl`,
+//!   installed in the state directory); nothing else. A path is judged after every symlink in it
+//!   is resolved, so a link in the tree that points out of it is outside.
+//!
+//! Nickel reads every import before it evaluates anything, and offers no hook into how it
+//! resolves them; so [`check_imports`] walks the imports first, the way Nickel resolves them
+//! (the importing file's folder, then the import path), parsing each Nickel file with Nickel's
+//! own parser: a file outside the tree is refused, with the span of the import that names it,
+//! before Nickel opens it. After the evaluation, [`check_read`] checks every file Nickel did read
+//! (a defence in depth: nothing outside the tree reaches the store, whatever the walk missed).
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+
+use nickel_lang_core::ast::{Ast, AstAlloc, Import, InputFormat, Node};
+use nickel_lang_core::files::Files;
+use nickel_lang_core::parser::grammar::TermParser;
+use nickel_lang_core::parser::lexer::Lexer;
+use nickel_lang_core::parser::ErrorTolerantParser;
+use nickel_lang_core::traverse::{TraverseAlloc, TraverseControl};
+
+use crate::diagnostic::{display_name, MeshDiagnostic, Source, Span};
+
+/// Where imports may lead: the fleet's tree and the mesh's library.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    /// The fleet's tree, canonical.
+    pub root: PathBuf,
+    /// The folder of the mesh's library, canonical.
+    pub library: PathBuf,
+}
+
+impl Tree {
+    /// The tree of the declaration `node` (a canonical path): the nearest folder from the
+    /// declaration's own upwards that holds `.git` (a folder, or the file of a git worktree),
+    /// else the declaration's own folder.
+    pub fn of_declaration(node: &Path, library: &Path) -> Self {
+        let folder = node.parent().unwrap_or(Path::new("/"));
+        let root = folder
+            .ancestors()
+            .find(|d| d.join(".git").exists())
+            .unwrap_or(folder);
+        Self {
+            root: root.to_owned(),
+            library: std::fs::canonicalize(library).unwrap_or_else(|_| library.to_owned()),
+        }
+    }
+
+    /// Whether `path` may be read: once its symlinks are resolved, it is in the tree or in the
+    /// library's folder. A path that cannot be resolved is not allowed.
+    pub fn allows(&self, path: &Path) -> bool {
+        std::fs::canonicalize(path)
+            .is_ok_and(|real| real.starts_with(&self.root) || real.starts_with(&self.library))
+    }
+
+    fn refusal(&self, what: &str, resolved: &Path) -> String {
+        let real = std::fs::canonicalize(resolved).unwrap_or_else(|_| resolved.to_owned());
+        let via = if real == resolved {
+            String::new()
+        } else {
+            format!(" (through a symlink, to {})", real.display())
+        };
+        format!(
+            "{what} {}{via}, which is outside the fleet's tree {}",
+            resolved.display(),
+            self.root.display()
+        )
+    }
+
+    fn help(&self) -> String {
+        "a declaration may import files of the fleet's tree only — its checkout (the nearest \
+         folder above it holding .git), or its own folder outside a checkout — and the mesh's \
+         library (\"mesh.ncl\"): move the file into the tree"
+            .to_owned()
+    }
+}
+
+/// Nickel's normalisation of a path: absolute, `.` dropped, `..` removing the component before
+/// it, symlinks not resolved (the kernel resolves them when the file is opened).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir | Component::Prefix(_) => out.push(c.as_os_str()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    out
+}
+
+/// One `import "PATH"` in a source: the path as written, its format, and where it is.
+struct Found {
+    path: PathBuf,
+    format: InputFormat,
+    range: std::ops::Range<usize>,
+}
+
+/// The path imports of `text`, parsed by Nickel's own parser. A source that does not parse is
+/// Nickel's to report: it has no imports to walk (Nickel does not resolve them either).
+fn imports_of(text: &str) -> Vec<Found> {
+    let alloc = AstAlloc::new();
+    let mut files = Files::empty();
+    let id = files.add("source", text);
+    let Ok((ast, _errors)) = TermParser::new().parse_tolerant(&alloc, id, Lexer::new(text)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let _no_early_stop: Option<()> = ast.traverse_ref(
+        &mut |node: &Ast<'_>, _: &()| {
+            if let Node::Import(Import::Path { path, format }) = &node.node {
+                let range = node
+                    .pos
+                    .as_opt_ref()
+                    .map_or(0..0, |s| s.start.to_usize()..s.end.to_usize());
+                out.push(Found {
+                    path: PathBuf::from(path),
+                    format: *format,
+                    range,
+                });
+            }
+            TraverseControl::Continue
+        },
+        &(),
+    );
+    out
+}
+
+/// Walks every import reachable from `node` (canonical) as Nickel will resolve them — first
+/// in the importing file's folder, then in each of `import_paths` — and refuses the first that
+/// resolves outside `tree`, pointing at it. Nothing outside the tree is opened.
+pub fn check_imports(
+    node: &Path,
+    import_paths: &[PathBuf],
+    tree: &Tree,
+) -> Result<(), MeshDiagnostic> {
+    if !tree.allows(node) {
+        // The declaration itself is in its tree by construction; a vanished one is Nickel's
+        // to report.
+        return Ok(());
+    }
+    let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut queue = vec![node.to_owned()];
+    while let Some(file) = queue.pop() {
+        if !seen.insert(file.clone()) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let folder = file.parent().unwrap_or(Path::new("/")).to_owned();
+        for import in imports_of(&text) {
+            let candidates = std::iter::once(&folder)
+                .chain(import_paths)
+                .map(|dir| normalize(&dir.join(&import.path)));
+            // Nickel takes the first candidate that exists; so does this walk.
+            let Some(resolved) = candidates.into_iter().find(|c| c.exists()) else {
+                continue; // not found: Nickel reports it
+            };
+            if !tree.allows(&resolved) {
+                return Err(MeshDiagnostic::new(
+                    tree.refusal(&format!("{} imports", display_name(&file)), &resolved),
+                )
+                .with_span(Span {
+                    source: Source {
+                        name: display_name(&file),
+                        text: text.clone(),
+                    },
+                    range: import.range,
+                    label: "imported here".into(),
+                })
+                .with_help(tree.help()));
+            }
+            if import.format == InputFormat::Nickel && resolved.is_file() {
+                queue.push(resolved);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks every file an evaluation read (absolute paths, as Nickel named them): the first that
+/// is outside `tree` is refused.
+pub fn check_read<'a>(
+    read: impl IntoIterator<Item = &'a Path>,
+    tree: &Tree,
+) -> Result<(), MeshDiagnostic> {
+    for path in read {
+        if !tree.allows(path) {
+            return Err(
+                MeshDiagnostic::new(tree.refusal("the declaration read", path))
+                    .with_help(tree.help()),
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Imports are found wherever they are, with their format and the span of the import.
+    #[test]
+    fn finds_every_import_with_its_span() {
+        let text = r#"let a = import "a.ncl" in
+{ x = import "../b.txt" as 'Text, y = [fun s => import "/etc/c.json"], z = a }"#;
+        let found = imports_of(text);
+        let got: Vec<(String, InputFormat, &str)> = found
+            .iter()
+            .map(|f| {
+                (
+                    f.path.display().to_string(),
+                    f.format,
+                    &text[f.range.clone()],
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a.ncl".into(), InputFormat::Nickel, "import \"a.ncl\""),
+                (
+                    "../b.txt".into(),
+                    InputFormat::Text,
+                    "import \"../b.txt\" as 'Text"
+                ),
+                (
+                    "/etc/c.json".into(),
+                    InputFormat::Json,
+                    "import \"/etc/c.json\""
+                ),
+            ]
+        );
+    }
+
+    /// The tree is the nearest checkout above the declaration, else its folder.
+    #[test]
+    fn the_tree_is_the_checkout_or_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(base.join("fleet/nodes")).unwrap();
+        std::fs::create_dir_all(base.join("loose")).unwrap();
+        std::fs::create_dir(base.join("fleet/.git")).unwrap();
+        let lib = base.join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        let t = Tree::of_declaration(&base.join("fleet/nodes/n.ncl"), &lib);
+        assert_eq!(t.root, base.join("fleet"));
+        let t = Tree::of_declaration(&base.join("loose/n.ncl"), &lib);
+        assert_eq!(t.root, base.join("loose"));
+    }
+}

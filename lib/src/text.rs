@@ -1,0 +1,68 @@
+//! Text that came from outside — a declared path or name, a record, a Docker or nft answer, a
+//! process name — printed for a person. A control character in it (a newline, a carriage
+//! return, an escape sequence) or a bidirectional override could make what the person reads lie
+//! about what is there: a plan line that seems to end early, a path that overwrites the line
+//! before it, colours or a cleared screen. Such characters are written as escapes (`\n`,
+//! `\u{1b}`), never raw.
+
+use std::borrow::Cow;
+
+/// Whether `c` changes what a terminal shows beyond a glyph of its own: a C0 or C1 control
+/// character, DEL, or a bidirectional formatting character (which reorders what follows it).
+pub fn is_hazard(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+fn escaped(s: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !s.chars().any(|c| is_hazard(c) && !keep(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !is_hazard(c) || keep(c) {
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `s` for one line of output: every hazard escaped, newlines and tabs too.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    escaped(s, |_| false)
+}
+
+/// `s` for output that may span lines (a tool's message, a rendered report): every hazard
+/// escaped but newline and tab.
+pub fn escape_keeping_lines(s: &str) -> Cow<'_, str> {
+    escaped(s, |c| c == '\n' || c == '\t')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plain text passes untouched; every hazard is written as an escape a person can read.
+    #[test]
+    fn hazards_are_escaped() {
+        assert!(matches!(escape("/etc/motd"), Cow::Borrowed(_)));
+        assert_eq!(escape("/etc/a\nb\r\u{1b}[2J"), "/etc/a\\nb\\r\\u{1b}[2J");
+        assert_eq!(escape("x\u{202e}txt.sh"), "x\\u{202e}txt.sh");
+        assert_eq!(escape("\u{85}\u{7f}"), "\\u{85}\\u{7f}");
+        assert_eq!(
+            escape_keeping_lines("line 1\n\tline 2\u{1b}[31m"),
+            "line 1\n\tline 2\\u{1b}[31m"
+        );
+        assert_eq!(escape("née ✓"), "née ✓");
+    }
+}
