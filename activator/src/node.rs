@@ -28,12 +28,54 @@ pub struct Node {
     pub profile: Profile,
     pub(crate) ids: Ids,
     pub(crate) firewall: Box<dyn crate::firewall::Firewall>,
+    /// Where the state directory lies under the root, as a declared path names it (`None` when
+    /// it is elsewhere): no path the mesh writes, removes or restores may reach it.
+    pub(crate) state_in_root: Option<String>,
     /// systemd, connected on first use.
     pub(crate) systemd: std::sync::OnceLock<Box<dyn crate::systemd::Systemd>>,
     _lock: Option<StateLock>,
 }
 
+/// The state directory as a path under `root` would name it, both resolved (links followed,
+/// `..` gone), if it lies under the root: `/home/u/.local/state/mesh` with `--root /`,
+/// `/var/state` for a state directory `R/var/state` with `--root R`.
+fn state_in_root(state: &Path, root: &Path) -> Option<String> {
+    let state = std::fs::canonicalize(state).ok()?;
+    let root = std::fs::canonicalize(root).ok()?;
+    let rel = state.strip_prefix(&root).ok()?;
+    Some(format!("/{}", rel.display()).replace("//", "/"))
+}
+
 impl Node {
+    /// Refuses a generation with a path the mesh would write, and any path it would remove or
+    /// restore, that reaches the real state directory (its store, record, host store, lock):
+    /// a declaration must never touch the mesh's own state, wherever that is.
+    pub(crate) fn check_reach<'a>(
+        &self,
+        paths: impl IntoIterator<Item = &'a mesh_lib::TargetPath>,
+    ) -> Result<(), ActivateError> {
+        let Some(state) = &self.state_in_root else {
+            return Ok(());
+        };
+        for path in paths {
+            let p = path.as_str();
+            let inside = state == "/"
+                || p == state
+                || p.strip_prefix(state.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+                || state
+                    .strip_prefix(p)
+                    .is_some_and(|rest| rest.starts_with('/'));
+            if inside {
+                return Err(ActivateError::ReachesState {
+                    path: path.clone(),
+                    state: self.state.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Takes the state directory's lock (failing at once if it is held) and opens the node.
     pub fn open(state: &Path, root: &Path, netns: Option<String>) -> Result<Self, ActivateError> {
         let lock = StateLock::take(state)?;
@@ -61,6 +103,7 @@ impl Node {
             TempKey::of_state(state).map_err(io_err("reading the temp-file key in", state))?;
         let root = Root::open(root, key)?;
         Ok(Self {
+            state_in_root: state_in_root(state, root.path()),
             state: state.to_owned(),
             ids: Ids::load(&root),
             root,
@@ -173,6 +216,8 @@ impl Node {
         if record.mode != Mode::Adopted {
             return Ok(0);
         }
+        // Nothing in the state directory is ever read as a found file.
+        self.check_reach(generation.files.keys())?;
         let host = HostStore::load(&self.state)?;
         let mut found = 0;
         let staged: Vec<&mesh_lib::model::ContainerName> = generation

@@ -935,3 +935,75 @@ fn the_evaluator_does_not_outlive_the_mesh() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A declaration never reaches the mesh's own state: with the state directory under the root
+/// (the non-root default `~/.local/state/mesh` with `--root /`, here `ROOT/var/state`), a
+/// module declaring `STATE/host.json`, `STATE/profile.log` or a path in the store is refused
+/// (exit 1), the state untouched — also when the state directory is named through a link.
+#[test]
+fn a_declaration_never_reaches_the_state_directory() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    let f = Fixture::new();
+    let state = f.root().join("var/state");
+    let link = f.dir.path().join("state-link");
+    std::fs::create_dir_all(&state).unwrap();
+    std::os::unix::fs::symlink(&state, &link).unwrap();
+    let run_with = |state_dir: &Path, args: &[&str]| {
+        let mut c = f.command(args);
+        c.env("MESH_STATE_DIR", state_dir);
+        run(c)
+    };
+    let first = run_with(&state, &["switch", f.decl("a.ncl").to_str().unwrap()]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let before = snapshot_of(&state);
+    for (i, target) in [
+        "/var/state/host.json",
+        "/var/state/profile.log",
+        "/var/state/store/x",
+        "/var/state",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let hostile = declaration("hello\\n", true).replace(
+            "modules = [",
+            &format!(
+                "modules = [ {{ name = \"evil\", config = fun s => {{ files = [{{ path = \"{target}\", content = \"gone\\n\" }}] }} }},"
+            ),
+        );
+        let name = format!("evil{i}.ncl");
+        f.write_decl(&name, &hostile);
+        for dir in [&state, &link] {
+            let ran = run_with(dir, &["switch", f.decl(&name).to_str().unwrap()]);
+            assert_eq!(ran.code, 1, "{target}: {}{}", ran.stdout, ran.stderr);
+            assert!(
+                ran.stderr.contains("state directory") && ran.stderr.contains(target),
+                "{target}: {}",
+                ran.stderr
+            );
+            assert_eq!(snapshot_of(&state), before, "{target}: the state changed");
+        }
+    }
+}
+
+/// What a switch's history is in the state directory: the host store, the profile and its log,
+/// the node record — each file's path and a digest of its bytes. (A build adds to the store
+/// and the cache: that is no loss.)
+fn snapshot_of(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    for e in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let e = e.unwrap();
+        let rel = e.path().strip_prefix(dir).unwrap().to_owned();
+        let history = ["host.json", "host.log", "profile.log", "record.json"]
+            .iter()
+            .any(|n| rel == Path::new(n))
+            || rel.starts_with("profile");
+        if history && e.path().symlink_metadata().unwrap().is_file() {
+            let bytes = std::fs::read(e.path()).unwrap();
+            out.push((rel, mesh_lib::BlobHash::of(&bytes).to_string()));
+        }
+    }
+    out
+}

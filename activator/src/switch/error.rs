@@ -96,6 +96,14 @@ pub enum ActivateError {
         /// What is wrong.
         why: String,
     },
+    /// A declared path reaches the mesh's own state directory.
+    #[error("{path} lies in the mesh's state directory {} (under the root): a declaration never writes, removes or restores the mesh's own state; nothing was changed", .state.display())]
+    ReachesState {
+        /// The path.
+        path: mesh_lib::TargetPath,
+        /// The state directory.
+        state: PathBuf,
+    },
     /// Nothing to roll back to, or no such generation number.
     #[error("{0}")]
     NoSuchGeneration(String),
@@ -166,7 +174,8 @@ impl ActivateError {
             }
             ActivateError::WrongNode { .. }
             | ActivateError::NoSuchGeneration(_)
-            | ActivateError::InvalidGeneration { .. } => Kind::User,
+            | ActivateError::InvalidGeneration { .. }
+            | ActivateError::ReachesState { .. } => Kind::User,
             ActivateError::FoundContainerNotHeld { .. } | ActivateError::MissingImages { .. } => {
                 Kind::Refused
             }

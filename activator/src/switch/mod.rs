@@ -114,6 +114,7 @@ impl Node {
             .current()
             .map_err(io_err("reading the profile in", &self.state))?;
         let mut host = HostStore::load(&self.state)?;
+        self.check_reach(target.files.keys().chain(host.written.keys()))?;
         let seen = self.observe_all(target, &host)?;
 
         // Plan: files, then containers (the engine must answer before anything changes).
