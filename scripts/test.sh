@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as root: installs what the tests need if it is
 # missing (nftables, iptables, docker.io, busybox-static, iproute2, systemd and dbus for the units'
-# tests, and nix-bin to parse flake.nix), starts
+# tests, openssh-server and -client for the fleet's, and nix-bin to parse flake.nix), starts
 # dockerd if none runs, then runs every test. A test that needs root, namespaces or nft fails —
 # never skips — when CI=true and they are missing.
 set -euo pipefail
@@ -17,6 +17,9 @@ command -v nix-instantiate >/dev/null || need+=(nix-bin)
 # A real systemd as PID 1 in a container (its /usr is this machine's): systemd and D-Bus.
 [ -x /usr/lib/systemd/systemd ] || need+=(systemd)
 command -v dbus-daemon >/dev/null || need+=(dbus)
+# Real OpenSSH servers, one per network namespace, for the fleet's tests.
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null || need+=(openssh-client)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing: ${need[*]}"

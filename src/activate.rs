@@ -137,7 +137,7 @@ fn finish(
         ));
     }
     let generation = node.store.generation(&previous)?;
-    let back = go_back(node, previous, &generation, false)?;
+    let back = go_back(node, previous, &generation, false, Trigger::Rollback)?;
     if json_out {
         // One object: the switch, and the rollback it ended with.
         let mut value = serde_json::to_value(&switched).map_err(Failure::system)?;
@@ -155,11 +155,12 @@ fn finish(
 
 /// Switches back to `id` (a rollback): across the flip, the found firewall is loaded back from
 /// its dump first; the record follows what is in force.
-fn go_back(
+pub fn go_back(
     node: &Node,
     id: GenerationId,
     generation: &Generation,
     dry_run: bool,
+    trigger: Trigger,
 ) -> Result<Switched, Failure> {
     let mut restored = Vec::new();
     if !dry_run
@@ -170,7 +171,7 @@ fn go_back(
     {
         restored = node.restore_found_firewall()?;
     }
-    let mut switched = node.switch(id, generation, Trigger::Rollback, None, dry_run)?;
+    let mut switched = node.switch(id, generation, trigger, None, dry_run)?;
     switched.restored = restored
         .into_iter()
         .map(|(family, table)| format!("{family} {table}"))
@@ -199,6 +200,9 @@ fn go_back(
 }
 
 pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
+    if let (Some(seconds), Some(text)) = (args.confirm_within, &args.generation) {
+        return crate::remote::arm(machine, text, seconds, args.json);
+    }
     let state = machine.state.as_path();
     let node = machine.open()?;
     let switched = match (&args.node, &args.generation) {
@@ -348,7 +352,7 @@ pub fn rollback(machine: &Machine, args: RollbackArgs) -> Result<(), Failure> {
     node.recover()?;
     let (_, id) = node.rollback_target(args.to)?;
     let generation = node.store.generation(&id)?;
-    let switched = go_back(&node, id, &generation, args.dry_run)?;
+    let switched = go_back(&node, id, &generation, args.dry_run, Trigger::Rollback)?;
     finish(&node, switched, args.json, false)
 }
 

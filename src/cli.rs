@@ -108,6 +108,135 @@ pub enum Command {
         #[command(subcommand)]
         command: RecordCommand,
     },
+    /// Confirm a deploy (`mesh switch --confirm-within`): the new generation stays. Says
+    /// whether it was confirmed in time, or had already been reverted (exit 2).
+    Confirm(ConfirmArgs),
+    /// The deploys on this node, the newest first (or one, by its token): what they switched to,
+    /// from what, and how they ended — confirmed, reverted and why, or failed.
+    Deploys(DeploysArgs),
+    /// The store's objects, as `mesh deploy` moves them (plumbing, spoken over SSH).
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
+    /// The fleet: every node of a fleet file built, their records fetched, their status.
+    Fleet {
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
+    /// Deploy the fleet's nodes over SSH: per node, build its generation with the record it has,
+    /// send only the objects it lacks (checked on arrival), switch it in a process of its own
+    /// that survives the connection, and confirm over a new connection; a node without the
+    /// confirmation in time (or whose units fail) switches back by itself. Prints a table:
+    /// node, from -> to, what changed, result, time. Exit 0 when every node is confirmed, 2 when
+    /// one was reverted or its host key refused, 3 when one failed or is unreachable.
+    Deploy(DeployArgs),
+    /// The detached side of `mesh switch --confirm-within` (not for people).
+    #[command(hide = true)]
+    DeployAgent {
+        /// The deploy's token.
+        token: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FleetCommand {
+    /// Build every node (in parallel), each with its record from the fleet's records folder;
+    /// print each node's generation id. --check FILE (lines `NODE ID`) exits 2 naming every
+    /// node whose build differs: the CI gate for a fleet.
+    Build(FleetBuildArgs),
+    /// Fetch every node's record (`mesh record export` over SSH) into the fleet's records
+    /// folder, so CI builds exactly what the nodes build.
+    Records(FleetArgs),
+    /// One line per node: reachable, mode, generation (and whether it is the one the fleet
+    /// builds), modules held and taken, file and firewall drift.
+    Status(FleetArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FleetArgs {
+    /// The fleet file.
+    #[arg(
+        long,
+        env = "MESH_FLEET",
+        value_name = "FILE",
+        default_value = "fleet.ncl"
+    )]
+    pub fleet: PathBuf,
+    /// Nodes at once.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub parallel: u64,
+    /// Only these nodes (default: every node of the fleet).
+    #[arg(long = "node", value_name = "NODE")]
+    pub nodes: Vec<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FleetBuildArgs {
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    /// A file of expected ids, a line `NODE ID` each (`#` starts a comment): exit 2 naming every
+    /// node whose build differs.
+    #[arg(long, value_name = "FILE")]
+    pub check: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DeployArgs {
+    /// The nodes to deploy (default: every node of the fleet).
+    pub nodes: Vec<String>,
+    /// The fleet file.
+    #[arg(
+        long,
+        env = "MESH_FLEET",
+        value_name = "FILE",
+        default_value = "fleet.ncl"
+    )]
+    pub fleet: PathBuf,
+    /// Nodes at once.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub parallel: u64,
+    /// Seconds a node waits, once switched, for the confirmation over a new connection before
+    /// it switches back by itself.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub confirm_timeout: u64,
+    /// Send the objects each node lacks and show its plan; switch nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum StoreCommand {
+    /// Read a want list on stdin (`generation ID` / `blob HASH`, a line each); print the ones
+    /// this store lacks.
+    Missing,
+    /// Read a stream of objects on stdin; store them once every one matches its name (one that
+    /// does not stores nothing, exit 3); print one JSON object: objects and bytes stored.
+    Receive,
+}
+
+#[derive(Args, Debug)]
+pub struct ConfirmArgs {
+    /// The deploy's token (printed by `mesh switch --confirm-within`).
+    pub token: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DeploysArgs {
+    /// One deploy's token.
+    pub token: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -157,6 +286,11 @@ pub struct SwitchArgs {
     /// once (the command still fails, and says so).
     #[arg(long)]
     pub rollback_on_failure: bool,
+    /// A deploy: switch to --generation in a process of its own (it survives the connection
+    /// that started it), then wait SECONDS for `mesh confirm TOKEN`; without it, or when a unit
+    /// fails, switch back to the generation in force before by itself. Prints the token at once.
+    #[arg(long, value_name = "SECONDS", requires = "generation", conflicts_with_all = ["dry_run", "node"], value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub confirm_within: Option<u64>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

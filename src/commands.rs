@@ -9,7 +9,7 @@ use mesh_lib::{GenerationId, NodeRecord, Store};
 use serde_json::json;
 
 use crate::activate;
-use crate::cli::{BuildArgs, Cli, Command, RecordCommand, ShowArgs};
+use crate::cli::{BuildArgs, Cli, Command, FleetCommand, RecordCommand, ShowArgs, StoreCommand};
 use crate::failure::{Exit, Failure};
 use crate::show;
 
@@ -97,6 +97,27 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Genesis(args) => activate::genesis(&machine, args),
         Command::Flip(args) => activate::flip(&machine, args),
         Command::Reconcile(args) => activate::reconcile(&machine, args),
+        Command::Confirm(args) => crate::remote::confirm(&machine, &args.token, args.json),
+        Command::Deploys(args) => {
+            crate::remote::deploys(&machine, args.token.as_deref(), args.json)
+        }
+        Command::Store {
+            command: StoreCommand::Missing,
+        } => crate::remote::missing(&machine),
+        Command::Store {
+            command: StoreCommand::Receive,
+        } => crate::remote::receive(&machine),
+        Command::DeployAgent { token } => crate::remote::agent(&machine, &token),
+        Command::Fleet {
+            command: FleetCommand::Build(args),
+        } => crate::fleet::build(&state, args),
+        Command::Fleet {
+            command: FleetCommand::Records(args),
+        } => crate::fleet::records(&state, args),
+        Command::Fleet {
+            command: FleetCommand::Status(args),
+        } => crate::fleet::status(&state, args),
+        Command::Deploy(args) => crate::fleet::deploy(&state, args),
     }
 }
 

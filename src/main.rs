@@ -7,6 +7,8 @@ mod activate;
 mod cli;
 mod commands;
 mod failure;
+mod fleet;
+mod remote;
 mod show;
 
 use std::process::ExitCode;

@@ -17,6 +17,7 @@
 
 /// The crash-injection points (they live in `mesh-lib`, where the store's are).
 pub use mesh_lib::crash;
+pub mod deploy;
 pub mod docker;
 pub mod firewall;
 pub mod host;

@@ -39,6 +39,10 @@ pub enum Trigger {
     Flip,
     /// Written after a crash: the switch committed but did not get to log itself.
     Recovered,
+    /// A deploy (`mesh switch --confirm-within`), confirmed or still waiting.
+    Deploy,
+    /// A deploy not confirmed in time, or whose units failed: the node switched back by itself.
+    Revert,
 }
 
 /// One line of the log.

@@ -163,3 +163,31 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         cached: false,
     })
 }
+
+/// Evaluates a Nickel file that is data, not a node — a fleet file — in this process, with the
+/// mesh's library on the import path and its imports confined to its tree like a node's; its
+/// value as `T`. Meant for small files of the operator's own: a node's declaration is evaluated
+/// by [`build`], bounded.
+pub fn evaluate_data<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    state_dir: &Path,
+) -> Result<T, BuildError> {
+    let file = std::fs::canonicalize(path).map_err(|_| {
+        MeshDiagnostic::new(format!("cannot read {}: no such file", path.display()))
+    })?;
+    let library = library::install(state_dir).map_err(|source| BuildError::Io {
+        what: "installing the mesh library in",
+        path: state_dir.to_owned(),
+        source,
+    })?;
+    let tree = imports::Tree::of_declaration(&file, &library);
+    imports::check_imports(&file, std::slice::from_ref(&library), &tree)?;
+    let evaluation = eval::evaluate_in(&file, &library, &Default::default(), &tree)?;
+    evaluation.deserialize().map_err(|e| {
+        MeshDiagnostic::new(format!(
+            "{} does not evaluate to what it should: {e}",
+            diagnostic::display_name(&file)
+        ))
+        .into()
+    })
+}

@@ -22,6 +22,7 @@ pub mod record;
 pub mod state;
 pub mod store;
 pub mod text;
+pub mod transfer;
 
 pub use id::{BlobHash, GenerationId};
 pub use model::Generation;

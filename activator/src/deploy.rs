@@ -1,0 +1,229 @@
+//! A deploy on the node: a switch armed with a deadline, which the deployer confirms over a new
+//! connection — or the node switches back by itself to the generation that was in force.
+//!
+//! The node keeps one record per deploy, `STATE/deploys/TOKEN.json` (written atomically), naming
+//! the generation switched to, the one in force before, the deadline and how it ended; the
+//! deployer's confirmation is a marker file beside it, `TOKEN.confirmed`. The process that
+//! switches and waits (the agent) is detached from the connection that started it, so a dropped
+//! connection changes nothing: without a confirmation in time, it reverts.
+//!
+//! States: `starting` → `switching` → `switched` (waiting for the confirmation) → `confirmed`
+//! or `reverted`; `failed` when the switch did not happen (nothing to revert).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mesh_lib::{atomic, GenerationId};
+use serde::{Deserialize, Serialize};
+
+/// How a deploy stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeployState {
+    /// Armed; the agent has not started the switch yet.
+    Starting,
+    /// The switch is running.
+    Switching,
+    /// Switched; waiting for the deployer's confirmation until the deadline.
+    Switched,
+    /// Confirmed in time: the new generation stays.
+    Confirmed,
+    /// Switched back to the generation in force before (see `reason`).
+    Reverted,
+    /// The switch did not happen, or reverting failed (see `reason`).
+    Failed,
+}
+
+impl DeployState {
+    /// Whether nothing more will happen to it.
+    pub fn settled(self) -> bool {
+        matches!(
+            self,
+            DeployState::Confirmed | DeployState::Reverted | DeployState::Failed
+        )
+    }
+}
+
+/// One deploy's record on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deploy {
+    /// Its token.
+    pub token: String,
+    /// The generation switched to.
+    pub target: GenerationId,
+    /// The generation in force before (`None` on a node's first switch).
+    pub previous: Option<GenerationId>,
+    /// Seconds the deployer has to confirm once switched.
+    pub confirm_within: u64,
+    /// How it stands.
+    pub state: DeployState,
+    /// Why it ended as it did, for a revert or a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What the switch changed, in a few counts (files, firewall, units, containers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<serde_json::Value>,
+    /// When it was armed and when it last changed (RFC 3339, UTC).
+    pub armed: String,
+    /// When it last changed.
+    pub updated: String,
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// The folder of the deploys' records.
+pub fn folder(state: &Path) -> PathBuf {
+    state.join("deploys")
+}
+
+fn record_path(state: &Path, token: &str) -> PathBuf {
+    folder(state).join(format!("{token}.json"))
+}
+
+fn marker_path(state: &Path, token: &str) -> PathBuf {
+    folder(state).join(format!("{token}.confirmed"))
+}
+
+/// A token is 32 lowercase hex digits: never a path.
+pub fn valid_token(token: &str) -> bool {
+    token.len() == 32
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// A new, unguessable token.
+pub fn new_token() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())?;
+    Ok(hex::encode(bytes))
+}
+
+impl Deploy {
+    /// Arms a deploy of `target` (a new record, `starting`).
+    pub fn arm(
+        state: &Path,
+        target: GenerationId,
+        previous: Option<GenerationId>,
+        confirm_within: u64,
+    ) -> std::io::Result<Self> {
+        atomic::create_dir_all(&folder(state))?;
+        let deploy = Self {
+            token: new_token()?,
+            target,
+            previous,
+            confirm_within,
+            state: DeployState::Starting,
+            reason: None,
+            changed: None,
+            armed: now(),
+            updated: now(),
+        };
+        deploy.save(state)?;
+        Ok(deploy)
+    }
+
+    /// Reads a deploy's record.
+    pub fn load(state: &Path, token: &str) -> std::io::Result<Self> {
+        if !valid_token(token) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "`{}` is not a deploy token (32 hex digits)",
+                    mesh_lib::text::escape(token)
+                ),
+            ));
+        }
+        let bytes = std::fs::read(record_path(state, token))?;
+        serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    }
+
+    /// Every deploy recorded on the node, the newest first.
+    pub fn all(state: &Path) -> std::io::Result<Vec<Self>> {
+        let mut out = Vec::new();
+        let entries = match std::fs::read_dir(folder(state)) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let name = entry?.file_name();
+            let Some(token) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            if let Ok(d) = Self::load(state, token) {
+                out.push(d);
+            }
+        }
+        out.sort_by(|a, b| b.armed.cmp(&a.armed).then(b.token.cmp(&a.token)));
+        Ok(out)
+    }
+
+    /// Writes the record, atomically.
+    pub fn save(&self, state: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        atomic::write_file(&record_path(state, &self.token), &bytes, 0o600)
+    }
+
+    /// Moves it to `state`, with a reason, and saves it.
+    pub fn set(
+        &mut self,
+        dir: &Path,
+        state: DeployState,
+        reason: Option<String>,
+    ) -> std::io::Result<()> {
+        self.state = state;
+        self.reason = reason;
+        self.updated = now();
+        self.save(dir)
+    }
+
+    /// The deployer's confirmation: the marker the agent waits for.
+    pub fn confirm(state: &Path, token: &str) -> std::io::Result<()> {
+        // Only a deploy the node knows is confirmed.
+        Self::load(state, token)?;
+        atomic::write_file(&marker_path(state, token), b"confirmed\n", 0o600)
+    }
+
+    /// Waits until the deployer confirms or `within` passes; whether it confirmed.
+    pub fn wait_for_confirmation(&self, state: &Path, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        let marker = marker_path(state, &self.token);
+        loop {
+            if marker.exists() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deploy is armed, found again by its token, confirmed by its marker; a token that is
+    /// not one is refused before any path is made of it.
+    #[test]
+    fn armed_confirmed_and_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = GenerationId::of(b"g");
+        let mut d = Deploy::arm(dir.path(), target, None, 30).unwrap();
+        assert!(valid_token(&d.token));
+        assert_eq!(Deploy::load(dir.path(), &d.token).unwrap(), d);
+        assert!(!d.wait_for_confirmation(dir.path(), Duration::from_millis(60)));
+        Deploy::confirm(dir.path(), &d.token).unwrap();
+        assert!(d.wait_for_confirmation(dir.path(), Duration::from_secs(5)));
+        d.set(dir.path(), DeployState::Confirmed, None).unwrap();
+        assert_eq!(
+            Deploy::all(dir.path()).unwrap()[0].state,
+            DeployState::Confirmed
+        );
+        assert!(Deploy::load(dir.path(), "../../etc/passwd").is_err());
+    }
+}

@@ -1,0 +1,72 @@
+//! Every node of the fleet built, in parallel: each evaluation is a process of its own (the
+//! compiler's bounded child), so the threads here only wait for them. A node builds with its
+//! record: the one `mesh fleet records` fetched beside the fleet file, or one given (a deploy
+//! builds with what the node says its record is now).
+
+use std::path::{Path, PathBuf};
+
+use mesh_compiler::{build as compile, BuildError, BuildRequest, Built, Evaluator};
+use mesh_lib::NodeRecord;
+
+use crate::file::{Fleet, Node};
+
+/// Builds `node` with `record` (read from `record_file`, for diagnostics about it).
+pub fn node(
+    node: &Node,
+    record: Option<(&NodeRecord, &Path)>,
+    state_dir: &Path,
+    evaluator: &Evaluator,
+) -> Result<Built, BuildError> {
+    compile(&BuildRequest {
+        node: &node.declaration,
+        record,
+        state_dir,
+        use_cache: true,
+        evaluator,
+    })
+}
+
+/// The record a CI build uses for `node`: the file in the fleet's records folder, if there is
+/// one (none: a node never adopted).
+pub fn recorded(fleet: &Fleet, node: &Node) -> Result<Option<(NodeRecord, PathBuf)>, String> {
+    let path = fleet.record_file(&node.name);
+    if !path.exists() {
+        return Ok(None);
+    }
+    mesh_lib::record::read(&path)
+        .map(|r| Some((r, path.clone())))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// One node's build in a fleet build.
+pub struct NodeBuilt {
+    /// The node.
+    pub node: String,
+    /// Its generation, or why it did not build.
+    pub result: Result<Built, BuildError>,
+}
+
+/// Builds `nodes` of `fleet`, `parallel` at a time, each with its recorded record.
+pub fn all(
+    fleet: &Fleet,
+    nodes: &[&Node],
+    state_dir: &Path,
+    evaluator: &Evaluator,
+    parallel: usize,
+) -> Vec<NodeBuilt> {
+    crate::each(nodes, parallel, |n| {
+        let result = match recorded(fleet, n) {
+            Ok(record) => node(
+                n,
+                record.as_ref().map(|(r, p)| (r, p.as_path())),
+                state_dir,
+                evaluator,
+            ),
+            Err(e) => Err(mesh_compiler::MeshDiagnostic::new(e).into()),
+        };
+        NodeBuilt {
+            node: n.name.to_string(),
+            result,
+        }
+    })
+}

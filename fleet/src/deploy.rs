@@ -1,0 +1,425 @@
+//! `mesh deploy`: per node, over one connection — its record read, its generation built with it
+//! here, the objects it lacks asked for and sent (each checked by hash on arrival), and a switch
+//! armed with a deadline that runs detached on the node. The deployer then confirms over a *new*
+//! connection, which proves the node still answers after the switch (an open session survives a
+//! firewall that refuses new ones); without the confirmation in time the node switches back by
+//! itself. Nodes go in parallel; one that fails or is unreachable does not stop the others.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mesh_compiler::Evaluator;
+use mesh_lib::transfer::{self, Object};
+use mesh_lib::{GenerationId, NodeRecord, Store};
+use serde::Serialize;
+
+use crate::file::{Fleet, Node};
+use crate::progress::Progress;
+use crate::ssh::{Link, SshError};
+
+/// How a deploy goes.
+pub struct Options {
+    /// Nodes at once.
+    pub parallel: usize,
+    /// Seconds a node waits for the confirmation once switched.
+    pub confirm_within: u64,
+    /// Only send the objects and show each node's plan.
+    pub dry_run: bool,
+    /// The deployer's state directory (its store holds what is built).
+    pub state_dir: PathBuf,
+    /// Where builds evaluate.
+    pub evaluator: Evaluator,
+}
+
+/// How a node's deploy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Switched and confirmed.
+    Confirmed,
+    /// The node switched back by itself: no confirmation reached it in time, or a unit failed.
+    Reverted,
+    /// The build, the transfer or the switch failed; the node is in its old generation.
+    Failed,
+    /// No connection could be made.
+    Unreachable,
+    /// The node's host key is not the one known: refused.
+    HostKeyRefused,
+    /// A dry run: the objects were sent, the plan is shown, nothing was switched.
+    Planned,
+}
+
+impl Outcome {
+    /// Whether the node ended as asked.
+    pub fn ok(self) -> bool {
+        matches!(self, Outcome::Confirmed | Outcome::Planned)
+    }
+
+    /// The word for the table.
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Confirmed => "confirmed",
+            Outcome::Reverted => "reverted",
+            Outcome::Failed => "failed",
+            Outcome::Unreachable => "unreachable",
+            Outcome::HostKeyRefused => "host key refused",
+            Outcome::Planned => "planned",
+        }
+    }
+}
+
+/// One node's line of the deploy's table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The node.
+    pub node: String,
+    /// The generation in force before.
+    pub from: Option<GenerationId>,
+    /// The generation deployed.
+    pub to: Option<GenerationId>,
+    /// What the switch changed (files, firewall, units, containers), as the node counted it.
+    pub changed: Option<serde_json::Value>,
+    /// How it ended.
+    pub result: Outcome,
+    /// Why, when it did not end as asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Objects sent (the ones the node lacked).
+    pub objects_sent: usize,
+    /// Bytes written to the node's commands (objects, lists).
+    pub bytes_sent: u64,
+    /// Seconds it took.
+    pub seconds: f64,
+}
+
+/// Deploys `nodes` of `fleet`.
+pub fn run(fleet: &Fleet, nodes: &[&Node], options: &Options, progress: &Progress) -> Vec<Row> {
+    crate::each(nodes, options.parallel, |n| {
+        let started = Instant::now();
+        let mut row = Row {
+            node: n.name.to_string(),
+            from: None,
+            to: None,
+            changed: None,
+            result: Outcome::Failed,
+            reason: None,
+            objects_sent: 0,
+            bytes_sent: 0,
+            seconds: 0.0,
+        };
+        one(fleet, n, options, progress, &mut row);
+        row.seconds = started.elapsed().as_secs_f64();
+        progress.done(
+            &row.node,
+            &format!(
+                "{}{}",
+                row.result.word(),
+                row.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+        );
+        row
+    })
+}
+
+fn reached(row: &mut Row, e: SshError) {
+    row.result = match e {
+        SshError::HostKey { .. } => Outcome::HostKeyRefused,
+        SshError::Unreachable { .. } => Outcome::Unreachable,
+        SshError::Dropped { .. } => Outcome::Failed,
+    };
+    row.reason = Some(e.to_string());
+}
+
+fn failed(row: &mut Row, what: &str, ran: &crate::ssh::Ran) {
+    row.result = Outcome::Failed;
+    let said = ran.stderr.trim();
+    row.reason = Some(format!(
+        "{what}: {}",
+        if said.is_empty() {
+            format!("exit {:?}", ran.code)
+        } else {
+            mesh_lib::text::escape_keeping_lines(said).into_owned()
+        }
+    ));
+}
+
+/// The deploy record the node keeps for `token`, as JSON.
+fn deploy_record(link: &mut Link, token: &str) -> Result<serde_json::Value, SshError> {
+    let ran = link.mesh(&["deploys", token, "--json"], None)?;
+    Ok(serde_json::from_slice(&ran.stdout).unwrap_or(serde_json::Value::Null))
+}
+
+fn one(fleet: &Fleet, node: &Node, options: &Options, progress: &Progress, row: &mut Row) {
+    let name = node.name.to_string();
+    progress.say(&name, "connecting");
+    let mut link = match Link::open(fleet, node) {
+        Ok(l) => l,
+        Err(e) => return reached(row, e),
+    };
+    let outcome = deploy_over(fleet, node, options, progress, row, &mut link);
+    row.bytes_sent = link.sent;
+    if let Err(e) = outcome {
+        reached(row, e);
+    }
+    link.close();
+}
+
+fn deploy_over(
+    fleet: &Fleet,
+    node: &Node,
+    options: &Options,
+    progress: &Progress,
+    row: &mut Row,
+    link: &mut Link,
+) -> Result<(), SshError> {
+    let name = node.name.to_string();
+    progress.say(&name, "reading its record");
+    let ran = link.mesh(&["record", "export"], None)?;
+    let record = if ran.ok() {
+        match NodeRecord::parse(&ran.stdout) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                row.reason = Some(format!("its record cannot be read: {e}"));
+                return Ok(());
+            }
+        }
+    } else if ran.code == Some(1) && ran.stderr.contains("never adopted") {
+        None
+    } else {
+        failed(row, "reading its record", &ran);
+        return Ok(());
+    };
+    progress.say(&name, "building");
+    let label = PathBuf::from(format!("{name}'s record"));
+    let built = match crate::build::node(
+        node,
+        record.as_ref().map(|r| (r, label.as_path())),
+        &options.state_dir,
+        &options.evaluator,
+    ) {
+        Ok(b) => b,
+        Err(e) => {
+            row.reason = Some(format!("the build failed: {e}"));
+            return Ok(());
+        }
+    };
+    row.to = Some(built.id);
+    // The generation and every content it declares; a held original is the node's own.
+    let mut objects = vec![Object::Generation(built.id)];
+    let mut blobs: Vec<_> = built.generation.files.values().map(|f| f.blob).collect();
+    blobs.sort();
+    blobs.dedup();
+    objects.extend(blobs.into_iter().map(Object::Blob));
+    progress.say(&name, "asking what it lacks");
+    let mut list = Vec::new();
+    transfer::write_list(&mut list, &objects).expect("writing to memory");
+    let ran = link.mesh(&["store", "missing"], Some(&list))?;
+    if !ran.ok() {
+        failed(row, "asking what it lacks", &ran);
+        return Ok(());
+    }
+    let missing = match transfer::read_list(ran.stdout.as_slice()) {
+        Ok(m) => m,
+        Err(e) => {
+            row.reason = Some(format!("its answer to the want list: {e}"));
+            return Ok(());
+        }
+    };
+    if !missing.is_empty() {
+        progress.say(&name, &format!("sending {} object(s)", missing.len()));
+        let store = match Store::open(&options.state_dir) {
+            Ok(s) => s,
+            Err(e) => {
+                row.reason = Some(e.to_string());
+                return Ok(());
+            }
+        };
+        let mut stream = Vec::new();
+        if let Err(e) = transfer::send(&store, &missing, &mut stream) {
+            row.reason = Some(format!("reading what to send: {e}"));
+            return Ok(());
+        }
+        let ran = link.mesh(&["store", "receive"], Some(&stream))?;
+        if !ran.ok() {
+            failed(row, "sending the objects", &ran);
+            return Ok(());
+        }
+        row.objects_sent = missing.len();
+    }
+    let ran = link.mesh(&["generations", "--json"], None)?;
+    let listed: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap_or_default();
+    row.from = listed["generations"]
+        .as_array()
+        .and_then(|gs| gs.iter().find(|g| g["current"] == true))
+        .and_then(|g| g["id"].as_str())
+        .and_then(|id| id.parse().ok());
+    let id = built.id.to_string();
+    if options.dry_run {
+        progress.say(&name, "planning");
+        let ran = link.mesh(
+            &["switch", "--generation", &id, "--dry-run", "--json"],
+            None,
+        )?;
+        if !ran.ok() {
+            failed(row, "planning", &ran);
+            return Ok(());
+        }
+        let plan: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap_or_default();
+        row.changed = Some(serde_json::json!({
+            "files": plan["plan"]["actions"].as_array().map_or(0, |a| a.iter().filter(|x| matches!(x["action"].as_str(), Some("write" | "remove"))).count()),
+            "units": plan["services"]["jobs"].as_array().map_or(0, Vec::len),
+            "containers": plan["containers"].as_array().map_or(0, |c| c.iter().filter(|x| x["action"] != "hold").count()),
+        }));
+        row.result = Outcome::Planned;
+        return Ok(());
+    }
+    progress.say(&name, "switching");
+    let within = options.confirm_within.to_string();
+    let ran = link.mesh(
+        &[
+            "switch",
+            "--generation",
+            &id,
+            "--confirm-within",
+            &within,
+            "--json",
+        ],
+        None,
+    )?;
+    if !ran.ok() {
+        failed(row, "arming the switch", &ran);
+        return Ok(());
+    }
+    let armed: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap_or_default();
+    let Some(token) = armed["token"].as_str().map(str::to_owned) else {
+        row.reason = Some("the node did not say its deploy's token".into());
+        return Ok(());
+    };
+    // Until the node says it switched, over the open connection; if that drops, over new ones.
+    let switched_by = Instant::now() + Duration::from_secs(15 * 60);
+    let record = loop {
+        let state = match deploy_record(link, &token) {
+            Ok(r) => r,
+            Err(_) => match Link::open(fleet, node).and_then(|mut l| deploy_record(&mut l, &token))
+            {
+                Ok(r) => r,
+                Err(_) => serde_json::Value::Null,
+            },
+        };
+        match state["state"].as_str() {
+            Some("starting" | "switching") | None if Instant::now() < switched_by => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            _ => break state,
+        }
+    };
+    row.changed = record.get("changed").cloned();
+    match record["state"].as_str() {
+        Some("switched") => {}
+        Some("reverted") => {
+            row.result = Outcome::Reverted;
+            row.reason = record["reason"].as_str().map(str::to_owned);
+            return Ok(());
+        }
+        other => {
+            row.result = Outcome::Failed;
+            row.reason = Some(
+                record["reason"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("the switch did not finish ({other:?})")),
+            );
+            return Ok(());
+        }
+    }
+    confirm(fleet, node, options, progress, row, &token);
+    Ok(())
+}
+
+/// Confirms `token` over new connections until the deadline; then, without a confirmation,
+/// waits for the node to switch back and reads how it ended.
+fn confirm(
+    fleet: &Fleet,
+    node: &Node,
+    options: &Options,
+    progress: &Progress,
+    row: &mut Row,
+    token: &str,
+) {
+    let name = node.name.to_string();
+    progress.say(&name, "confirming over a new connection");
+    let deadline = Instant::now() + Duration::from_secs(options.confirm_within);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match Link::open(fleet, node) {
+            Ok(mut fresh) => {
+                let ran = fresh.mesh(&["confirm", token, "--json"], None);
+                row.bytes_sent += fresh.sent;
+                fresh.close();
+                match ran {
+                    Ok(r) if r.ok() => {
+                        row.result = Outcome::Confirmed;
+                        return;
+                    }
+                    Ok(r) => {
+                        let record: serde_json::Value =
+                            serde_json::from_slice(&r.stdout).unwrap_or_default();
+                        row.result = if record["state"] == "reverted" {
+                            Outcome::Reverted
+                        } else {
+                            Outcome::Failed
+                        };
+                        row.reason = record["reason"]
+                            .as_str()
+                            .map(str::to_owned)
+                            .or_else(|| Some(r.stderr.trim().to_owned()));
+                        return;
+                    }
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            Err(e) => last = e.to_string(),
+        }
+        progress.say(&name, "not answering a new connection; trying again");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    progress.say(
+        &name,
+        "no confirmation went through: waiting for the node to switch back",
+    );
+    // The node reverts at its deadline, which began a little after ours: allow it time.
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_secs(1));
+        if let Ok(mut fresh) = Link::open(fleet, node) {
+            if let Ok(record) = deploy_record(&mut fresh, token) {
+                if record["state"] == "reverted" {
+                    row.result = Outcome::Reverted;
+                    row.reason = Some(format!(
+                        "the confirmation could not reach it over a new connection ({last}); it switched back by itself"
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+    row.result = Outcome::Unreachable;
+    row.reason = Some(format!(
+        "switched, and no confirmation reached it ({last}); it switches back by itself at its deadline, but did not answer since"
+    ));
+}
+
+/// Where a node's record goes in the fleet's records folder, written only when it changed.
+pub fn write_record(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    if std::fs::read(path).is_ok_and(|b| b == bytes) {
+        return Ok(false);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    mesh_lib::atomic::write_file(path, bytes, 0o644)?;
+    Ok(true)
+}

@@ -1,0 +1,182 @@
+//! The fleet file: a Nickel file ending in `mesh.fleet { nodes = { NAME = { declaration, ssh,
+//! remote }, … }, ssh_config, records }`, every path in it relative to the file itself.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use mesh_compiler::{BuildError, MeshDiagnostic};
+use mesh_lib::model::NodeName;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct FleetOut {
+    nodes: BTreeMap<String, NodeOut>,
+    ssh_config: Option<String>,
+    records: String,
+}
+
+#[derive(Deserialize)]
+struct NodeOut {
+    declaration: String,
+    ssh: SshOut,
+    remote: RemoteOut,
+}
+
+#[derive(Deserialize)]
+struct SshOut {
+    destination: String,
+    port: Option<u16>,
+    user: Option<String>,
+    identity: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RemoteOut {
+    mesh: String,
+    state_dir: Option<String>,
+    root: Option<String>,
+    netns: Option<String>,
+}
+
+/// How the deployer reaches a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ssh {
+    /// As ssh takes it: a host, `user@host`, or a `Host` of the ssh config.
+    pub destination: String,
+    /// The port, when not the ssh config's.
+    pub port: Option<u16>,
+    /// The user, when not the ssh config's.
+    pub user: Option<String>,
+    /// A private key file.
+    pub identity: Option<PathBuf>,
+}
+
+/// How the mesh runs on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// Its binary.
+    pub mesh: String,
+    /// `--state-dir`, when not the node's default.
+    pub state_dir: Option<String>,
+    /// `--root`, when not `/`.
+    pub root: Option<String>,
+    /// `--netns`, when not the node's own.
+    pub netns: Option<String>,
+}
+
+impl Remote {
+    /// The mesh's global options for this node, then `args`.
+    pub fn args(&self, args: &[&str]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (flag, value) in [
+            ("--state-dir", &self.state_dir),
+            ("--root", &self.root),
+            ("--netns", &self.netns),
+        ] {
+            if let Some(v) = value {
+                out.push(flag.to_owned());
+                out.push(v.clone());
+            }
+        }
+        out.extend(args.iter().map(|a| (*a).to_owned()));
+        out
+    }
+}
+
+/// One node of the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Its name (the key in the fleet file).
+    pub name: NodeName,
+    /// Its declaration.
+    pub declaration: PathBuf,
+    /// How to reach it.
+    pub ssh: Ssh,
+    /// How the mesh runs on it.
+    pub remote: Remote,
+}
+
+/// A fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    /// The fleet file.
+    pub file: PathBuf,
+    /// Its nodes, by name.
+    pub nodes: BTreeMap<NodeName, Node>,
+    /// The ssh_config file every connection uses, if the fleet names one.
+    pub ssh_config: Option<PathBuf>,
+    /// The folder of the nodes' records.
+    pub records: PathBuf,
+}
+
+impl Fleet {
+    /// Evaluates and reads the fleet file (with `state_dir` holding the mesh's library).
+    pub fn load(file: &Path, state_dir: &Path) -> Result<Self, BuildError> {
+        let out: FleetOut = mesh_compiler::evaluate_data(file, state_dir)?;
+        let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
+        let here = file.parent().unwrap_or(Path::new("/")).to_owned();
+        let mut nodes = BTreeMap::new();
+        for (name, n) in out.nodes {
+            let name = NodeName::new(&name)
+                .map_err(|e| MeshDiagnostic::new(format!("{}: {e}", file.display())))?;
+            nodes.insert(
+                name.clone(),
+                Node {
+                    name,
+                    declaration: here.join(&n.declaration),
+                    ssh: Ssh {
+                        destination: n.ssh.destination,
+                        port: n.ssh.port,
+                        user: n.ssh.user,
+                        identity: n.ssh.identity.map(|i| here.join(i)),
+                    },
+                    remote: Remote {
+                        mesh: n.remote.mesh,
+                        state_dir: n.remote.state_dir,
+                        root: n.remote.root,
+                        netns: n.remote.netns,
+                    },
+                },
+            );
+        }
+        Ok(Self {
+            ssh_config: out.ssh_config.map(|c| here.join(c)),
+            records: here.join(out.records),
+            nodes,
+            file,
+        })
+    }
+
+    /// The record file of `node` in the records folder.
+    pub fn record_file(&self, node: &NodeName) -> PathBuf {
+        self.records.join(format!("{node}.record.json"))
+    }
+
+    /// The nodes named, or every node when none is; an unknown name is an error naming it.
+    pub fn select(&self, names: &[String]) -> Result<Vec<&Node>, String> {
+        if names.is_empty() {
+            return Ok(self.nodes.values().collect());
+        }
+        names
+            .iter()
+            .map(|n| {
+                self.nodes
+                    .iter()
+                    .find(|(k, _)| k.as_str() == n)
+                    .map(|(_, v)| v)
+                    .ok_or_else(|| {
+                        format!(
+                            "no node {} in {} (it has: {})",
+                            mesh_lib::text::escape(n),
+                            self.file.display(),
+                            self.nodes
+                                .keys()
+                                .map(|k| k.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,213 @@
+//! The transport: the system's OpenSSH, through the `openssh` crate — one multiplexed connection
+//! per node per run (a master `ssh` process; every command a channel on it), so the user's ssh
+//! config, agent and known hosts apply, host keys are checked strictly, and no protocol of the
+//! mesh's own ever listens on the network. Each remote command is the node's own `mesh`, with the
+//! node's global options from the fleet file.
+
+use std::time::Duration;
+
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
+use tokio::io::AsyncWriteExt;
+
+use crate::file::{Fleet, Node};
+
+/// How long a connection may take to open, unless `MESH_SSH_TIMEOUT` (seconds) says otherwise.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a node could not be reached or a command on it failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SshError {
+    /// The node's host key is not the one known: refused, as ssh refuses it.
+    #[error("the host key of {node} is not the one known for it: refused ({message})")]
+    HostKey {
+        /// The node.
+        node: String,
+        /// What ssh said.
+        message: String,
+    },
+    /// No connection could be made.
+    #[error("{node} is unreachable: {message}")]
+    Unreachable {
+        /// The node.
+        node: String,
+        /// What ssh said.
+        message: String,
+    },
+    /// The connection dropped during a command.
+    #[error("the connection to {node} dropped: {message}")]
+    Dropped {
+        /// The node.
+        node: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// What a remote command said.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    /// Its exit code (`None`: killed, or the connection dropped).
+    pub code: Option<i32>,
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+impl Ran {
+    /// Whether it succeeded.
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Its standard output as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+}
+
+/// A connection to one node.
+pub struct Link {
+    runtime: tokio::runtime::Runtime,
+    session: Option<Session>,
+    node: Node,
+    /// Bytes written to the node's commands' stdin (the objects sent, the lists asked).
+    pub sent: u64,
+}
+
+fn timeout() -> Duration {
+    std::env::var("MESH_SSH_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|s: &u64| *s > 0)
+        .map_or(CONNECT_TIMEOUT, Duration::from_secs)
+}
+
+fn classify(node: &Node, e: &openssh::Error) -> SshError {
+    use std::error::Error;
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    let message = mesh_lib::text::escape_keeping_lines(message.trim()).into_owned();
+    let name = node.name.to_string();
+    if message.contains("Host key verification failed")
+        || message.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
+        || message.contains("host key for")
+    {
+        SshError::HostKey {
+            node: name,
+            message,
+        }
+    } else {
+        SshError::Unreachable {
+            node: name,
+            message,
+        }
+    }
+}
+
+impl Link {
+    /// Opens a new connection to `node` (a new TCP connection: never one already open).
+    pub fn open(fleet: &Fleet, node: &Node) -> Result<Self, SshError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| SshError::Unreachable {
+                node: node.name.to_string(),
+                message: format!("cannot start the runtime for ssh: {e}"),
+            })?;
+        let mut builder = SessionBuilder::default();
+        builder
+            .known_hosts_check(KnownHosts::Strict)
+            .connect_timeout(timeout())
+            .server_alive_interval(Duration::from_secs(5))
+            .control_directory(std::env::temp_dir())
+            // A master whose deployer is gone (killed) ends on its own.
+            .control_persist(ControlPersist::IdleFor(
+                std::num::NonZeroUsize::new(30).expect("not zero"),
+            ));
+        if let Some(config) = &fleet.ssh_config {
+            builder.config_file(config);
+        }
+        if let Some(port) = node.ssh.port {
+            builder.port(port);
+        }
+        if let Some(user) = &node.ssh.user {
+            builder.user(user.clone());
+        }
+        if let Some(key) = &node.ssh.identity {
+            builder.keyfile(key);
+        }
+        let session = runtime
+            .block_on(builder.connect(&node.ssh.destination))
+            .map_err(|e| classify(node, &e))?;
+        Ok(Self {
+            runtime,
+            session: Some(session),
+            node: node.clone(),
+            sent: 0,
+        })
+    }
+
+    /// Runs the node's `mesh` with `args` (after the node's global options), `input` on its
+    /// stdin.
+    pub fn mesh(&mut self, args: &[&str], input: Option<&[u8]>) -> Result<Ran, SshError> {
+        let session = self.session.as_ref().expect("open until closed");
+        let argv = self.node.remote.args(args);
+        let node = &self.node;
+        let dropped = |e: openssh::Error| SshError::Dropped {
+            node: node.name.to_string(),
+            message: e.to_string(),
+        };
+        let out = self.runtime.block_on(async {
+            let mut c = session.command(&node.remote.mesh);
+            c.args(&argv)
+                .stdin(if input.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = c.spawn().await.map_err(dropped)?;
+            if let (Some(bytes), Some(mut stdin)) = (input, child.stdin().take()) {
+                let wrote = stdin.write_all(bytes).await;
+                let _closed = stdin.shutdown().await;
+                drop(stdin);
+                wrote.map_err(|e| dropped(openssh::Error::Remote(e)))?;
+            }
+            child.wait_with_output().await.map_err(dropped)
+        })?;
+        self.sent += input.map_or(0, |b| b.len() as u64);
+        Ok(Ran {
+            code: out.status.code(),
+            stdout: out.stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// Whether the connection still works.
+    pub fn alive(&self) -> bool {
+        let session = self.session.as_ref().expect("open until closed");
+        self.runtime.block_on(session.check()).is_ok()
+    }
+
+    /// Closes the connection (its master ends).
+    pub fn close(mut self) {
+        if let Some(session) = self.session.take() {
+            let _gone = self.runtime.block_on(session.close());
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            let _gone = self.runtime.block_on(session.close());
+        }
+    }
+}

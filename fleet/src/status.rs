@@ -1,0 +1,182 @@
+//! `mesh fleet status` — the migration's board, one line per node: reachable or not, its mode,
+//! its generation and whether it is the one the fleet builds for it, its modules held and
+//! taken, its files' and firewall's drift — and `mesh fleet records`, which keeps each node's
+//! record beside the fleet file, so CI builds what the nodes build.
+
+use std::path::Path;
+
+use mesh_compiler::Evaluator;
+use mesh_lib::{GenerationId, NodeRecord};
+use serde::Serialize;
+
+use crate::file::{Fleet, Node};
+use crate::ssh::Link;
+
+/// One node's line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Line {
+    /// The node.
+    pub node: String,
+    /// Whether a connection could be made.
+    pub reachable: bool,
+    /// Why not, or what failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// `adopted` or `managed`.
+    pub mode: Option<String>,
+    /// The generation in force.
+    pub current: Option<GenerationId>,
+    /// The generation the fleet builds for it, with its record.
+    pub built: Option<GenerationId>,
+    /// Modules taken and not taken.
+    pub taken: Vec<String>,
+    /// Modules assigned, not taken (held).
+    pub not_taken: Vec<String>,
+    /// How many of its files drifted.
+    pub drifted_files: Option<usize>,
+    /// Whether its firewall is as its generation says (`None`: not read).
+    pub firewall_in_force: Option<bool>,
+}
+
+impl Line {
+    /// Whether the node runs what the fleet builds for it.
+    pub fn up_to_date(&self) -> bool {
+        self.current.is_some() && self.current == self.built
+    }
+}
+
+fn text_list(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The node record, as `mesh record export` on the node says it (`None`: never adopted).
+pub fn read_record(link: &mut Link) -> Result<Option<Vec<u8>>, String> {
+    let ran = link
+        .mesh(&["record", "export"], None)
+        .map_err(|e| e.to_string())?;
+    if ran.ok() {
+        return Ok(Some(ran.stdout));
+    }
+    if ran.code == Some(1) && ran.stderr.contains("never adopted") {
+        return Ok(None);
+    }
+    Err(format!("mesh record export: {}", ran.stderr.trim()))
+}
+
+/// One node's board line.
+pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator) -> Line {
+    let mut line = Line {
+        node: node.name.to_string(),
+        reachable: false,
+        problem: None,
+        mode: None,
+        current: None,
+        built: None,
+        taken: Vec::new(),
+        not_taken: Vec::new(),
+        drifted_files: None,
+        firewall_in_force: None,
+    };
+    let mut link = match Link::open(fleet, node) {
+        Ok(l) => l,
+        Err(e) => {
+            line.problem = Some(e.to_string());
+            return line;
+        }
+    };
+    line.reachable = true;
+    let status = match link.mesh(&["status", "--json"], None) {
+        Ok(r) if r.ok() => {
+            serde_json::from_slice::<serde_json::Value>(&r.stdout).unwrap_or_default()
+        }
+        Ok(r) => {
+            line.problem = Some(format!("mesh status: {}", r.stderr.trim()));
+            return line;
+        }
+        Err(e) => {
+            line.problem = Some(e.to_string());
+            return line;
+        }
+    };
+    line.mode = status["mode"].as_str().map(str::to_owned);
+    // `current` is {number, id}, or [number, id] from an older mesh.
+    let current = &status["current"];
+    line.current = current["id"]
+        .as_str()
+        .or_else(|| current[1].as_str())
+        .and_then(|s| s.parse().ok());
+    line.taken = text_list(&status["taken"]);
+    line.not_taken = text_list(&status["not_taken"]);
+    line.drifted_files = status["drift"].as_array().map(Vec::len);
+    line.firewall_in_force = status["firewall"]["would_change"]
+        .as_object()
+        .map(|w| w.values().all(|v| v.is_null() || v == false || v == 0));
+    match read_record(&mut link) {
+        Ok(record) => {
+            let record = match record.map(|b| NodeRecord::parse(&b)).transpose() {
+                Ok(r) => r,
+                Err(e) => {
+                    line.problem = Some(format!("its record: {e}"));
+                    return line;
+                }
+            };
+            let label = std::path::PathBuf::from(format!("{}'s record", node.name));
+            match crate::build::node(
+                node,
+                record.as_ref().map(|r| (r, label.as_path())),
+                state_dir,
+                evaluator,
+            ) {
+                Ok(b) => line.built = Some(b.id),
+                Err(e) => line.problem = Some(format!("the fleet's build of it failed: {e}")),
+            }
+        }
+        Err(e) => line.problem = Some(e),
+    }
+    link.close();
+    line
+}
+
+/// What `mesh fleet records` did for one node.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fetched {
+    /// The node.
+    pub node: String,
+    /// `written`, `unchanged`, `none` (never adopted: no record), or the problem.
+    pub result: String,
+}
+
+/// Fetches one node's record into the fleet's records folder.
+pub fn fetch_record(fleet: &Fleet, node: &Node) -> Fetched {
+    let result = (|| {
+        let mut link = Link::open(fleet, node).map_err(|e| e.to_string())?;
+        let record = read_record(&mut link)?;
+        link.close();
+        let path = fleet.record_file(&node.name);
+        match record {
+            Some(bytes) => {
+                NodeRecord::parse(&bytes).map_err(|e| format!("its record: {e}"))?;
+                let wrote = crate::deploy::write_record(&path, &bytes)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                Ok(if wrote { "written" } else { "unchanged" }.to_owned())
+            }
+            None => {
+                // Never adopted: no record, and none kept for it.
+                if path.exists() {
+                    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                }
+                Ok("none (never adopted)".to_owned())
+            }
+        }
+    })();
+    Fetched {
+        node: node.name.to_string(),
+        result: result.unwrap_or_else(|e: String| format!("failed: {e}")),
+    }
+}

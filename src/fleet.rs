@@ -1,0 +1,279 @@
+//! `mesh fleet build|records|status` and `mesh deploy`: presentation of what the `mesh-fleet`
+//! crate does.
+
+use std::path::Path;
+
+use mesh_fleet::deploy::{Options, Outcome};
+use mesh_fleet::progress::Progress;
+use mesh_fleet::{Fleet, Node};
+use serde_json::json;
+
+use crate::cli::{DeployArgs, FleetArgs, FleetBuildArgs};
+use crate::failure::{Exit, Failure};
+
+fn load(state: &Path, file: &Path) -> Result<Fleet, Failure> {
+    Ok(Fleet::load(file, state)?)
+}
+
+fn select<'a>(fleet: &'a Fleet, names: &[String]) -> Result<Vec<&'a Node>, Failure> {
+    fleet.select(names).map_err(Failure::user)
+}
+
+fn short(id: Option<&mesh_lib::GenerationId>) -> String {
+    id.map_or("-".to_owned(), |i| i.short().to_string())
+}
+
+/// `mesh fleet build`.
+pub fn build(state: &Path, args: FleetBuildArgs) -> Result<(), Failure> {
+    let fleet = load(state, &args.fleet.fleet)?;
+    let nodes = select(&fleet, &args.fleet.nodes)?;
+    let expected = match &args.check {
+        Some(file) => Some(expected_ids(file)?),
+        None => None,
+    };
+    let built = mesh_fleet::build::all(
+        &fleet,
+        &nodes,
+        state,
+        crate::commands::evaluator(),
+        args.fleet.parallel as usize,
+    );
+    let mut failed = Vec::new();
+    let mut differ = Vec::new();
+    let mut rows = Vec::new();
+    for b in &built {
+        let want = expected.as_ref().and_then(|e| e.get(&b.node));
+        match &b.result {
+            Ok(g) => {
+                if expected.is_some() && want != Some(&g.id) {
+                    differ.push(format!(
+                        "{}: builds to {}, expected {}",
+                        b.node,
+                        g.id,
+                        want.map_or("no id (not in the file)".to_owned(), |w| w.to_string())
+                    ));
+                }
+                rows.push(json!({ "node": b.node, "id": g.id, "cached": g.cached }));
+                if !args.fleet.json {
+                    say!("{:<20} {}", b.node, g.id);
+                }
+            }
+            Err(e) => {
+                rows.push(json!({ "node": b.node, "error": e.to_string() }));
+                if !args.fleet.json {
+                    say!("{:<20} FAILED: {e}", b.node);
+                }
+                failed.push((b.node.clone(), e.to_string()));
+            }
+        }
+    }
+    if args.fleet.json {
+        say!("{}", json!({ "nodes": rows, "differ": differ }));
+    }
+    if !failed.is_empty() {
+        let text: Vec<String> = failed.iter().map(|(n, e)| format!("{n}: {e}")).collect();
+        return Err(Failure::user(format!(
+            "{} node(s) did not build:\n  {}",
+            failed.len(),
+            text.join("\n  ")
+        )));
+    }
+    if !differ.is_empty() {
+        return Err(Failure::new(
+            Exit::Refused,
+            miette::miette!(
+                help = "if the change is deliberate, commit the new ids",
+                "{} node(s) build to another id than expected:\n  {}",
+                differ.len(),
+                differ.join("\n  ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A file of `NODE ID` lines.
+fn expected_ids(
+    file: &Path,
+) -> Result<std::collections::BTreeMap<String, mesh_lib::GenerationId>, Failure> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Failure::user(format!("{}: {e}", file.display())))?;
+    let mut out = std::collections::BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (node, id) = match words.as_slice() {
+            [node, id] => (node, id),
+            _ => {
+                return Err(Failure::user(format!(
+                    "{}:{}: write `NODE ID`",
+                    file.display(),
+                    i + 1
+                )))
+            }
+        };
+        let id = id
+            .parse()
+            .map_err(|e| Failure::user(format!("{}:{}: {e}", file.display(), i + 1)))?;
+        out.insert((*node).to_owned(), id);
+    }
+    Ok(out)
+}
+
+/// `mesh fleet records`.
+pub fn records(state: &Path, args: FleetArgs) -> Result<(), Failure> {
+    let fleet = load(state, &args.fleet)?;
+    let nodes = select(&fleet, &args.nodes)?;
+    let fetched = mesh_fleet::each(&nodes, args.parallel as usize, |n| {
+        mesh_fleet::status::fetch_record(&fleet, n)
+    });
+    if args.json {
+        say!("{}", json!({ "records": fleet.records, "nodes": fetched }));
+    } else {
+        for f in &fetched {
+            say!("{:<20} {}", f.node, f.result);
+        }
+    }
+    let failed: Vec<&str> = fetched
+        .iter()
+        .filter(|f| f.result.starts_with("failed"))
+        .map(|f| f.node.as_str())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::system(format!(
+            "no record fetched from: {}",
+            failed.join(", ")
+        )))
+    }
+}
+
+/// `mesh fleet status`.
+pub fn status(state: &Path, args: FleetArgs) -> Result<(), Failure> {
+    let fleet = load(state, &args.fleet)?;
+    let nodes = select(&fleet, &args.nodes)?;
+    let evaluator = crate::commands::evaluator();
+    let lines = mesh_fleet::each(&nodes, args.parallel as usize, |n| {
+        mesh_fleet::status::line(&fleet, n, state, evaluator)
+    });
+    if args.json {
+        say!("{}", json!({ "nodes": lines }));
+        return Ok(());
+    }
+    say!(
+        "{:<16} {:<11} {:<8} {:<16} {:<9} {:<22} {:<7} {}",
+        "node",
+        "reachable",
+        "mode",
+        "generation",
+        "fleet's",
+        "modules taken/held",
+        "drift",
+        "firewall"
+    );
+    for l in &lines {
+        say!(
+            "{:<16} {:<11} {:<8} {:<16} {:<9} {:<22} {:<7} {}{}",
+            l.node,
+            if l.reachable { "yes" } else { "NO" },
+            l.mode.as_deref().unwrap_or("-"),
+            short(l.current.as_ref()),
+            match (l.current, l.built) {
+                (Some(_), Some(_)) if l.up_to_date() => "yes",
+                (_, Some(_)) => "NO",
+                _ => "-",
+            },
+            format!("{}/{}", l.taken.len(), l.not_taken.len()),
+            l.drifted_files.map_or("-".into(), |d| d.to_string()),
+            match l.firewall_in_force {
+                Some(true) => "in force",
+                Some(false) => "DRIFTED",
+                None => "-",
+            },
+            l.problem
+                .as_deref()
+                .map(|p| format!("  ({p})"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// `mesh deploy`.
+pub fn deploy(state: &Path, args: DeployArgs) -> Result<(), Failure> {
+    let fleet = load(state, &args.fleet)?;
+    let nodes = select(&fleet, &args.nodes)?;
+    let options = Options {
+        parallel: args.parallel as usize,
+        confirm_within: args.confirm_timeout,
+        dry_run: args.dry_run,
+        state_dir: state.to_owned(),
+        evaluator: crate::commands::evaluator().clone(),
+    };
+    let progress = Progress::new(args.json);
+    let rows = mesh_fleet::deploy::run(&fleet, &nodes, &options, &progress);
+    if args.json {
+        say!("{}", json!({ "nodes": rows }));
+    } else {
+        say!(
+            "{:<16} {:<35} {:<46} {:<16} {:>7}  {}",
+            "node",
+            "from -> to",
+            "changed",
+            "result",
+            "time",
+            "sent"
+        );
+        for r in &rows {
+            let changed = r.changed.as_ref().map_or("-".to_owned(), |c| {
+                format!(
+                    "files {}, firewall {}, units {}, containers {}",
+                    c["files"].as_u64().unwrap_or(0),
+                    if c["firewall"] == true { "yes" } else { "no" },
+                    c["units"].as_u64().unwrap_or(0),
+                    c["containers"].as_u64().unwrap_or(0)
+                )
+            });
+            say!(
+                "{:<16} {:<35} {:<46} {:<16} {:>6.1}s  {} object(s), {} bytes{}",
+                r.node,
+                format!("{} -> {}", short(r.from.as_ref()), short(r.to.as_ref())),
+                changed,
+                r.result.word(),
+                r.seconds,
+                r.objects_sent,
+                r.bytes_sent,
+                r.reason
+                    .as_deref()
+                    .map(|p| format!("\n{:<16} {p}", ""))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    let not_ok: Vec<&mesh_fleet::deploy::Row> = rows.iter().filter(|r| !r.result.ok()).collect();
+    if not_ok.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = not_ok
+        .iter()
+        .map(|r| format!("{} ({})", r.node, r.result.word()))
+        .collect();
+    let refusals = not_ok
+        .iter()
+        .all(|r| matches!(r.result, Outcome::Reverted | Outcome::HostKeyRefused));
+    let message = format!(
+        "{} of {} node(s) did not end as deployed: {}",
+        not_ok.len(),
+        rows.len(),
+        names.join(", ")
+    );
+    Err(if refusals {
+        Failure::new(Exit::Refused, miette::miette!("{message}"))
+    } else {
+        Failure::system(message)
+    })
+}

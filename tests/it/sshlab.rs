@@ -1,0 +1,398 @@
+//! A fleet of real OpenSSH servers, one per network namespace: each node a namespace with its
+//! own `sshd` (host key made here), its own root and state directory, reached from a deployer
+//! namespace over a veth pair (198.51.100.0/24, TEST-NET-2); an `ssh_config` naming the nodes,
+//! a client key, a strict `known_hosts`, and a fleet file beside them. `mesh deploy` runs in
+//! the deployer's namespace; the nodes' `mesh` is the binary under test. Namespaces, servers and
+//! folders go when the lab is dropped, also when the test fails. The fleet bench uses it too.
+#![allow(dead_code)] // the bench uses a part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use std::time::{Duration, Instant};
+
+fn run(c: &mut Command) -> Output {
+    let out = c.output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{c:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn ip(args: &[&str]) {
+    run(Command::new("ip").args(args));
+}
+
+/// A node of the lab.
+pub struct LabNode {
+    pub name: String,
+    pub netns: String,
+    pub address: String,
+    pub dir: PathBuf,
+    sshd: Option<Child>,
+}
+
+impl LabNode {
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// `mesh ARGS` on the node, run here with its state, root and namespace.
+    pub fn mesh(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_mesh"))
+            .env("MESH_STATE_DIR", self.state())
+            .env("MESH_ROOT", self.root())
+            .env("MESH_NETNS", &self.netns)
+            .env("NO_COLOR", "1")
+            .args(args)
+            .output()
+            .expect("mesh runs")
+    }
+
+    /// The generation in force on the node.
+    pub fn current(&self) -> Option<String> {
+        let out = self.mesh(&["generations", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["generations"]
+            .as_array()?
+            .iter()
+            .find(|g| g["current"] == true)
+            .and_then(|g| g["id"].as_str().map(str::to_owned))
+    }
+
+    fn start_sshd(&mut self) {
+        let config = self.dir.join("sshd_config");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.netns, "/usr/sbin/sshd", "-D", "-f"])
+            .arg(&config)
+            .arg("-E")
+            .arg(self.dir.join("sshd.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sshd starts");
+        self.sshd = Some(child);
+    }
+
+    /// A new host key, and sshd told to read it: a client with the old known_hosts refuses it.
+    pub fn change_host_key(&mut self) {
+        let key = self.dir.join("host_key");
+        let _ = std::fs::remove_file(&key);
+        let _ = std::fs::remove_file(key.with_extension("pub"));
+        run(Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key));
+        if let Some(mut old) = self.sshd.take() {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        self.start_sshd();
+        wait_listening(&self.netns, &self.address);
+    }
+}
+
+impl Drop for LabNode {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.sshd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // What a deploy left running in the namespace (a detached agent) goes with it.
+        if let Ok(out) = Command::new("ip")
+            .args(["netns", "pids", &self.netns])
+            .output()
+        {
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).output();
+            }
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .output();
+    }
+}
+
+fn wait_listening(netns: &str, address: &str) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                netns,
+                "ss",
+                "-Hltn",
+                &format!("src {address}:22"),
+            ])
+            .output()
+            .expect("ss runs");
+        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("sshd in {netns} does not listen on {address}:22");
+}
+
+/// The lab.
+pub struct Lab {
+    pub dir: tempfile::TempDir,
+    pub deployer: String,
+    pub nodes: Vec<LabNode>,
+}
+
+impl Lab {
+    /// `count` nodes, each with the declaration `decl(name)`.
+    pub fn new(tag: &str, count: usize, decl: impl Fn(&str) -> String) -> Self {
+        static SERIAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let id = format!("{:x}{serial}", std::process::id() % 0xfff);
+        let dir = tempfile::tempdir().unwrap();
+        let deployer = format!("mesh-{tag}-dep-{id}");
+        ip(&["netns", "add", &deployer]);
+        ip(&["-n", &deployer, "link", "set", "lo", "up"]);
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let client_key = dir.path().join("client_key");
+        run(Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&client_key));
+        std::fs::copy(
+            client_key.with_extension("pub"),
+            dir.path().join("authorized_keys"),
+        )
+        .unwrap();
+        let mut lab = Self {
+            dir,
+            deployer,
+            nodes: Vec::new(),
+        };
+        std::fs::create_dir_all(lab.dir.path().join("nodes")).unwrap();
+        for i in 0..count {
+            let name = format!("node{i}");
+            let netns = format!("mesh-{tag}-{i}-{id}");
+            let ndir = lab.dir.path().join(&name);
+            std::fs::create_dir_all(ndir.join("root")).unwrap();
+            std::fs::create_dir_all(ndir.join("state")).unwrap();
+            ip(&["netns", "add", &netns]);
+            // The node is put in the lab first, so that a failure below still removes it.
+            lab.nodes.push(LabNode {
+                name: name.clone(),
+                netns: netns.clone(),
+                address: format!("198.51.100.{}", 4 * i + 2),
+                dir: ndir.clone(),
+                sshd: None,
+            });
+            let (here, there) = (format!("md{id}x{i}"), format!("mn{id}x{i}"));
+            let near = format!("198.51.100.{}/30", 4 * i + 1);
+            let far = format!("198.51.100.{}/30", 4 * i + 2);
+            ip(&[
+                "link",
+                "add",
+                &here,
+                "netns",
+                &lab.deployer,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &there,
+                "netns",
+                &netns,
+            ]);
+            ip(&["-n", &lab.deployer, "addr", "add", &near, "dev", &here]);
+            ip(&["-n", &lab.deployer, "link", "set", &here, "up"]);
+            ip(&["-n", &netns, "addr", "add", &far, "dev", &there]);
+            ip(&["-n", &netns, "link", "set", &there, "up"]);
+            ip(&["-n", &netns, "link", "set", "lo", "up"]);
+            let key = ndir.join("host_key");
+            run(Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(&key));
+            let address = lab.nodes[i].address.clone();
+            std::fs::write(
+                ndir.join("sshd_config"),
+                format!(
+                    "ListenAddress {address}:22\nHostKey {}\nPidFile {}\nAuthorizedKeysFile {}\nUsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n",
+                    key.display(),
+                    ndir.join("sshd.pid").display(),
+                    lab.dir.path().join("authorized_keys").display()
+                ),
+            )
+            .unwrap();
+            lab.nodes[i].start_sshd();
+            wait_listening(&netns, &address);
+            std::fs::write(
+                lab.dir.path().join(format!("nodes/{name}.ncl")),
+                decl(&name),
+            )
+            .unwrap();
+        }
+        lab.write_known_hosts();
+        lab.write_ssh_config();
+        lab.write_fleet();
+        lab
+    }
+
+    /// The known hosts: every node's key as it is now.
+    pub fn write_known_hosts(&self) {
+        let mut text = String::new();
+        for n in &self.nodes {
+            let key = std::fs::read_to_string(n.dir.join("host_key.pub")).unwrap();
+            let mut words = key.split_whitespace();
+            let (kind, body) = (words.next().unwrap(), words.next().unwrap());
+            text.push_str(&format!("{} {kind} {body}\n", n.address));
+        }
+        std::fs::write(self.dir.path().join("known_hosts"), text).unwrap();
+    }
+
+    fn write_ssh_config(&self) {
+        let mut text = String::new();
+        for n in &self.nodes {
+            text.push_str(&format!(
+                "Host {}\n  HostName {}\n  User root\n  IdentityFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n\n",
+                n.name,
+                n.address,
+                self.dir.path().join("client_key").display(),
+                self.dir.path().join("known_hosts").display()
+            ));
+        }
+        std::fs::write(self.dir.path().join("ssh_config"), text).unwrap();
+    }
+
+    fn write_fleet(&self) {
+        let mut nodes = String::new();
+        for n in &self.nodes {
+            nodes.push_str(&format!(
+                "    {name} = {{ declaration = \"nodes/{name}.ncl\", ssh = {{ destination = \"{name}\" }}, remote = {{ mesh = \"{bin}\", state_dir = \"{state}\", root = \"{root}\" }} }},\n",
+                name = n.name,
+                bin = env!("CARGO_BIN_EXE_mesh"),
+                state = n.state().display(),
+                root = n.root().display(),
+            ));
+        }
+        std::fs::write(
+            self.fleet(),
+            format!(
+                "let mesh = import \"mesh.ncl\" in\nmesh.fleet {{\n  ssh_config = \"ssh_config\",\n  nodes = {{\n{nodes}  }},\n}}\n"
+            ),
+        )
+        .unwrap();
+    }
+
+    /// The fleet file.
+    pub fn fleet(&self) -> PathBuf {
+        self.dir.path().join("fleet.ncl")
+    }
+
+    /// Rewrites node `name`'s declaration.
+    pub fn declare(&self, name: &str, text: &str) {
+        std::fs::write(self.dir.path().join(format!("nodes/{name}.ncl")), text).unwrap();
+    }
+
+    /// The deployer's state directory.
+    pub fn deployer_state(&self) -> PathBuf {
+        self.dir.path().join("deployer-state")
+    }
+
+    /// `mesh ARGS` in the deployer's namespace, with the lab's fleet file.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.deployer, env!("CARGO_BIN_EXE_mesh")])
+            .env("MESH_STATE_DIR", self.deployer_state())
+            .env("MESH_FLEET", self.fleet())
+            .env("NO_COLOR", "1")
+            .env_remove("MESH_ROOT")
+            .env_remove("MESH_NETNS")
+            .args(args);
+        c
+    }
+
+    /// `mesh ARGS` in the deployer's namespace.
+    pub fn mesh(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("mesh runs")
+    }
+
+    /// `ssh NODE COMMAND` from the deployer's namespace, over a new connection.
+    pub fn ssh(&self, node: &str, command: &str) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.deployer, "ssh", "-F"])
+            .arg(self.dir.path().join("ssh_config"))
+            .args([
+                "-o",
+                "ConnectTimeout=3",
+                "-o",
+                "BatchMode=yes",
+                node,
+                command,
+            ])
+            .output()
+            .expect("ssh runs")
+    }
+
+    /// Makes `node` unreachable from the deployer: its packets are dropped on the way (a
+    /// connection times out, as on a real network), its sshd keeps running.
+    pub fn cut(&self, node: &str) {
+        let n = self.nodes.iter().find(|n| n.name == node).unwrap();
+        let rules = self.dir.path().join(format!("cut-{node}.nft"));
+        std::fs::write(
+            &rules,
+            format!(
+                "table inet cut_{node} {{\n chain out {{\n type filter hook output priority 0;\n ip daddr {} drop\n }}\n}}\n",
+                n.address
+            ),
+        )
+        .unwrap();
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.deployer, "nft", "-f"])
+            .arg(&rules));
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.deployer])
+            .output();
+    }
+}
+
+/// A node declaration: a managed node with the ssh port opened (`ssh_open`), a file whose text is
+/// `motd`.
+pub fn node_decl(name: &str, motd: &str, ssh_open: bool) -> String {
+    let ssh = if ssh_open {
+        "{ name = \"ssh\", config = fun s => { openings = [{ port = s.ports.ssh, paths = ['incoming] }] } },"
+    } else {
+        ""
+    };
+    format!(
+        r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "{name}",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820, ssh = 22 }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.5" }},
+  }},
+  modules = [
+    {ssh}
+    {{ name = "motd", config = fun s => {{ files = [
+      {{ path = "/etc/motd", content = "{motd}" }},
+      # 64 KiB that never change: a deploy sends them once.
+      {{ path = "/etc/big", content = std.string.join "" (std.array.replicate 4096 "0123456789abcdef") }},
+    ] }} }},
+  ],
+}}
+"#
+    )
+}
+
+pub fn path_of(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
