@@ -219,6 +219,9 @@ pub enum StoreCommand {
     /// Read a stream of objects on stdin; store them once every one matches its name (one that
     /// does not stores nothing, exit 3); print one JSON object: objects and bytes stored.
     Receive,
+    /// A deploy's requests, a line each on stdin (record, missing, receive, switch), answered
+    /// in turn on stdout: what `mesh deploy` speaks over its one connection to a node.
+    Serve,
 }
 
 #[derive(Args, Debug)]
@@ -234,6 +237,9 @@ pub struct ConfirmArgs {
 pub struct DeploysArgs {
     /// One deploy's token.
     pub token: Option<String>,
+    /// With TOKEN: wait until its switch is done (switched, failed or reverted) before saying.
+    #[arg(long, requires = "token")]
+    pub wait: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

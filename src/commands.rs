@@ -99,7 +99,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Reconcile(args) => activate::reconcile(&machine, args),
         Command::Confirm(args) => crate::remote::confirm(&machine, &args.token, args.json),
         Command::Deploys(args) => {
-            crate::remote::deploys(&machine, args.token.as_deref(), args.json)
+            crate::remote::deploys(&machine, args.token.as_deref(), args.wait, args.json)
         }
         Command::Store {
             command: StoreCommand::Missing,
@@ -107,6 +107,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Store {
             command: StoreCommand::Receive,
         } => crate::remote::receive(&machine),
+        Command::Store {
+            command: StoreCommand::Serve,
+        } => crate::remote::serve(&machine),
         Command::DeployAgent { token } => crate::remote::agent(&machine, &token),
         Command::Fleet {
             command: FleetCommand::Build(args),

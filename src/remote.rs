@@ -47,14 +47,8 @@ pub fn receive(machine: &Machine) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `mesh switch --generation ID --confirm-within S`: arms the deploy, starts its agent, prints
-/// the token.
-pub fn arm(
-    machine: &Machine,
-    generation: &str,
-    seconds: u64,
-    json_out: bool,
-) -> Result<(), Failure> {
+/// Arms a deploy of `generation` and starts its agent: the deploy, as armed.
+fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Deploy, Failure> {
     let node = mesh_activator::Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
     let target = node.store.resolve_generation(generation)?;
     // Checked here, so that a generation the store cannot give is refused before anything.
@@ -87,21 +81,155 @@ pub fn arm(
     agent
         .spawn()
         .map_err(|e| Failure::system(format!("starting the deploy's agent: {e}")))?;
+    Ok(deploy)
+}
+
+/// The deploy's record once its switch is done (switched, failed or reverted), or after 15
+/// minutes as it stands.
+fn switch_done(state: &std::path::Path, token: &str) -> std::io::Result<Deploy> {
+    let until = std::time::Instant::now() + Duration::from_secs(15 * 60);
+    loop {
+        let d = Deploy::load(state, token)?;
+        if !matches!(d.state, DeployState::Starting | DeployState::Switching)
+            || std::time::Instant::now() >= until
+        {
+            return Ok(d);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `mesh switch --generation ID --confirm-within S`: arms the deploy, starts its agent, prints
+/// the token.
+pub fn arm(
+    machine: &Machine,
+    generation: &str,
+    seconds: u64,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let deploy = start_deploy(machine, generation, seconds)?;
     if json_out {
         say!(
             "{}",
-            json!({ "token": deploy.token, "target": target, "previous": previous, "confirm_within": seconds })
+            json!({ "token": deploy.token, "target": deploy.target, "previous": deploy.previous, "confirm_within": seconds })
         );
     } else {
         say!(
             "deploy {} armed: switching to {}; confirm within {seconds} s of the switch with `mesh confirm {}`, or the node goes back to {}",
             deploy.token,
-            target.short(),
+            deploy.target.short(),
             deploy.token,
-            previous.map_or("(nothing)".to_owned(), |p| p.short().to_string())
+            deploy
+                .previous
+                .map_or("(nothing)".to_owned(), |p| p.short().to_string())
         );
     }
     Ok(())
+}
+
+/// `mesh store serve`: the node's side of a deploy in one process, a request a line on stdin,
+/// each answered on stdout before the next is read — what `mesh deploy` asks over its one
+/// connection, so that a node pays one process (and one login shell) for it, not five:
+///
+/// ```text
+/// record                    -> record none | record LEN\n<LEN bytes: the node record>
+/// missing\n<want list>end   -> <the missing ones>end
+/// receive\n<object stream>  -> received OBJECTS BYTES            (the stream as `store receive`)
+/// switch ID SECONDS         -> <the deploy's record, JSON, once its switch is done>
+/// ```
+///
+/// A request that fails is answered `error MESSAGE` (and a stream that cannot be read ends the
+/// session, since what follows it cannot be found).
+pub fn serve(machine: &Machine) -> Result<(), Failure> {
+    use std::io::{BufRead, Write};
+    let store = mesh_lib::Store::open(&machine.state)?;
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut out = std::io::stdout().lock();
+    let answer = |out: &mut std::io::StdoutLock, bytes: &[u8]| -> Result<(), Failure> {
+        out.write_all(bytes)
+            .and_then(|()| out.flush())
+            .map_err(|e| Failure::system(format!("answering: {e}")))
+    };
+    loop {
+        let mut line = String::new();
+        if input.read_line(&mut line).map_err(Failure::system)? == 0 {
+            return Ok(());
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["record"] => {
+                let path = mesh_lib::record::record_path(&machine.state);
+                match std::fs::read(&path) {
+                    Ok(bytes) => {
+                        answer(&mut out, format!("record {}\n", bytes.len()).as_bytes())?;
+                        answer(&mut out, &bytes)?;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        answer(&mut out, b"record none\n")?
+                    }
+                    Err(e) => answer(
+                        &mut out,
+                        format!("error {}: {e}\n", path.display()).as_bytes(),
+                    )?,
+                }
+            }
+            ["missing"] => {
+                let mut list = Vec::new();
+                loop {
+                    let mut l = String::new();
+                    if input.read_line(&mut l).map_err(Failure::system)? == 0 || l == "end\n" {
+                        break;
+                    }
+                    list.extend_from_slice(l.as_bytes());
+                }
+                match transfer::read_list(list.as_slice()) {
+                    Ok(wanted) => {
+                        let mut text = Vec::new();
+                        transfer::write_list(&mut text, &transfer::missing(&store, &wanted))
+                            .map_err(Failure::system)?;
+                        text.extend_from_slice(b"end\n");
+                        answer(&mut out, &text)?;
+                    }
+                    Err(e) => answer(&mut out, format!("error {e}\n").as_bytes())?,
+                }
+            }
+            ["receive"] => match transfer::receive(&store, &mut input) {
+                Ok(got) => answer(
+                    &mut out,
+                    format!("received {} {}\n", got.objects, got.bytes).as_bytes(),
+                )?,
+                Err(e) => {
+                    answer(&mut out, format!("error {e}\n").as_bytes())?;
+                    return Err(transfer_failure(e));
+                }
+            },
+            ["switch", id, seconds] => {
+                let text = match seconds.parse::<u64>() {
+                    Ok(s) if (1..=86400).contains(&s) => start_deploy(machine, id, s)
+                        .and_then(|d| {
+                            switch_done(&machine.state, &d.token).map_err(Failure::system)
+                        })
+                        .and_then(|d| serde_json::to_string(&d).map_err(Failure::system))
+                        .unwrap_or_else(|e| format!("error {}", e.report_text())),
+                    _ => format!("error `{seconds}` is not a number of seconds from 1 to 86400"),
+                };
+                answer(
+                    &mut out,
+                    format!("{}\n", text.replace('\n', " ")).as_bytes(),
+                )?;
+            }
+            [] => {}
+            _ => answer(
+                &mut out,
+                format!(
+                    "error unknown request `{}`\n",
+                    mesh_lib::text::escape(line.trim())
+                )
+                .as_bytes(),
+            )?,
+        }
+    }
 }
 
 /// What a switch changed, in counts: for a deploy's record and the deployer's table.
@@ -273,11 +401,23 @@ fn word(s: DeployState) -> &'static str {
 }
 
 /// `mesh deploys [TOKEN]`.
-pub fn deploys(machine: &Machine, token: Option<&str>, json_out: bool) -> Result<(), Failure> {
+pub fn deploys(
+    machine: &Machine,
+    token: Option<&str>,
+    wait: bool,
+    json_out: bool,
+) -> Result<(), Failure> {
     let state = machine.state.as_path();
     let list = match token {
-        Some(t) => vec![Deploy::load(state, t)
-            .map_err(|e| Failure::user(format!("deploy {}: {e}", mesh_lib::text::escape(t))))?],
+        Some(t) => {
+            let known = Deploy::load(state, t)
+                .map_err(|e| Failure::user(format!("deploy {}: {e}", mesh_lib::text::escape(t))))?;
+            vec![if wait {
+                switch_done(state, t).map_err(Failure::system)?
+            } else {
+                known
+            }]
+        }
         None => Deploy::all(state).map_err(Failure::system)?,
     };
     if json_out {

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::file::{Fleet, Node};
 use crate::progress::Progress;
-use crate::ssh::{Link, SshError};
+use crate::ssh::{Link, Serve, ServeError, SshError};
 
 /// How a deploy goes.
 pub struct Options {
@@ -133,6 +133,35 @@ fn reached(row: &mut Row, e: SshError) {
     row.reason = Some(e.to_string());
 }
 
+/// A dry run's plan, as the node makes it.
+fn plan(link: &mut Link, row: &mut Row) -> Result<(), SshError> {
+    let Some(id) = row.to.map(|i| i.to_string()) else {
+        return Ok(());
+    };
+    let ran = link.mesh(&["generations", "--json"], None)?;
+    let listed: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap_or_default();
+    row.from = listed["generations"]
+        .as_array()
+        .and_then(|gs| gs.iter().find(|g| g["current"] == true))
+        .and_then(|g| g["id"].as_str())
+        .and_then(|id| id.parse().ok());
+    let ran = link.mesh(
+        &["switch", "--generation", &id, "--dry-run", "--json"],
+        None,
+    )?;
+    if !ran.ok() {
+        failed(row, "planning", &ran);
+        return Ok(());
+    }
+    let plan: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap_or_default();
+    row.changed = Some(serde_json::json!({
+        "files": plan["plan"]["actions"].as_array().map_or(0, |a| a.iter().filter(|x| matches!(x["action"].as_str(), Some("write" | "remove"))).count()),
+        "units": plan["services"]["jobs"].as_array().map_or(0, Vec::len),
+        "containers": plan["containers"].as_array().map_or(0, |c| c.iter().filter(|x| x["action"] != "hold").count()),
+    }));
+    Ok(())
+}
+
 fn failed(row: &mut Row, what: &str, ran: &crate::ssh::Ran) {
     row.result = Outcome::Failed;
     let said = ran.stderr.trim();
@@ -148,7 +177,7 @@ fn failed(row: &mut Row, what: &str, ran: &crate::ssh::Ran) {
 
 /// The deploy record the node keeps for `token`, as JSON.
 fn deploy_record(link: &mut Link, token: &str) -> Result<serde_json::Value, SshError> {
-    let ran = link.mesh(&["deploys", token, "--json"], None)?;
+    let ran = link.mesh(&["deploys", token, "--wait", "--json"], None)?;
     Ok(serde_json::from_slice(&ran.stdout).unwrap_or(serde_json::Value::Null))
 }
 
@@ -176,21 +205,61 @@ fn deploy_over(
     link: &mut Link,
 ) -> Result<(), SshError> {
     let name = node.name.to_string();
+    let mut serve = link.serve()?;
+    let outcome = converse(node, options, progress, row, &mut serve);
+    link.sent += serve.finish();
+    let token = match outcome {
+        Ok(Some(token)) => token,
+        Ok(None) if row.result == Outcome::Planned => return plan(link, row),
+        Ok(None) => return Ok(()),
+        Err(ServeError::Said(said)) => {
+            row.result = Outcome::Failed;
+            row.reason = Some(said);
+            return Ok(());
+        }
+        Err(ServeError::Ssh(e)) if row.to.is_none() || row.changed.is_some() => return Err(e),
+        // Dropped while the node switched: the deploy goes on there; find it again.
+        Err(ServeError::Ssh(_)) => {
+            progress.say(
+                &name,
+                "the connection dropped: reading the deploy over a new one",
+            );
+            match find_deploy(fleet, node, row) {
+                Some(t) => t,
+                None => {
+                    row.result = Outcome::Unreachable;
+                    row.reason = Some(
+                        "the connection dropped during the switch, and no new one reached the node; it switches back by itself unless confirmed".into(),
+                    );
+                    return Ok(());
+                }
+            }
+        }
+    };
+    confirm(fleet, node, options, progress, row, &token);
+    Ok(())
+}
+
+/// The node's side of the deploy, over `mesh store serve`: the token of the deploy armed (or
+/// `None` when it ends here, the row saying why).
+fn converse(
+    node: &Node,
+    options: &Options,
+    progress: &Progress,
+    row: &mut Row,
+    serve: &mut Serve<'_>,
+) -> Result<Option<String>, ServeError> {
+    let name = node.name.to_string();
     progress.say(&name, "reading its record");
-    let ran = link.mesh(&["record", "export"], None)?;
-    let record = if ran.ok() {
-        match NodeRecord::parse(&ran.stdout) {
+    let record = match serve.record()? {
+        Some(bytes) => match NodeRecord::parse(&bytes) {
             Ok(r) => Some(r),
             Err(e) => {
                 row.reason = Some(format!("its record cannot be read: {e}"));
-                return Ok(());
+                return Ok(None);
             }
-        }
-    } else if ran.code == Some(1) && ran.stderr.contains("never adopted") {
-        None
-    } else {
-        failed(row, "reading its record", &ran);
-        return Ok(());
+        },
+        None => None,
     };
     progress.say(&name, "building");
     let label = PathBuf::from(format!("{name}'s record"));
@@ -203,7 +272,7 @@ fn deploy_over(
         Ok(b) => b,
         Err(e) => {
             row.reason = Some(format!("the build failed: {e}"));
-            return Ok(());
+            return Ok(None);
         }
     };
     row.to = Some(built.id);
@@ -216,113 +285,33 @@ fn deploy_over(
     progress.say(&name, "asking what it lacks");
     let mut list = Vec::new();
     transfer::write_list(&mut list, &objects).expect("writing to memory");
-    let ran = link.mesh(&["store", "missing"], Some(&list))?;
-    if !ran.ok() {
-        failed(row, "asking what it lacks", &ran);
-        return Ok(());
-    }
-    let missing = match transfer::read_list(ran.stdout.as_slice()) {
-        Ok(m) => m,
-        Err(e) => {
-            row.reason = Some(format!("its answer to the want list: {e}"));
-            return Ok(());
-        }
-    };
+    let answer = serve.missing(&list)?;
+    let missing = transfer::read_list(answer.as_slice())
+        .map_err(|e| ServeError::Said(format!("its answer to the want list: {e}")))?;
     if !missing.is_empty() {
         progress.say(&name, &format!("sending {} object(s)", missing.len()));
-        let store = match Store::open(&options.state_dir) {
-            Ok(s) => s,
-            Err(e) => {
-                row.reason = Some(e.to_string());
-                return Ok(());
-            }
-        };
+        let store = Store::open(&options.state_dir).map_err(|e| ServeError::Said(e.to_string()))?;
         let mut stream = Vec::new();
-        if let Err(e) = transfer::send(&store, &missing, &mut stream) {
-            row.reason = Some(format!("reading what to send: {e}"));
-            return Ok(());
-        }
-        let ran = link.mesh(&["store", "receive"], Some(&stream))?;
-        if !ran.ok() {
-            failed(row, "sending the objects", &ran);
-            return Ok(());
-        }
+        transfer::send(&store, &missing, &mut stream)
+            .map_err(|e| ServeError::Said(format!("reading what to send: {e}")))?;
+        serve.receive(&stream)?;
         row.objects_sent = missing.len();
     }
-    let ran = link.mesh(&["generations", "--json"], None)?;
-    let listed: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap_or_default();
-    row.from = listed["generations"]
-        .as_array()
-        .and_then(|gs| gs.iter().find(|g| g["current"] == true))
-        .and_then(|g| g["id"].as_str())
-        .and_then(|id| id.parse().ok());
     let id = built.id.to_string();
     if options.dry_run {
-        progress.say(&name, "planning");
-        let ran = link.mesh(
-            &["switch", "--generation", &id, "--dry-run", "--json"],
-            None,
-        )?;
-        if !ran.ok() {
-            failed(row, "planning", &ran);
-            return Ok(());
-        }
-        let plan: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap_or_default();
-        row.changed = Some(serde_json::json!({
-            "files": plan["plan"]["actions"].as_array().map_or(0, |a| a.iter().filter(|x| matches!(x["action"].as_str(), Some("write" | "remove"))).count()),
-            "units": plan["services"]["jobs"].as_array().map_or(0, Vec::len),
-            "containers": plan["containers"].as_array().map_or(0, |c| c.iter().filter(|x| x["action"] != "hold").count()),
-        }));
         row.result = Outcome::Planned;
-        return Ok(());
+        return Ok(None);
     }
     progress.say(&name, "switching");
-    let within = options.confirm_within.to_string();
-    let ran = link.mesh(
-        &[
-            "switch",
-            "--generation",
-            &id,
-            "--confirm-within",
-            &within,
-            "--json",
-        ],
-        None,
-    )?;
-    if !ran.ok() {
-        failed(row, "arming the switch", &ran);
-        return Ok(());
-    }
-    let armed: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap_or_default();
-    let Some(token) = armed["token"].as_str().map(str::to_owned) else {
-        row.reason = Some("the node did not say its deploy's token".into());
-        return Ok(());
-    };
-    // Until the node says it switched, over the open connection; if that drops, over new ones.
-    let switched_by = Instant::now() + Duration::from_secs(15 * 60);
-    let record = loop {
-        let state = match deploy_record(link, &token) {
-            Ok(r) => r,
-            Err(_) => match Link::open(fleet, node).and_then(|mut l| deploy_record(&mut l, &token))
-            {
-                Ok(r) => r,
-                Err(_) => serde_json::Value::Null,
-            },
-        };
-        match state["state"].as_str() {
-            Some("starting" | "switching") | None if Instant::now() < switched_by => {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            _ => break state,
-        }
-    };
+    let record = serve.switch(&id, options.confirm_within)?;
+    row.from = record["previous"].as_str().and_then(|p| p.parse().ok());
     row.changed = record.get("changed").cloned();
     match record["state"].as_str() {
-        Some("switched") => {}
+        Some("switched") => Ok(record["token"].as_str().map(str::to_owned)),
         Some("reverted") => {
             row.result = Outcome::Reverted;
             row.reason = record["reason"].as_str().map(str::to_owned);
-            return Ok(());
+            Ok(None)
         }
         other => {
             row.result = Outcome::Failed;
@@ -332,11 +321,34 @@ fn deploy_over(
                     .map(str::to_owned)
                     .unwrap_or_else(|| format!("the switch did not finish ({other:?})")),
             );
-            return Ok(());
+            Ok(None)
         }
     }
-    confirm(fleet, node, options, progress, row, &token);
-    Ok(())
+}
+
+/// The deploy of `row.to` on `node`, found over a new connection after the first dropped, once
+/// its switch is done: its token.
+fn find_deploy(fleet: &Fleet, node: &Node, row: &mut Row) -> Option<String> {
+    let to = row.to?.to_string();
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        if let Ok(mut fresh) = Link::open(fleet, node) {
+            let listed = fresh.mesh(&["deploys", "--json"], None).ok()?;
+            let all: serde_json::Value = serde_json::from_slice(&listed.stdout).ok()?;
+            let token = all["deploys"]
+                .as_array()?
+                .iter()
+                .find(|d| d["target"] == to.as_str())?["token"]
+                .as_str()?
+                .to_owned();
+            let record = deploy_record(&mut fresh, &token).ok()?;
+            row.from = record["previous"].as_str().and_then(|p| p.parse().ok());
+            row.changed = record.get("changed").cloned();
+            return Some(token);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    None
 }
 
 /// Confirms `token` over new connections until the deadline; then, without a confirmation,

@@ -211,3 +211,163 @@ impl Drop for Link {
         }
     }
 }
+
+/// A conversation with the node's `mesh store serve` (see it for the requests): the node's side
+/// of a deploy in one remote process, over the link's connection.
+pub struct Serve<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    child: openssh::RemoteChild<'a>,
+    stdin: Option<openssh::ChildStdin>,
+    stdout: tokio::io::BufReader<openssh::ChildStdout>,
+    node: String,
+    /// Bytes written to it.
+    pub sent: u64,
+}
+
+/// A request of a [`Serve`] that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ServeError {
+    /// The connection.
+    #[error(transparent)]
+    Ssh(#[from] SshError),
+    /// What the node answered instead.
+    #[error("{0}")]
+    Said(String),
+}
+
+impl Link {
+    /// Starts the node's `mesh store serve`.
+    pub fn serve(&self) -> Result<Serve<'_>, SshError> {
+        let session = self.session.as_ref().expect("open until closed");
+        let argv = self.node.remote.args(&["store", "serve"]);
+        let node = self.node.name.to_string();
+        let mut child = self
+            .runtime
+            .block_on(async {
+                session
+                    .command(&self.node.remote.mesh)
+                    .args(&argv)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .await
+            })
+            .map_err(|e| SshError::Dropped {
+                node: node.clone(),
+                message: e.to_string(),
+            })?;
+        let stdin = child.stdin().take();
+        let stdout = child.stdout().take().expect("piped");
+        Ok(Serve {
+            runtime: &self.runtime,
+            child,
+            stdin,
+            stdout: tokio::io::BufReader::new(stdout),
+            node,
+            sent: 0,
+        })
+    }
+}
+
+impl Serve<'_> {
+    fn dropped(&self, e: impl std::fmt::Display) -> ServeError {
+        ServeError::Ssh(SshError::Dropped {
+            node: self.node.clone(),
+            message: e.to_string(),
+        })
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), ServeError> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(self.dropped("its input is closed"));
+        };
+        let wrote = self.runtime.block_on(async {
+            stdin.write_all(bytes).await?;
+            stdin.flush().await
+        });
+        wrote.map_err(|e| self.dropped(e))?;
+        self.sent += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn line(&mut self) -> Result<String, ServeError> {
+        use tokio::io::AsyncBufReadExt;
+        let mut line = String::new();
+        let read = self.runtime.block_on(self.stdout.read_line(&mut line));
+        match read {
+            Ok(0) => Err(self.dropped("it ended")),
+            Ok(_) => match line.strip_prefix("error ") {
+                Some(e) => Err(ServeError::Said(
+                    mesh_lib::text::escape(e.trim_end()).into_owned(),
+                )),
+                None => Ok(line.trim_end_matches('\n').to_owned()),
+            },
+            Err(e) => Err(self.dropped(e)),
+        }
+    }
+
+    /// The node record's bytes (`None`: never adopted).
+    pub fn record(&mut self) -> Result<Option<Vec<u8>>, ServeError> {
+        use tokio::io::AsyncReadExt;
+        self.send(b"record\n")?;
+        let line = self.line()?;
+        match line.strip_prefix("record ") {
+            Some("none") => Ok(None),
+            Some(len) => {
+                let len: usize = len.parse().map_err(|_| self.dropped("a bad answer"))?;
+                let mut bytes = vec![0; len];
+                let read = self.runtime.block_on(self.stdout.read_exact(&mut bytes));
+                read.map_err(|e| self.dropped(e))?;
+                Ok(Some(bytes))
+            }
+            None => Err(self.dropped(format!("an answer that is not a record: {line}"))),
+        }
+    }
+
+    /// The objects of `list` (a want list) the node lacks, as a want list.
+    pub fn missing(&mut self, list: &[u8]) -> Result<Vec<u8>, ServeError> {
+        let mut request = b"missing\n".to_vec();
+        request.extend_from_slice(list);
+        request.extend_from_slice(b"end\n");
+        self.send(&request)?;
+        let mut out = Vec::new();
+        loop {
+            let line = self.line()?;
+            if line == "end" {
+                return Ok(out);
+            }
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+    }
+
+    /// Sends an object stream; what the node stored: (objects, bytes).
+    pub fn receive(&mut self, stream: &[u8]) -> Result<(usize, u64), ServeError> {
+        let mut request = b"receive\n".to_vec();
+        request.extend_from_slice(stream);
+        self.send(&request)?;
+        let line = self.line()?;
+        let mut words = line.strip_prefix("received ").unwrap_or("").split(' ');
+        match (words.next().map(str::parse), words.next().map(str::parse)) {
+            (Some(Ok(objects)), Some(Ok(bytes))) => Ok((objects, bytes)),
+            _ => Err(self.dropped(format!("an answer that is not a receipt: {line}"))),
+        }
+    }
+
+    /// Arms a deploy of `id` (confirm within `seconds`) and waits for its switch: the deploy's
+    /// record as the node keeps it.
+    pub fn switch(&mut self, id: &str, seconds: u64) -> Result<serde_json::Value, ServeError> {
+        self.send(format!("switch {id} {seconds}\n").as_bytes())?;
+        let line = self.line()?;
+        serde_json::from_str(&line).map_err(|e| self.dropped(format!("its answer: {e}")))
+    }
+
+    /// Ends the conversation; the bytes sent.
+    pub fn finish(mut self) -> u64 {
+        drop(self.stdin.take());
+        let child = self.child;
+        let _ended = self.runtime.block_on(child.wait());
+        self.sent
+    }
+}

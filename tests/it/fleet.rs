@@ -307,4 +307,14 @@ fn fleet_build_records_and_the_ci_gate() {
     let gate = lab.mesh(&["fleet", "build", "--check", path_of(&check)]);
     assert_eq!(gate.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&gate.stderr).contains("node1: builds to"));
+
+    // A dry run sends what a node lacks and shows its plan; it switches nothing.
+    let (code, json, err) = deploy(&lab, &["--dry-run"]);
+    assert_eq!(code, 0, "{json}\n{err}");
+    for n in &lab.nodes {
+        let r = row(&json, &n.name);
+        assert_eq!(r["result"], "planned", "{r}");
+        assert_eq!(r["changed"]["files"], 2, "{r}");
+        assert!(n.current().is_none(), "a dry run switches nothing");
+    }
 }

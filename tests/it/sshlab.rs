@@ -372,6 +372,7 @@ pub fn node_decl(name: &str, motd: &str, ssh_open: bool) -> String {
     } else {
         ""
     };
+    let big = "0123456789abcdef".repeat(4096);
     format!(
         r#"let mesh = import "mesh.ncl" in
 mesh.node {{
@@ -385,7 +386,7 @@ mesh.node {{
     {{ name = "motd", config = fun s => {{ files = [
       {{ path = "/etc/motd", content = "{motd}" }},
       # 64 KiB that never change: a deploy sends them once.
-      {{ path = "/etc/big", content = std.string.join "" (std.array.replicate 4096 "0123456789abcdef") }},
+      {{ path = "/etc/big", content = "{big}" }},
     ] }} }},
   ],
 }}

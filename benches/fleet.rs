@@ -1,0 +1,220 @@
+//! `sudo cargo bench --bench fleet`: `mesh deploy` over real OpenSSH servers, one per network
+//! namespace (the lab the fleet's tests build), each node declaring a changing file and 64 KiB
+//! that never change.
+//!
+//! 1. One changed file deployed to 10 nodes with `--parallel 10`, against the same to one node.
+//!    Target (issue 10): < 2x.
+//! 2. What a node is sent for it, against the changed content plus the generation. Target < 2x.
+//!    Also on the wire: the deployer's side of the node's link, SSH's own bytes and its second
+//!    connection (the confirmation) included.
+//! 3. Against what an operator would otherwise run: `rsync` of the fleet's repository to each
+//!    node and `ssh node mesh switch` there, one node after another.
+//!
+//! Prints one table with the ratios of one run.
+
+mod common;
+#[path = "../tests/it/sshlab.rs"]
+mod sshlab;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{median, ms};
+use sshlab::{node_decl, Lab};
+
+const NODES: usize = 10;
+const RUNS: usize = 3;
+
+/// The machine's busy CPU time so far (every core, every process: the deployer, the nodes'
+/// sshd, their login shells and mesh), from /proc/stat.
+fn busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // user, nice, system, irq, softirq, steal; in clock ticks (100 a second).
+    Duration::from_millis((f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) * 10)
+}
+
+fn deploy(
+    lab: &Lab,
+    nodes: &[&str],
+    version: &mut usize,
+) -> (Duration, Duration, serde_json::Value) {
+    *version += 1;
+    for n in nodes {
+        lab.declare(n, &node_decl(n, &format!("version {version}\\n"), true));
+    }
+    let mut args = vec![
+        "deploy",
+        "--json",
+        "--parallel",
+        "10",
+        "--confirm-timeout",
+        "30",
+    ];
+    args.extend_from_slice(nodes);
+    let (started, cpu) = (Instant::now(), busy());
+    let mut c = lab.command(&args);
+    c.stderr(std::process::Stdio::null());
+    let out = c.output().unwrap();
+    let (took, cpu) = (started.elapsed(), busy() - cpu);
+    assert!(
+        out.status.success(),
+        "deploy failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    (took, cpu, serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Bytes the deployer's namespace sent on its link to `node`.
+fn wire(lab: &Lab, node: usize) -> u64 {
+    let out = Command::new("ip")
+        .args(["-n", &lab.deployer, "-j", "-s", "link", "show"])
+        .output()
+        .unwrap();
+    let links: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let suffix = format!("x{node}");
+    links
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| {
+            l["ifname"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("md") && n.ends_with(&suffix))
+        })
+        .and_then(|l| l["stats64"]["tx"]["bytes"].as_u64())
+        .expect("the node's link")
+}
+
+fn main() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("the fleet bench needs root (namespaces, sshd)");
+        return;
+    }
+    let lab = Lab::new("bench", NODES, |n| node_decl(n, "version 0\\n", true));
+    let all: Vec<String> = lab.nodes.iter().map(|n| n.name.clone()).collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let mut version = 0;
+    let _ = deploy(&lab, &all, &mut version); // every node has the big file from here on
+
+    let (mut ten, mut one) = (Vec::new(), Vec::new());
+    let (mut ten_cpu, mut one_cpu) = (Vec::new(), Vec::new());
+    let mut sent = 0u64;
+    let mut on_wire = 0u64;
+    let mut id = String::new();
+    for _ in 0..RUNS {
+        let before = wire(&lab, 0);
+        let (t, cpu, json) = deploy(&lab, &all, &mut version);
+        on_wire = wire(&lab, 0) - before;
+        ten.push(t);
+        ten_cpu.push(cpu);
+        let row = &json["nodes"][0];
+        sent = row["bytes_sent"].as_u64().unwrap();
+        id = row["to"].as_str().unwrap().to_owned();
+        let (t, cpu, _) = deploy(&lab, &["node0"], &mut version);
+        one.push(t);
+        one_cpu.push(cpu);
+    }
+    let (ten, one) = (median(ten), median(one));
+    let (ten_cpu, one_cpu) = (median(ten_cpu), median(one_cpu));
+    // What changed: the generation (its canonical encoding) and the one new content.
+    let store = mesh_lib::Store::open(&lab.deployer_state()).unwrap();
+    let generation = store
+        .generation(&id.parse().unwrap())
+        .unwrap()
+        .canonical_bytes()
+        .unwrap()
+        .len() as u64;
+    let content = format!("version {}\n", version - 1).len() as u64;
+    let needed = generation + content;
+
+    // The reference: the fleet's repository copied to each node, a switch there, in turn.
+    let config = lab.dir.path().join("ssh_config");
+    let mut reference = Vec::new();
+    for _ in 0..RUNS {
+        version += 1;
+        for n in &all {
+            lab.declare(n, &node_decl(n, &format!("version {version}\\n"), true));
+        }
+        let started = Instant::now();
+        for n in &lab.nodes {
+            let copy = format!("{}:{}/", n.name, n.dir.join("repo").display());
+            let rsync = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &lab.deployer,
+                    "rsync",
+                    "-a",
+                    "--delete",
+                    "-e",
+                ])
+                .arg(format!("ssh -F {}", config.display()))
+                .arg(format!("{}/", lab.dir.path().join("nodes").display()))
+                .arg(&copy)
+                .output()
+                .unwrap();
+            assert!(
+                rsync.status.success(),
+                "rsync: {}",
+                String::from_utf8_lossy(&rsync.stderr)
+            );
+            let switch = lab.ssh(
+                &n.name,
+                &format!(
+                    "MESH_STATE_DIR={} MESH_ROOT={} {} switch {}/{}.ncl",
+                    n.state().display(),
+                    n.root().display(),
+                    env!("CARGO_BIN_EXE_mesh"),
+                    n.dir.join("repo").display(),
+                    n.name
+                ),
+            );
+            assert!(
+                switch.status.success(),
+                "switch: {}",
+                String::from_utf8_lossy(&switch.stderr)
+            );
+        }
+        reference.push(started.elapsed());
+    }
+    let reference = median(reference);
+
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("fleet (one sshd per network namespace; medians of {RUNS})");
+    println!("| | figure | ratio |");
+    println!("|---|---|---|");
+    println!(
+        "| deploy, one changed file, 1 node | {} ({} CPU, every process of the machine) | 1.00x |",
+        ms(one),
+        ms(one_cpu)
+    );
+    println!(
+        "| deploy, one changed file, {NODES} nodes, --parallel 10 | {} ({} CPU: {:.0}% of the {cores} cores) | {:.2}x of one node (target < 2x) |",
+        ms(ten),
+        ms(ten_cpu),
+        100.0 * ten_cpu.as_secs_f64() / (ten.as_secs_f64() * cores as f64),
+        ten.as_secs_f64() / one.as_secs_f64()
+    );
+    println!(
+        "| rsync of the fleet repo + ssh mesh switch, {NODES} nodes in turn (reference) | {} | deploy is {:.2}x of it |",
+        ms(reference),
+        ten.as_secs_f64() / reference.as_secs_f64()
+    );
+    println!("| changed content + generation (what must travel) | {needed} bytes | 1.00x |");
+    println!(
+        "| sent by mesh deploy to one node (objects, lists, commands' input) | {sent} bytes | {:.2}x (target < 2x) |",
+        sent as f64 / needed as f64
+    );
+    println!(
+        "| on the wire to one node (SSH, two connections, the confirmation's included) | {on_wire} bytes | {:.2}x |",
+        on_wire as f64 / needed as f64
+    );
+}
