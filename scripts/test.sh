@@ -47,6 +47,8 @@ cargo test --workspace --locked --features crash-points 2>&1 | tee "$log"
 
 echo "checking the CI example: every example node builds to its committed id"
 examples/ci/check-ids.sh target/debug/mesh
+echo "checking the CI example as a fleet: the same ids, every node built in parallel"
+target/debug/mesh --state-dir "$(mktemp -d)" fleet build --fleet examples/fleet.ncl --check examples/ci/ids.txt
 
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

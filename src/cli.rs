@@ -178,8 +178,8 @@ pub struct FleetArgs {
 pub struct FleetBuildArgs {
     #[command(flatten)]
     pub fleet: FleetArgs,
-    /// A file of expected ids, a line `NODE ID` each (`#` starts a comment): exit 2 naming every
-    /// node whose build differs.
+    /// A file of expected ids, a line `NODE ID` (or `NODE RECORD ID`) each, `#` starting a
+    /// comment: exit 2 naming every node whose build differs.
     #[arg(long, value_name = "FILE")]
     pub check: Option<PathBuf>,
 }

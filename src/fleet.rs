@@ -105,8 +105,9 @@ fn expected_ids(
             continue;
         }
         let words: Vec<&str> = line.split_whitespace().collect();
+        // `NODE ID`, or `NODE RECORD ID` as examples/ci/ids.txt has it.
         let (node, id) = match words.as_slice() {
-            [node, id] => (node, id),
+            [node, id] | [node, _, id] => (node, id),
             _ => {
                 return Err(Failure::user(format!(
                     "{}:{}: write `NODE ID`",

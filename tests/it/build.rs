@@ -310,3 +310,53 @@ fn secret_stays_secret_in_the_store() {
         }
     }
 }
+
+/// The example fleet builds every node, in parallel, with the records beside the declarations:
+/// the same ids as one build each; `--check` against examples/ci/ids.txt passes, and a changed
+/// id is named (exit 2).
+#[test]
+fn the_example_fleet_builds_to_the_pinned_ids() {
+    let state = tempfile::tempdir().unwrap();
+    let fleet = repo().join("examples/fleet.ncl");
+    let mut c = mesh(state.path());
+    c.args(["fleet", "build", "--json", "--fleet"]).arg(&fleet);
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let json: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+    for (node, _, id) in PINNED {
+        let row = json["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["node"] == node)
+            .unwrap_or_else(|| panic!("{node}: {json}"));
+        assert_eq!(row["id"], id, "{node}");
+    }
+    let ids = repo().join("examples/ci/ids.txt");
+    let mut c = mesh(state.path());
+    c.args(["fleet", "build", "--fleet"])
+        .arg(&fleet)
+        .arg("--check")
+        .arg(&ids);
+    assert_eq!(run(c).code, 0);
+    let wrong = state.path().join("wrong.txt");
+    std::fs::write(
+        &wrong,
+        std::fs::read_to_string(&ids)
+            .unwrap()
+            .replace("b3:76ed", "b3:0000"),
+    )
+    .unwrap();
+    let mut c = mesh(state.path());
+    c.args(["fleet", "build", "--fleet"])
+        .arg(&fleet)
+        .arg("--check")
+        .arg(&wrong);
+    let ran = run(c);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("control-node: builds to"),
+        "{}",
+        ran.stderr
+    );
+}
