@@ -153,8 +153,9 @@ pub enum FleetCommand {
     Status(FleetArgs),
 }
 
+/// The fleet file and how many of its nodes at once: every fleet command takes them.
 #[derive(Args, Debug)]
-pub struct FleetArgs {
+pub struct FleetFile {
     /// The fleet file.
     #[arg(
         long,
@@ -166,6 +167,12 @@ pub struct FleetArgs {
     /// Nodes at once.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub parallel: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct FleetArgs {
+    #[command(flatten)]
+    pub file: FleetFile,
     /// Only these nodes (default: every node of the fleet).
     #[arg(long = "node", value_name = "NODE")]
     pub nodes: Vec<String>,
@@ -188,17 +195,8 @@ pub struct FleetBuildArgs {
 pub struct DeployArgs {
     /// The nodes to deploy (default: every node of the fleet).
     pub nodes: Vec<String>,
-    /// The fleet file.
-    #[arg(
-        long,
-        env = "MESH_FLEET",
-        value_name = "FILE",
-        default_value = "fleet.ncl"
-    )]
-    pub fleet: PathBuf,
-    /// Nodes at once.
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
-    pub parallel: u64,
+    #[command(flatten)]
+    pub file: FleetFile,
     /// Seconds a node waits, once switched, for the confirmation over a new connection before
     /// it switches back by itself.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]

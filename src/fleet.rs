@@ -25,7 +25,7 @@ fn short(id: Option<&mesh_lib::GenerationId>) -> String {
 
 /// `mesh fleet build`.
 pub fn build(state: &Path, args: FleetBuildArgs) -> Result<(), Failure> {
-    let fleet = load(state, &args.fleet.fleet)?;
+    let fleet = load(state, &args.fleet.file.fleet)?;
     let nodes = select(&fleet, &args.fleet.nodes)?;
     let expected = match &args.check {
         Some(file) => Some(expected_ids(file)?),
@@ -36,7 +36,7 @@ pub fn build(state: &Path, args: FleetBuildArgs) -> Result<(), Failure> {
         &nodes,
         state,
         crate::commands::evaluator(),
-        args.fleet.parallel as usize,
+        args.fleet.file.parallel as usize,
     );
     let mut failed = Vec::new();
     let mut differ = Vec::new();
@@ -126,9 +126,9 @@ fn expected_ids(
 
 /// `mesh fleet records`.
 pub fn records(state: &Path, args: FleetArgs) -> Result<(), Failure> {
-    let fleet = load(state, &args.fleet)?;
+    let fleet = load(state, &args.file.fleet)?;
     let nodes = select(&fleet, &args.nodes)?;
-    let fetched = mesh_fleet::each(&nodes, args.parallel as usize, |n| {
+    let fetched = mesh_fleet::each(&nodes, args.file.parallel as usize, |n| {
         mesh_fleet::status::fetch_record(&fleet, n)
     });
     if args.json {
@@ -155,10 +155,10 @@ pub fn records(state: &Path, args: FleetArgs) -> Result<(), Failure> {
 
 /// `mesh fleet status`.
 pub fn status(state: &Path, args: FleetArgs) -> Result<(), Failure> {
-    let fleet = load(state, &args.fleet)?;
+    let fleet = load(state, &args.file.fleet)?;
     let nodes = select(&fleet, &args.nodes)?;
     let evaluator = crate::commands::evaluator();
-    let lines = mesh_fleet::each(&nodes, args.parallel as usize, |n| {
+    let lines = mesh_fleet::each(&nodes, args.file.parallel as usize, |n| {
         mesh_fleet::status::line(&fleet, n, state, evaluator)
     });
     if args.json {
@@ -206,10 +206,10 @@ pub fn status(state: &Path, args: FleetArgs) -> Result<(), Failure> {
 
 /// `mesh deploy`.
 pub fn deploy(state: &Path, args: DeployArgs) -> Result<(), Failure> {
-    let fleet = load(state, &args.fleet)?;
+    let fleet = load(state, &args.file.fleet)?;
     let nodes = select(&fleet, &args.nodes)?;
     let options = Options {
-        parallel: args.parallel as usize,
+        parallel: args.file.parallel as usize,
         confirm_within: args.confirm_timeout,
         dry_run: args.dry_run,
         state_dir: state.to_owned(),

@@ -247,16 +247,18 @@ pub fn agent(machine: &Machine, token: &str) -> Result<(), Failure> {
     let state = machine.state.as_path();
     let io = |e: std::io::Error| Failure::system(format!("the deploy's record: {e}"));
     let mut deploy = Deploy::load(state, token).map_err(io)?;
+    // A deploy that could not switch says why in its record, and nothing is to be reverted.
+    let give_up = |deploy: &mut Deploy, e: mesh_activator::ActivateError| {
+        let why = Failure::from(e).report_text();
+        deploy
+            .set(state, DeployState::Failed, Some(why.clone()))
+            .map_err(io)?;
+        Err::<(), _>(Failure::system(why))
+    };
     let node =
         match mesh_activator::Node::open(&machine.state, &machine.root, machine.netns.clone()) {
             Ok(n) => n,
-            Err(e) => {
-                let why = Failure::from(e).report_text();
-                deploy
-                    .set(state, DeployState::Failed, Some(why.clone()))
-                    .map_err(io)?;
-                return Err(Failure::system(why));
-            }
+            Err(e) => return give_up(&mut deploy, e),
         };
     deploy.previous = node.current()?.map(|(_, id, _)| id);
     deploy
@@ -265,13 +267,7 @@ pub fn agent(machine: &Machine, token: &str) -> Result<(), Failure> {
     let generation = node.store.generation(&deploy.target)?;
     let switched = match node.switch(deploy.target, &generation, Trigger::Deploy, None, false) {
         Ok(s) => s,
-        Err(e) => {
-            let why = Failure::from(e).report_text();
-            deploy
-                .set(state, DeployState::Failed, Some(why.clone()))
-                .map_err(io)?;
-            return Err(Failure::system(why));
-        }
+        Err(e) => return give_up(&mut deploy, e),
     };
     deploy.changed = Some(changed(&switched));
     let reason = if switched.failed.is_empty() {

@@ -77,10 +77,15 @@ impl Drop for Made {
 }
 
 fn get(port: u16) -> Option<String> {
+    fetch(port, "/hello")
+}
+
+/// The body of `GET path` from 127.0.0.1:`port`, trying for 3 s.
+fn fetch(port: u16, path: &str) -> Option<String> {
     for _ in 0..30 {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
             let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-            let _ = s.write_all(b"GET /hello HTTP/1.0\r\n\r\n");
+            let _ = s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes());
             let mut out = String::new();
             let _ = s.read_to_string(&mut out);
             if let Some(body) = out.split("\r\n\r\n").nth(1) {
@@ -647,21 +652,7 @@ mesh.node {{
             i = made.image
         )
     };
-    let get_page = || {
-        for _ in 0..30 {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n");
-                let mut out = String::new();
-                let _ = s.read_to_string(&mut out);
-                if let Some(body) = out.split("\r\n\r\n").nth(1) {
-                    return Some(body.to_owned());
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        None
-    };
+    let get_page = || fetch(port, "/index.html");
     f.write_decl("v1.ncl", &decl("one\\n"));
     f.ok(&["switch", f.decl("v1.ncl").to_str().unwrap()]);
     assert_eq!(get_page().as_deref(), Some("one\n"));
