@@ -143,7 +143,7 @@ impl Link {
             builder.keyfile(key);
         }
         let session = runtime
-            .block_on(builder.connect(&node.ssh.destination))
+            .block_on(builder.connect_mux(&node.ssh.destination))
             .map_err(|e| classify(node, &e))?;
         Ok(Self {
             runtime,

@@ -434,3 +434,31 @@ fn seventy_units_start_in_one_switch() {
     let active = node.ok_sh("systemctl list-units --state=active --no-legend 'm*.service' | wc -l");
     assert_eq!(active.trim(), "70");
 }
+
+/// Every job is waited for within a bound (MESH_JOB_TIMEOUT): a reload that does not end in
+/// time is reported as not finished, naming the unit, and the switch does not hang.
+#[test]
+fn a_job_past_its_bound_is_reported() {
+    if !tools() {
+        return;
+    }
+    let node = SystemdNode::boot("bound");
+    node.ok_sh(
+        "printf '[Service]\\nExecStart=/usr/bin/sleep infinity\\nExecReload=/usr/bin/sleep 60\\n' > /etc/systemd/system/slow.service && systemctl daemon-reload && systemctl start slow.service",
+    );
+    let module = |content: &str| {
+        decl(&format!(
+            r#"    {{ name = "conf", config = fun s => {{ files = [{{ path = "/etc/slow.conf", content = "{content}", reloads = ["slow.service"] }}] }} }},"#
+        ))
+    };
+    let v1 = node.declare("v1.ncl", &module("one\\n"));
+    let started = std::time::Instant::now();
+    let ran = node.mesh_env(&[("MESH_JOB_TIMEOUT", "2")], &["switch", &v1]);
+    assert_eq!(ran.code, 3, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr.contains("reload slow.service: not finished"),
+        "{}",
+        ran.stderr
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
