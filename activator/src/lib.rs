@@ -21,6 +21,7 @@ pub mod docker;
 pub mod firewall;
 pub mod host;
 pub mod lock;
+mod netlink;
 pub mod netns;
 pub mod node;
 pub mod plan;
