@@ -699,6 +699,11 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
     }
     let built = build_with(state, &args.node, Some(&unpinned))?;
     let settings = &built.generation.settings;
+    // The private network's range must be clear of every network already on the node (the
+    // predecessor's tunnel, a runtime's bridges, the uplink); the mesh's own hub interface,
+    // once up, carries the node's address with the range and is not in the way.
+    let in_force = node.current()?.map(|(_, _, g)| g.settings.private_network);
+    node.check_private_network(&settings.private_network, in_force.as_ref())?;
     let already: Vec<&str> = FOUNDATION_PORTS
         .iter()
         .copied()

@@ -20,6 +20,7 @@ pub use mesh_lib::crash;
 pub mod docker;
 pub mod firewall;
 pub mod host;
+pub mod interfaces;
 pub mod lock;
 mod netlink;
 pub mod netns;

@@ -3,7 +3,9 @@
 //! are.
 //!
 //! 0. an interrupted switch is finished first, from its journal ([`journal`]);
-//! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine;
+//! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine; a
+//!    switch that changes the private network's range checks it against the node's addresses
+//!    and routes first ([`network`]);
 //! 2. **plan**: the pure file plan ([`crate::plan`]), the service plan ([`crate::services`],
 //!    with the units' states systemd reports) and the container steps ([`containers`]); a dry
 //!    run stops here and prints them;
@@ -25,6 +27,7 @@ pub(crate) mod error;
 pub(crate) mod files;
 pub(crate) mod firewall;
 pub(crate) mod journal;
+pub(crate) mod network;
 pub(crate) mod observe;
 pub(crate) mod prepare;
 pub(crate) mod units;
@@ -113,6 +116,18 @@ impl Node {
             .profile
             .current()
             .map_err(io_err("reading the profile in", &self.state))?;
+        // A new private network must be clear of the node's other networks.
+        if let Some((_, in_force_id)) = in_force.filter(|(_, cid)| *cid != id) {
+            let before = self
+                .store
+                .generation(&in_force_id)?
+                .settings
+                .private_network;
+            let after = &target.settings.private_network;
+            if (before.range, before.address) != (after.range, after.address) {
+                self.check_private_network(after, Some(&before))?;
+            }
+        }
         let mut host = HostStore::load(&self.state)?;
         let seen = self.observe_all(target, &host)?;
 
