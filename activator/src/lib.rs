@@ -27,6 +27,7 @@ pub mod netns;
 pub mod node;
 pub mod plan;
 pub mod profile;
+pub mod reach;
 pub mod reconcile;
 pub mod root;
 pub mod services;
