@@ -540,107 +540,60 @@ pub fn reconcile(machine: &Machine, args: ReconcileArgs) -> Result<(), Failure> 
     Ok(())
 }
 
-/// Whether the base ruleset keeps a socket reachable, in words.
-fn verdict(g: &Generation, l: &mesh_activator::sockets::Listening) -> (bool, String) {
-    use mesh_lib::model::{Source, TrafficPath};
-    let openings: Vec<_> = g
-        .openings
+/// `mesh flip --preview`: every port published on the node, who reaches it now and who would
+/// after the flip, worked out from the rules in force and the flip's generation (built as the
+/// flip builds it). Changes nothing on the machine.
+fn preview_flip(machine: &Machine, args: &FlipArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
+    let node = machine.inspect()?;
+    let (_, id, current) = node
+        .current()?
+        .ok_or_else(|| Failure::user("this node has no generation yet"))?;
+    let decl = match &args.node {
+        Some(d) => d.clone(),
+        None => last_declaration(&node)?,
+    };
+    let mut record = node
+        .record()?
+        .unwrap_or_else(|| NodeRecord::managed(current.node.clone()));
+    record.mode = Mode::Managed;
+    let built = build_with(state, &decl, Some(&record))?;
+    // Containers an engine says publish a port, to name them; a node without one has none.
+    let published = match mesh_activator::docker::Engine::connect() {
+        Ok(engine) => engine.published().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let preview = node.preview_flip(&built.generation, published)?;
+    let not_taken: Vec<String> = current
+        .modules
         .iter()
-        .filter(|o| {
-            o.protocol == l.protocol
-                && o.port.get() == l.port
-                && o.paths.contains(&TrafficPath::Incoming)
-        })
+        .filter(|(_, s)| **s == ModuleState::Assigned)
+        .map(|(m, _)| m.to_string())
         .collect();
-    if openings.iter().any(|o| o.from == Source::Anywhere) {
-        return (true, "stays reachable".into());
+    if args.json {
+        say!(
+            "{}",
+            json!({
+                "id": id,
+                "flip_to": built.id,
+                "ports": preview.ports,
+                "clients": preview.clients,
+                "not_taken": not_taken,
+            })
+        );
+    } else {
+        say_raw!(
+            "{}",
+            show::flip_preview(&id, &built.id, &preview, &not_taken)
+        );
     }
-    match openings.first() {
-        Some(o) => (
-            true,
-            format!(
-                "stays reachable from {} only ({})",
-                match o.from {
-                    Source::Range(r) => r.to_string(),
-                    _ => g.settings.private_network.range.to_string(),
-                },
-                o.setting
-            ),
-        ),
-        None => (false, "closed by the flip".into()),
-    }
+    Ok(())
 }
 
 pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     if args.preview {
-        let node = machine.inspect()?;
-        let (_, id, g) = node
-            .current()?
-            .ok_or_else(|| Failure::user("this node has no generation yet"))?;
-        let sockets = node.listening().map_err(Failure::system)?;
-        // Published container ports, when an engine answers: reached through the forwarded
-        // path, which the found firewall's allow list does not show.
-        let published = match mesh_activator::docker::Engine::connect() {
-            Ok(engine) => engine.published().map_err(Failure::system)?,
-            Err(_) => Vec::new(),
-        };
-        let containers: Vec<_> = published
-            .iter()
-            .map(|p| {
-                use mesh_lib::model::{Source, TrafficPath};
-                let kept = g.openings.iter().any(|o| {
-                    o.protocol == p.protocol && o.port.get() == p.port && o.paths.contains(&TrafficPath::Forwarded) && o.from == Source::Anywhere
-                });
-                let verdict = if kept { "stays reachable" } else { "closed by the flip (or open to a source range only)" };
-                json!({ "container": p.container, "host_ip": p.host_ip, "port": p.port, "protocol": p.protocol, "kept": kept, "verdict": verdict })
-            })
-            .collect();
-        let rows: Vec<_> = sockets
-            .iter()
-            .map(|l| {
-                let (kept, words) = verdict(&g, l);
-                json!({ "protocol": l.protocol, "port": l.port, "address": l.address, "owner": l.owner, "kept": kept, "verdict": words })
-            })
-            .collect();
-        if args.json {
-            say!(
-                "{}",
-                json!({ "id": id, "sockets": rows, "containers": containers })
-            );
-        } else {
-            say!(
-                "what is reachable now, and what the base ruleset of {} would do with it:",
-                id.short()
-            );
-            for (l, r) in sockets.iter().zip(&rows) {
-                say!(
-                    "  {:>5}/{}  {:<24} {:<28} {}",
-                    l.port,
-                    l.protocol,
-                    l.address,
-                    l.owner.as_deref().unwrap_or("(owner not found)"),
-                    r["verdict"].as_str().unwrap_or_default()
-                );
-            }
-            for c in &containers {
-                say!(
-                    "  {:>5}/{}  {:<24} container {:<18} {}",
-                    c["port"],
-                    c["protocol"].as_str().unwrap_or_default(),
-                    c["host_ip"].as_str().unwrap_or_default(),
-                    mesh_lib::text::escape(c["container"].as_str().unwrap_or_default()),
-                    c["verdict"].as_str().unwrap_or_default()
-                );
-            }
-            let closed = rows
-                .iter()
-                .chain(&containers)
-                .filter(|r| r["kept"] == false)
-                .count();
-            say!("{closed} would be closed; nothing was changed");
-        }
-        return Ok(());
+        return preview_flip(machine, &args);
     }
     let node = machine.open()?;
     let (_, _, current) = node

@@ -463,3 +463,172 @@ pub fn status(s: &mesh_activator::Status) -> String {
     }
     o
 }
+
+/// Who reaches a port over one family, in words.
+fn who(w: &mesh_activator::reach::Who) -> String {
+    use mesh_activator::reach::Who;
+    match w {
+        Who::Anywhere => "anywhere".into(),
+        Who::Only(ranges) => format!(
+            "{} only",
+            ranges
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Who::Closed => "closed".into(),
+        Who::Uncertain => "uncertain".into(),
+    }
+}
+
+/// One verdict on a port, in words: from anywhere, from ranges only, or closed, each family
+/// named where they differ, and loopback where it is all that is left (or missing).
+pub fn reach(r: &mesh_activator::reach::Reach) -> String {
+    use mesh_activator::reach::Who;
+    let mut text = if r.ipv4 == r.ipv6 {
+        match &r.ipv4 {
+            Who::Closed => "closed".to_owned(),
+            Who::Uncertain => "uncertain".to_owned(),
+            w => format!("reachable from {}", who(w)),
+        }
+    } else {
+        let part = |w: &Who, family: &str| match w {
+            Who::Closed => format!("closed over {family}"),
+            Who::Uncertain => format!("uncertain over {family}"),
+            w => format!("from {} over {family}", who(w)),
+        };
+        format!(
+            "reachable {}, {}",
+            part(&r.ipv4, "IPv4"),
+            part(&r.ipv6, "IPv6")
+        )
+    };
+    let closed = r.ipv4 == Who::Closed && r.ipv6 == Who::Closed;
+    if closed && r.loopback {
+        text.push_str(" (from loopback only)");
+    } else if !closed && !r.loopback {
+        text.push_str(" (not from loopback)");
+    }
+    text
+}
+
+/// `mesh flip --preview`, readable: each published port, what publishes it, who reaches it now
+/// and after the flip, and what the flip does to it.
+pub fn flip_preview(
+    now: &GenerationId,
+    to: &GenerationId,
+    p: &mesh_activator::reach::Preview,
+    not_taken: &[String],
+) -> String {
+    use mesh_activator::reach::{Change, Holder};
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "the flip from {} to {}: the base ruleset and the guard in force, the found firewall removed",
+        now.short(),
+        to.short()
+    );
+    let clients: Vec<String> = p.clients.node.iter().map(ToString::to_string).collect();
+    let _ = writeln!(
+        o,
+        "every port published on the node (listening sockets, DNATs and redirects), and who reaches it at {}{}:",
+        if clients.is_empty() {
+            "(no address outside clients reach)".to_owned()
+        } else {
+            clients.join(", ")
+        },
+        p.clients
+            .private
+            .map(|a| format!(" and, from the private network, at {a}"))
+            .unwrap_or_default()
+    );
+    if p.ports.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    let mut counts = [0usize; 5];
+    for port in &p.ports {
+        let number = match port.last {
+            Some(last) => format!("{}-{last}/{}", port.port, port.protocol),
+            None => format!("{}/{}", port.port, port.protocol),
+        };
+        let (what, count) = match port.change {
+            Change::Stays => ("stays", 0),
+            Change::Closes => ("the flip closes it", 1),
+            Change::Narrows => ("the flip narrows it", 2),
+            Change::Widens => ("the flip opens it wider", 3),
+            Change::Uncertain => ("uncertain", 4),
+        };
+        counts[count] += 1;
+        let _ = writeln!(
+            o,
+            "  {number:>11}  now {}  ->  after {}   [{what}]",
+            reach(&port.now),
+            reach(&port.after)
+        );
+        let held: Vec<String> = port
+            .held_by
+            .iter()
+            .map(|h| match h {
+                Holder::Socket { address, owner } => format!(
+                    "socket {}{}",
+                    match address {
+                        std::net::IpAddr::V6(a) => format!("[{a}]"),
+                        a => a.to_string(),
+                    },
+                    owner
+                        .as_deref()
+                        .map(|o| format!(" {o}"))
+                        .unwrap_or_default()
+                ),
+                Holder::Dnat { table, chain, to } => format!(
+                    "DNAT to {to} ({}, chain {})",
+                    mesh_lib::text::escape(table),
+                    mesh_lib::text::escape(chain)
+                ),
+                Holder::Redirect { table, chain, port } => format!(
+                    "redirect to this node{} ({}, chain {})",
+                    port.map(|p| format!(", port {p}")).unwrap_or_default(),
+                    mesh_lib::text::escape(table),
+                    mesh_lib::text::escape(chain)
+                ),
+                Holder::Container { name, address } => format!(
+                    "container {} (published on {})",
+                    mesh_lib::text::escape(name),
+                    mesh_lib::text::escape(address)
+                ),
+            })
+            .collect();
+        let _ = writeln!(o, "               {}", held.join("; "));
+        let unknown: Vec<&String> = port.now.unknown.iter().chain(&port.after.unknown).collect();
+        if !unknown.is_empty() {
+            let unknown: Vec<String> = unknown
+                .iter()
+                .map(|u| mesh_lib::text::escape(u).into_owned())
+                .collect();
+            let _ = writeln!(
+                o,
+                "               depends on rules the preview cannot read: {}",
+                unknown.join("; ")
+            );
+        }
+    }
+    let [stays, closes, narrows, widens, uncertain] = counts;
+    let _ = writeln!(
+        o,
+        "{closes} port(s) reachable now would be closed, {narrows} narrowed, {widens} opened wider; {stays} stay as they are{}; nothing was changed",
+        if uncertain > 0 {
+            format!("; {uncertain} uncertain")
+        } else {
+            String::new()
+        }
+    );
+    if !not_taken.is_empty() {
+        let _ = writeln!(
+            o,
+            "modules not taken yet: {} (the flip refuses without --force)",
+            not_taken.join(", ")
+        );
+    }
+    o
+}

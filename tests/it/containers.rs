@@ -238,14 +238,19 @@ fn predecessor_container_is_held_taken_and_restored() {
         "not restarted"
     );
     assert_eq!(get(port).as_deref(), Some("hello\n"));
-    // The flip preview sees the published port, which no opening keeps.
+    // The flip preview lists the port the engine says the container publishes (in the
+    // machine's namespace, not the node's: closed there, now and after).
     let preview: serde_json::Value =
         serde_json::from_str(f.ok(&["flip", "--preview", "--json"]).last_line()).unwrap();
-    let listed = preview["containers"].as_array().unwrap();
+    let listed = preview["ports"].as_array().unwrap();
     assert!(
-        listed
-            .iter()
-            .any(|c| c["container"] == store.as_str() && c["port"] == port && c["kept"] == false),
+        listed.iter().any(|p| p["port"] == port
+            && p["held_by"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["kind"] == "container" && h["name"] == store.as_str())
+            && p["after"]["ipv4"]["from"] == "closed"),
         "{preview}"
     );
     // The cache collides with nothing: staged, created but not running.

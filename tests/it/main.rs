@@ -10,6 +10,7 @@ mod firewall_adopted;
 mod firewall_drivers;
 mod firewall_rules;
 mod firewall_runtime;
+mod flip_preview;
 mod genesis;
 mod hardening;
 mod held;
