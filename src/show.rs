@@ -386,18 +386,20 @@ pub fn status(s: &mesh_activator::Status) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "mode: {}", s.mode);
     match s.current {
-        Some((n, id)) => {
-            let _ = writeln!(o, "current: generation {n} ({id})");
+        Some(c) => {
+            let _ = writeln!(o, "current: generation {} ({})", c.number, c.id);
         }
         None => {
             let _ = writeln!(o, "current: none yet");
         }
     }
-    let _ = writeln!(
-        o,
-        "files: {} managed, {} staged, {} held",
-        s.managed, s.staged, s.held
-    );
+    let counts = |c: &mesh_activator::status::Counts| {
+        format!(
+            "{} managed, {} staged, {} held",
+            c.managed, c.staged, c.held
+        )
+    };
+    let _ = writeln!(o, "files: {}", counts(&s.files));
     let _ = writeln!(
         o,
         "modules taken: {}",
@@ -407,13 +409,16 @@ pub fn status(s: &mesh_activator::Status) -> String {
             s.taken.join(", ")
         }
     );
-    let (held, staged, managed) = s.containers;
-    let _ = writeln!(
-        o,
-        "containers: {managed} managed, {staged} staged, {held} held"
-    );
-    for (module, name) in &s.take_would_retire {
-        let _ = writeln!(o, "  take {module}: container {name} stops and is kept as {name}.found; the declared one runs");
+    let _ = writeln!(o, "containers: {}", counts(&s.containers));
+    for r in &s.take_would_retire {
+        let _ = writeln!(
+            o,
+            "  take {}: container {} stops and is kept as {}.found; the declared one runs",
+            r.module, r.container, r.container
+        );
+    }
+    if s.units != Default::default() {
+        let _ = writeln!(o, "units: {}", counts(&s.units));
     }
     if !s.not_taken.is_empty() {
         let _ = writeln!(o, "modules not taken: {}", s.not_taken.join(", "));
@@ -426,8 +431,8 @@ pub fn status(s: &mesh_activator::Status) -> String {
             "drift: {} file(s) changed behind the mesh's back",
             s.drift.len()
         );
-        for (p, what) in &s.drift {
-            let _ = writeln!(o, "  {p}: {what}");
+        for d in &s.drift {
+            let _ = writeln!(o, "  {}: {}", d.path, d.what);
         }
     }
     match &s.firewall {

@@ -11,33 +11,70 @@ use crate::root::Observed;
 use crate::switch::journal::journal_path;
 use crate::switch::ActivateError;
 
-/// What `mesh status` reports.
+/// What `mesh status` reports. Serialized with named fields only (`mesh status --json`, see
+/// the README): scripts read `containers.held`, never a position in an array.
 #[derive(Debug, Serialize)]
 pub struct Status {
     /// Adopted or managed.
     pub mode: Mode,
-    /// The current generation's number and id.
-    pub current: Option<(u64, GenerationId)>,
-    /// Files held (found, module not taken).
-    pub held: usize,
-    /// Files staged.
-    pub staged: usize,
-    /// Files managed.
-    pub managed: usize,
+    /// The generation in force, if any.
+    pub current: Option<Current>,
+    /// Files by state.
+    pub files: Counts,
+    /// Containers by state.
+    pub containers: Counts,
+    /// Declared units by state.
+    pub units: Counts,
     /// Taken modules.
     pub taken: Vec<String>,
     /// Modules assigned, not taken.
     pub not_taken: Vec<String>,
-    /// Managed files changed behind the mesh's back: path and what is there now.
-    pub drift: Vec<(TargetPath, String)>,
+    /// Managed files changed behind the mesh's back.
+    pub drift: Vec<Drift>,
     /// Whether an interrupted switch is waiting to be finished.
     pub interrupted: bool,
-    /// Containers by state: (held, staged, managed).
-    pub containers: (usize, usize, usize),
-    /// What a take would do to each held container: its module and name.
-    pub take_would_retire: Vec<(String, String)>,
+    /// What a take would do to each held container.
+    pub take_would_retire: Vec<Retire>,
     /// The firewall against the generation in force (`None` without one).
     pub firewall: Option<FirewallDrift>,
+}
+
+/// The generation in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Current {
+    /// Its number in the profile.
+    pub number: u64,
+    /// Its id.
+    pub id: GenerationId,
+}
+
+/// Items by state: found and kept (held), prepared (staged), the mesh's (managed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Found, their module not taken: kept as they are.
+    pub held: usize,
+    /// Prepared, their module not taken.
+    pub staged: usize,
+    /// The mesh's.
+    pub managed: usize,
+}
+
+/// A managed file changed behind the mesh's back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drift {
+    /// Its path.
+    pub path: TargetPath,
+    /// What is there now.
+    pub what: String,
+}
+
+/// A held container a take would stop and keep under another name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Retire {
+    /// Its module.
+    pub module: String,
+    /// Its name.
+    pub container: String,
 }
 
 /// The firewall in the kernel against the generation in force.
@@ -57,15 +94,17 @@ impl Node {
         let host = HostStore::load(&self.state)?;
         let mut status = Status {
             mode: record.as_ref().map_or(Mode::Managed, |r| r.mode),
-            current: current.as_ref().map(|(n, id, _)| (*n, *id)),
-            held: 0,
-            staged: 0,
-            managed: 0,
+            current: current.as_ref().map(|(n, id, _)| Current {
+                number: *n,
+                id: *id,
+            }),
+            files: Counts::default(),
+            containers: Counts::default(),
+            units: Counts::default(),
             taken: Vec::new(),
             not_taken: Vec::new(),
             drift: Vec::new(),
             interrupted: journal_path(&self.state).exists(),
-            containers: (0, 0, 0),
             take_would_retire: Vec::new(),
             firewall: None,
         };
@@ -94,23 +133,31 @@ impl Node {
             for (name, c) in &g.containers {
                 match c.state {
                     mesh_lib::model::ContainerState::Held { .. } => {
-                        status.containers.0 += 1;
-                        status
-                            .take_would_retire
-                            .push((c.module.to_string(), name.to_string()));
+                        status.containers.held += 1;
+                        status.take_would_retire.push(Retire {
+                            module: c.module.to_string(),
+                            container: name.to_string(),
+                        });
                     }
-                    mesh_lib::model::ContainerState::Staged => status.containers.1 += 1,
-                    mesh_lib::model::ContainerState::Managed => status.containers.2 += 1,
+                    mesh_lib::model::ContainerState::Staged => status.containers.staged += 1,
+                    mesh_lib::model::ContainerState::Managed => status.containers.managed += 1,
+                }
+            }
+            for u in g.units.values() {
+                match u.state {
+                    mesh_lib::model::UnitState::Held => status.units.held += 1,
+                    mesh_lib::model::UnitState::Staged => status.units.staged += 1,
+                    mesh_lib::model::UnitState::Managed => status.units.managed += 1,
                 }
             }
             for (path, f) in &g.files {
                 match f.state {
                     FileState::Held { .. } => {
-                        status.held += 1;
+                        status.files.held += 1;
                         continue;
                     }
-                    FileState::Staged => status.staged += 1,
-                    FileState::Managed => status.managed += 1,
+                    FileState::Staged => status.files.staged += 1,
+                    FileState::Managed => status.files.managed += 1,
                 }
                 let what = match (
                     observed.get(path).cloned().unwrap_or(Observed::Absent),
@@ -133,7 +180,10 @@ impl Node {
                     (other, _) => Some(format!("replaced by {other:?}")),
                 };
                 if let Some(what) = what {
-                    status.drift.push((path.clone(), what));
+                    status.drift.push(Drift {
+                        path: path.clone(),
+                        what,
+                    });
                 }
             }
         }

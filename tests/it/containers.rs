@@ -264,12 +264,11 @@ fn predecessor_container_is_held_taken_and_restored() {
         serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
     assert_eq!(
         status["containers"],
-        serde_json::json!([1, 1, 0]),
-        "held, staged, managed"
+        serde_json::json!({"held": 1, "staged": 1, "managed": 0})
     );
     assert_eq!(
         status["take_would_retire"],
-        serde_json::json!([["store", store]])
+        serde_json::json!([{"module": "store", "container": store}])
     );
 
     // The take: the predecessor's stops and is kept; the mesh's serves the same data.

@@ -130,8 +130,24 @@ fn removal_keeps_what_the_mesh_did_not_write() {
     std::fs::write(f.at(EXTRA), "changed by hand\n").unwrap();
     let status = f.ok(&["status", "--json"]);
     let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
-    assert_eq!(s["drift"][0][0], EXTRA, "{}", status.stdout);
-    assert_eq!(s["held"], 1);
+    // Named fields, never positions (the README documents them).
+    assert_eq!(s["drift"][0]["path"], EXTRA, "{}", status.stdout);
+    let changed = mesh_lib::BlobHash::of(b"changed by hand\n");
+    assert_eq!(
+        s["drift"][0]["what"],
+        format!("content changed ({})", changed.short())
+    );
+    assert_eq!(
+        s["files"],
+        serde_json::json!({"held": 1, "staged": 2, "managed": 0})
+    );
+    assert_eq!(
+        s["containers"],
+        serde_json::json!({"held": 0, "staged": 0, "managed": 0})
+    );
+    assert_eq!(s["units"], s["containers"]);
+    assert_eq!(s["current"]["number"], 1);
+    assert!(s["current"]["id"].as_str().unwrap().starts_with("b3:"));
     f.ok(&["switch", f.decl("b.ncl").to_str().unwrap()]);
     assert!(!f.at(EXTRA).exists());
     let store = mesh_lib::Store::open(&f.state()).unwrap();
