@@ -218,7 +218,6 @@ pub fn firewall(done: &mesh_activator::firewall::Converged, would: bool) -> Stri
 
 /// What a switch did (or, for a dry run, would do).
 pub fn switched(s: &mesh_activator::Switched) -> String {
-    use mesh_activator::plan::Action;
     let mut o = String::new();
     let verb = if s.dry_run {
         "would switch"
@@ -231,27 +230,39 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
         .iter()
         .filter(|a| a.changes_machine())
         .count();
-    let held = s
-        .plan
-        .actions
-        .iter()
-        .filter(|a| matches!(a, Action::Hold { .. }))
-        .count();
+    // Counted by the target's states: files a rollback restores are held again.
+    let c = &s.states;
+    let mut states = format!(
+        "files {} managed, {} staged, {} held",
+        c.files.managed, c.files.staged, c.files.held
+    );
+    for (what, n) in [("containers", &c.containers), ("units", &c.units)] {
+        if *n != Default::default() {
+            states.push_str(&format!(
+                "; {what} {} managed, {} staged, {} held",
+                n.managed, n.staged, n.held
+            ));
+        }
+    }
     match (s.dry_run, s.number) {
         (false, None) => {
-            let _ = writeln!(o, "already at {}: {changes} file(s) changed", s.id.short());
+            let _ = writeln!(
+                o,
+                "already at {}: {changes} file(s) changed; {states}",
+                s.id.short()
+            );
         }
         (false, Some(n)) => {
             let _ = writeln!(
                 o,
-                "{verb} to generation {n} ({}): {changes} file(s) changed, {held} held",
+                "{verb} to generation {n} ({}): {changes} file(s) changed; {states}",
                 s.id.short()
             );
         }
         (true, _) => {
             let _ = writeln!(
                 o,
-                "{verb} to {}: {changes} file(s) would change, {held} held; nothing was changed",
+                "{verb} to {}: {changes} file(s) would change; {states}; nothing was changed",
                 s.id.short()
             );
         }

@@ -53,7 +53,15 @@ fn adopt_holds_take_replaces_rollback_restores() {
         "the original stays in the store"
     );
 
-    f.ok(&["rollback"]);
+    // The summary counts by the states of the generation rolled back to: the restored file is
+    // held again (issue 12: it said "0 held").
+    let back = f.ok(&["rollback"]);
+    assert!(
+        back.stdout
+            .contains(": 1 file(s) changed; files 0 managed, 2 staged, 1 held"),
+        "{}",
+        back.stdout
+    );
     assert_eq!(f.read(SSH).unwrap(), ORIGINAL_SSH);
     assert_eq!(f.meta(SSH), (0o640, 1000, 1000));
     assert_eq!(

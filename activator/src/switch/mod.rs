@@ -56,6 +56,9 @@ pub struct Switched {
     pub number: Option<u64>,
     /// The plan.
     pub plan: Plan,
+    /// The target generation's files, containers and units by state: what a summary counts
+    /// (a rollback across a take restores files that are held again).
+    pub states: crate::status::States,
     /// What the units and containers do after the files, and why.
     pub services: crate::services::ServicePlan,
     /// The units that failed: their jobs failed, or they failed once started. The switch is
@@ -157,6 +160,7 @@ impl Node {
             return Ok(Switched {
                 id,
                 number: None,
+                states: crate::status::States::of(target),
                 docker_calls: containers.calls(),
                 systemd_jobs: self.systemd_jobs(),
                 plan,
@@ -202,6 +206,7 @@ impl Node {
         Ok(Switched {
             id,
             number,
+            states: crate::status::States::of(target),
             docker_calls: containers.calls(),
             systemd_jobs: self.systemd_jobs(),
             plan,
