@@ -419,6 +419,33 @@ fn resolve(node: &Node, text: &str) -> Result<(GenerationId, Generation), Failur
     Ok((id, node.store.generation(&id)?))
 }
 
+/// One side of a file's content diff: absent, its content in effect with its mode (a held
+/// original's as found), or why its content cannot be shown.
+fn content_side<'a>(
+    path: &str,
+    content: Option<mesh_lib::diff::ContentIn>,
+    bytes: &'a Option<Vec<u8>>,
+    found: &std::collections::BTreeMap<mesh_lib::TargetPath, mesh_lib::record::FoundFile>,
+) -> mesh_lib::diff::Side<'a> {
+    use mesh_lib::diff::Side;
+    let (Some(c), Some(bytes)) = (content, bytes) else {
+        return match content {
+            None => Side::Absent,
+            Some(_) => Side::Unknown("its content is not in the store"),
+        };
+    };
+    if !c.held {
+        return Side::File(bytes, c.mode);
+    }
+    match mesh_lib::TargetPath::new(path)
+        .ok()
+        .and_then(|p| found.get(&p))
+    {
+        Some(f) => Side::File(bytes, f.mode),
+        None => Side::Unknown("the original's mode is not recorded"),
+    }
+}
+
 pub fn diff(machine: &Machine, args: DiffArgs) -> Result<(), Failure> {
     let node = machine.inspect()?;
     let to = match &args.to {
@@ -450,7 +477,21 @@ pub fn diff(machine: &Machine, args: DiffArgs) -> Result<(), Failure> {
             (prev.1, node.store.generation(&prev.1)?)
         }
     };
-    let d = mesh_lib::diff::diff(&from.1, &to.1);
+    let mut d = mesh_lib::diff::diff(&from.1, &to.1);
+    // Each changed file's content in effect, from the store: a held original with the mode it
+    // was found with (the record has it), so one others may not read stays unshown.
+    let found = node.record()?.map(|r| r.found.files).unwrap_or_default();
+    for (path, a, b) in mesh_lib::diff::content_changes(&from.1, &to.1) {
+        let blobs: Vec<Option<Vec<u8>>> = [a, b]
+            .iter()
+            .map(|c| c.and_then(|c| node.store.blob(&c.blob).ok()))
+            .collect();
+        d.contents.push(mesh_lib::diff::content_diff(
+            &path,
+            content_side(&path, a, &blobs[0], &found),
+            content_side(&path, b, &blobs[1], &found),
+        ));
+    }
     if args.json {
         say!("{}", json!({ "from": from.0, "to": to.0, "diff": d }));
     } else {

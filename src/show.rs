@@ -279,6 +279,14 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
     }
     for a in &s.plan.actions {
         let _ = writeln!(o, "  {a}");
+        // A dry run shows what each write or removal does to the content.
+        if let Some(c) = s.review.as_ref().and_then(|r| {
+            r.contents
+                .iter()
+                .find(|c| c.path == a.path().as_str() && a.changes_machine())
+        }) {
+            o.push_str(&content(c));
+        }
     }
     for step in &s.containers {
         use mesh_activator::docker::Step;
@@ -292,6 +300,18 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
             Step::Remove { name } => writeln!(o, "  remove   container {name}"),
             Step::Restart { name, because } => writeln!(o, "  restart  container {name}: {}", because.join("; ")),
         };
+    }
+    if let Some(r) = &s.review {
+        for c in r.containers.iter().filter(|c| !c.fields.is_empty()) {
+            let _ = writeln!(o, "  container {}: {}", c.name, c.what);
+            o.push_str(&fields(&c.fields));
+        }
+        if !r.firewall.is_empty() {
+            let _ = writeln!(o, "  firewall (nft lines added and removed):");
+            for line in &r.firewall {
+                let _ = writeln!(o, "    {line}");
+            }
+        }
     }
     o.push_str(&services(&s.services, s.dry_run));
     for f in &s.failed {
@@ -342,7 +362,26 @@ pub fn services(p: &mesh_activator::services::ServicePlan, dry_run: bool) -> Str
     o
 }
 
-/// A diff, readable.
+/// A unified diff indented under its heading; a file others may not read, or binary, says why
+/// instead.
+pub fn content(c: &mesh_lib::diff::ContentDiff) -> String {
+    let mut o = String::new();
+    match (&c.unified, &c.hidden) {
+        (Some(u), _) => {
+            for line in u.lines() {
+                let _ = writeln!(o, "    {line}");
+            }
+        }
+        (None, Some(why)) => {
+            let _ = writeln!(o, "    {}: {why}", mesh_lib::text::escape(&c.path));
+        }
+        (None, None) => {}
+    }
+    o
+}
+
+/// A diff, readable: what changes, then each file's content diff, each container's fields and
+/// the firewall's nft lines added and removed.
 pub fn diff(from: &GenerationId, to: &GenerationId, d: &mesh_lib::diff::Diff) -> String {
     use mesh_lib::diff::FileChange;
     let mut o = String::new();
@@ -351,43 +390,82 @@ pub fn diff(from: &GenerationId, to: &GenerationId, d: &mesh_lib::diff::Diff) ->
         let _ = writeln!(o, "no differences");
         return o;
     }
-    if let Some((a, b)) = d.mode {
-        let _ = writeln!(o, "mode: {a} -> {b}");
+    if let Some(m) = d.mode {
+        let _ = writeln!(o, "mode: {} -> {}", m.before, m.after);
     }
-    for (name, a, b) in &d.settings {
+    for s in &d.settings {
         let show = |p: &Option<u16>| p.map_or("-".to_string(), |p| p.to_string());
-        let _ = writeln!(o, "setting ports.{name}: {} -> {}", show(a), show(b));
-    }
-    for (name, a, b) in &d.modules {
         let _ = writeln!(
             o,
-            "module {name}: {} -> {}",
-            a.as_deref().unwrap_or("-"),
-            b.as_deref().unwrap_or("-")
+            "setting ports.{}: {} -> {}",
+            s.name,
+            show(&s.before),
+            show(&s.after)
         );
     }
-    for (path, c) in &d.files {
-        let _ = match c {
+    for m in &d.modules {
+        let _ = writeln!(
+            o,
+            "module {}: {} -> {}",
+            m.name,
+            m.before.as_deref().unwrap_or("-"),
+            m.after.as_deref().unwrap_or("-")
+        );
+    }
+    for f in &d.files {
+        let path = &f.path;
+        let _ = match &f.change {
             FileChange::Added { state } => writeln!(o, "+ {path} ({state})"),
             FileChange::Removed => writeln!(o, "- {path}"),
             FileChange::Changed { what } => writeln!(o, "~ {path}: {}", what.join(", ")),
         };
+        if let Some(c) = d.contents.iter().find(|c| c.path == *path) {
+            o.push_str(&content(c));
+        }
     }
-    for (name, what) in &d.containers {
-        let _ = writeln!(o, "container {name}: {what}");
+    for c in &d.containers {
+        let _ = writeln!(o, "container {}: {}", c.name, c.what);
+        o.push_str(&fields(&c.fields));
     }
-    for (unit, what) in &d.units {
-        let _ = writeln!(o, "unit {unit}: {what}");
+    for u in &d.units {
+        let _ = writeln!(o, "unit {}: {}", u.unit, u.what);
     }
-    for (sign, comment) in &d.openings {
-        let comment = comment.strip_prefix("mesh: ").unwrap_or(comment);
+    for op in &d.openings {
+        let comment = op.opening.strip_prefix("mesh: ").unwrap_or(&op.opening);
+        let sign = if op.change == "added" { '+' } else { '-' };
         let _ = writeln!(o, "{sign} opening {comment}");
-    }
-    if d.guard {
-        let _ = writeln!(o, "the guard changes (see `mesh show`)");
     }
     if let Some(base) = &d.base {
         let _ = writeln!(o, "the base ruleset: {base}");
+    }
+    if d.guard {
+        let _ = writeln!(o, "the guard changes");
+    }
+    if !d.firewall.is_empty() {
+        let _ = writeln!(o, "firewall (nft lines added and removed):");
+        for line in &d.firewall {
+            let _ = writeln!(o, "    {line}");
+        }
+    }
+    o
+}
+
+/// A container's spec, field by field.
+pub fn fields(f: &[mesh_lib::diff::FieldChange]) -> String {
+    let mut o = String::new();
+    for c in f {
+        let show = |v: &Option<String>| {
+            v.as_deref()
+                .map(|v| mesh_lib::text::escape(v).into_owned())
+                .unwrap_or_else(|| "(not set)".into())
+        };
+        let _ = writeln!(
+            o,
+            "    {}: {} -> {}",
+            mesh_lib::text::escape(&c.field),
+            show(&c.before),
+            show(&c.after)
+        );
     }
     o
 }

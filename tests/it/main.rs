@@ -17,6 +17,7 @@ mod held;
 mod netlab;
 mod node_fixture;
 mod rejections;
+mod review;
 mod services;
 mod support;
 mod switch;

@@ -8,7 +8,8 @@
 //!    and routes first ([`network`]);
 //! 2. **plan**: the pure file plan ([`crate::plan`]), the service plan ([`crate::services`],
 //!    with the units' states systemd reports) and the container steps ([`containers`]); a dry
-//!    run stops here and prints them;
+//!    run stops here and prints them, with what a person reviews ([`review`]: each file's
+//!    content diff, the firewall's nft lines, the containers' fields);
 //! 3. **prepare**: every blob read and checked, space and writability checked ([`prepare`]);
 //! 4. **apply**, in this order:
 //!    - the firewall, in one transaction ([`firewall`]): if nft refuses, nothing has changed;
@@ -30,6 +31,7 @@ pub(crate) mod journal;
 pub(crate) mod network;
 pub(crate) mod observe;
 pub(crate) mod prepare;
+pub(crate) mod review;
 pub(crate) mod units;
 
 use std::path::Path;
@@ -81,6 +83,10 @@ pub struct Switched {
     pub restored: Vec<String>,
     /// Whether it was only planned.
     pub dry_run: bool,
+    /// For a dry run, what a person reviews before approving it: the diff from the generation
+    /// in force, each written or removed file's content diff from what is on the machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review: Option<mesh_lib::diff::Diff>,
 }
 
 impl Node {
@@ -157,7 +163,17 @@ impl Node {
             && !services.asks_systemd()
             && !containers.busy();
         if dry_run || nothing_to_do {
+            let review = if dry_run {
+                let before = match in_force {
+                    Some((_, cid)) => Some(self.store.generation(&cid)?),
+                    None => None,
+                };
+                Some(self.review(before.as_ref(), target, &plan, &seen))
+            } else {
+                None
+            };
             return Ok(Switched {
+                review,
                 id,
                 number: None,
                 states: crate::status::States::of(target),
@@ -217,6 +233,7 @@ impl Node {
             firewall: Some(firewall),
             restored: Vec::new(),
             dry_run: false,
+            review: None,
         })
     }
 }
