@@ -126,15 +126,14 @@ impl Node {
             .current()
             .map_err(io_err("reading the profile in", &self.state))?;
         // A new private network must be clear of the node's other networks.
-        if let Some((_, in_force_id)) = in_force.filter(|(_, cid)| *cid != id) {
-            let before = self
-                .store
-                .generation(&in_force_id)?
-                .settings
-                .private_network;
+        // (One the store cannot give back is not compared: the switch may be what repairs it.)
+        let before = in_force
+            .filter(|(_, cid)| *cid != id)
+            .and_then(|(_, cid)| self.store.generation(&cid).ok());
+        if let Some(before) = before.as_ref().map(|g| &g.settings.private_network) {
             let after = &target.settings.private_network;
             if (before.range, before.address) != (after.range, after.address) {
-                self.check_private_network(after, Some(&before))?;
+                self.check_private_network(after, Some(before))?;
             }
         }
         let mut host = HostStore::load(&self.state)?;
@@ -164,11 +163,16 @@ impl Node {
             && !containers.busy();
         if dry_run || nothing_to_do {
             let review = if dry_run {
-                let before = match in_force {
-                    Some((_, cid)) => Some(self.store.generation(&cid)?),
-                    None => None,
+                // From the generation in force (itself, for a dry run to where the node is).
+                let loaded;
+                let from = match &before {
+                    Some(g) => Some(g),
+                    None => {
+                        loaded = in_force.and_then(|(_, cid)| self.store.generation(&cid).ok());
+                        loaded.as_ref()
+                    }
                 };
-                Some(self.review(before.as_ref(), target, &plan, &seen))
+                Some(self.review(from, target, &plan, &seen))
             } else {
                 None
             };
