@@ -220,8 +220,13 @@ impl Firewall for Kernel {
                         .as_array()
                         .is_some_and(|e| e.iter().any(|x| x.get("xt").is_some()))
             });
-            if hides {
-                saved.insert(family.to_owned(), iptables::save(&self.nft, family)?);
+            // Without iptables' save, those rules stay unread: the preview says where a
+            // verdict hangs on them rather than fail.
+            if !hides {
+                continue;
+            }
+            if let Ok(save) = iptables::save(&self.nft, family) {
+                saved.insert(family.to_owned(), save);
             }
         }
         Ok(super::Listing { ruleset, saved })
