@@ -423,6 +423,33 @@ fn resolve(node: &Node, text: &str) -> Result<(GenerationId, Generation), Failur
     Ok((id, node.store.generation(&id)?))
 }
 
+/// One side of a file's content diff: absent, its content in effect with its mode (a held
+/// original's as found), or why its content cannot be shown.
+fn content_side<'a>(
+    path: &str,
+    content: Option<mesh_lib::diff::ContentIn>,
+    bytes: &'a Option<Vec<u8>>,
+    found: &std::collections::BTreeMap<mesh_lib::TargetPath, mesh_lib::record::FoundFile>,
+) -> mesh_lib::diff::Side<'a> {
+    use mesh_lib::diff::Side;
+    let (Some(c), Some(bytes)) = (content, bytes) else {
+        return match content {
+            None => Side::Absent,
+            Some(_) => Side::Unknown("its content is not in the store"),
+        };
+    };
+    if !c.held {
+        return Side::File(bytes, c.mode);
+    }
+    match mesh_lib::TargetPath::new(path)
+        .ok()
+        .and_then(|p| found.get(&p))
+    {
+        Some(f) => Side::File(bytes, f.mode),
+        None => Side::Unknown("the original's mode is not recorded"),
+    }
+}
+
 pub fn diff(machine: &Machine, args: DiffArgs) -> Result<(), Failure> {
     let node = machine.inspect()?;
     let to = match &args.to {
@@ -454,7 +481,21 @@ pub fn diff(machine: &Machine, args: DiffArgs) -> Result<(), Failure> {
             (prev.1, node.store.generation(&prev.1)?)
         }
     };
-    let d = mesh_lib::diff::diff(&from.1, &to.1);
+    let mut d = mesh_lib::diff::diff(&from.1, &to.1);
+    // Each changed file's content in effect, from the store: a held original with the mode it
+    // was found with (the record has it), so one others may not read stays unshown.
+    let found = node.record()?.map(|r| r.found.files).unwrap_or_default();
+    for (path, a, b) in mesh_lib::diff::content_changes(&from.1, &to.1) {
+        let blobs: Vec<Option<Vec<u8>>> = [a, b]
+            .iter()
+            .map(|c| c.and_then(|c| node.store.blob(&c.blob).ok()))
+            .collect();
+        d.contents.push(mesh_lib::diff::content_diff(
+            &path,
+            content_side(&path, a, &blobs[0], &found),
+            content_side(&path, b, &blobs[1], &found),
+        ));
+    }
     if args.json {
         say!("{}", json!({ "from": from.0, "to": to.0, "diff": d }));
     } else {
@@ -544,107 +585,60 @@ pub fn reconcile(machine: &Machine, args: ReconcileArgs) -> Result<(), Failure> 
     Ok(())
 }
 
-/// Whether the base ruleset keeps a socket reachable, in words.
-fn verdict(g: &Generation, l: &mesh_activator::sockets::Listening) -> (bool, String) {
-    use mesh_lib::model::{Source, TrafficPath};
-    let openings: Vec<_> = g
-        .openings
+/// `mesh flip --preview`: every port published on the node, who reaches it now and who would
+/// after the flip, worked out from the rules in force and the flip's generation (built as the
+/// flip builds it). Changes nothing on the machine.
+fn preview_flip(machine: &Machine, args: &FlipArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
+    let node = machine.inspect()?;
+    let (_, id, current) = node
+        .current()?
+        .ok_or_else(|| Failure::user("this node has no generation yet"))?;
+    let decl = match &args.node {
+        Some(d) => d.clone(),
+        None => last_declaration(&node)?,
+    };
+    let mut record = node
+        .record()?
+        .unwrap_or_else(|| NodeRecord::managed(current.node.clone()));
+    record.mode = Mode::Managed;
+    let built = build_with(state, &decl, Some(&record))?;
+    // Containers an engine says publish a port, to name them; a node without one has none.
+    let published = match mesh_activator::docker::Engine::connect() {
+        Ok(engine) => engine.published().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let preview = node.preview_flip(&built.generation, published)?;
+    let not_taken: Vec<String> = current
+        .modules
         .iter()
-        .filter(|o| {
-            o.protocol == l.protocol
-                && o.port.get() == l.port
-                && o.paths.contains(&TrafficPath::Incoming)
-        })
+        .filter(|(_, s)| **s == ModuleState::Assigned)
+        .map(|(m, _)| m.to_string())
         .collect();
-    if openings.iter().any(|o| o.from == Source::Anywhere) {
-        return (true, "stays reachable".into());
+    if args.json {
+        say!(
+            "{}",
+            json!({
+                "id": id,
+                "flip_to": built.id,
+                "ports": preview.ports,
+                "clients": preview.clients,
+                "not_taken": not_taken,
+            })
+        );
+    } else {
+        say_raw!(
+            "{}",
+            show::flip_preview(&id, &built.id, &preview, &not_taken)
+        );
     }
-    match openings.first() {
-        Some(o) => (
-            true,
-            format!(
-                "stays reachable from {} only ({})",
-                match o.from {
-                    Source::Range(r) => r.to_string(),
-                    _ => g.settings.private_network.range.to_string(),
-                },
-                o.setting
-            ),
-        ),
-        None => (false, "closed by the flip".into()),
-    }
+    Ok(())
 }
 
 pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     if args.preview {
-        let node = machine.inspect()?;
-        let (_, id, g) = node
-            .current()?
-            .ok_or_else(|| Failure::user("this node has no generation yet"))?;
-        let sockets = node.listening().map_err(Failure::system)?;
-        // Published container ports, when an engine answers: reached through the forwarded
-        // path, which the found firewall's allow list does not show.
-        let published = match mesh_activator::docker::Engine::connect() {
-            Ok(engine) => engine.published().map_err(Failure::system)?,
-            Err(_) => Vec::new(),
-        };
-        let containers: Vec<_> = published
-            .iter()
-            .map(|p| {
-                use mesh_lib::model::{Source, TrafficPath};
-                let kept = g.openings.iter().any(|o| {
-                    o.protocol == p.protocol && o.port.get() == p.port && o.paths.contains(&TrafficPath::Forwarded) && o.from == Source::Anywhere
-                });
-                let verdict = if kept { "stays reachable" } else { "closed by the flip (or open to a source range only)" };
-                json!({ "container": p.container, "host_ip": p.host_ip, "port": p.port, "protocol": p.protocol, "kept": kept, "verdict": verdict })
-            })
-            .collect();
-        let rows: Vec<_> = sockets
-            .iter()
-            .map(|l| {
-                let (kept, words) = verdict(&g, l);
-                json!({ "protocol": l.protocol, "port": l.port, "address": l.address, "owner": l.owner, "kept": kept, "verdict": words })
-            })
-            .collect();
-        if args.json {
-            say!(
-                "{}",
-                json!({ "id": id, "sockets": rows, "containers": containers })
-            );
-        } else {
-            say!(
-                "what is reachable now, and what the base ruleset of {} would do with it:",
-                id.short()
-            );
-            for (l, r) in sockets.iter().zip(&rows) {
-                say!(
-                    "  {:>5}/{}  {:<24} {:<28} {}",
-                    l.port,
-                    l.protocol,
-                    l.address,
-                    l.owner.as_deref().unwrap_or("(owner not found)"),
-                    r["verdict"].as_str().unwrap_or_default()
-                );
-            }
-            for c in &containers {
-                say!(
-                    "  {:>5}/{}  {:<24} container {:<18} {}",
-                    c["port"],
-                    c["protocol"].as_str().unwrap_or_default(),
-                    c["host_ip"].as_str().unwrap_or_default(),
-                    mesh_lib::text::escape(c["container"].as_str().unwrap_or_default()),
-                    c["verdict"].as_str().unwrap_or_default()
-                );
-            }
-            let closed = rows
-                .iter()
-                .chain(&containers)
-                .filter(|r| r["kept"] == false)
-                .count();
-            say!("{closed} would be closed; nothing was changed");
-        }
-        return Ok(());
+        return preview_flip(machine, &args);
     }
     let node = machine.open()?;
     let (_, _, current) = node
@@ -703,6 +697,11 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
     }
     let built = build_with(state, &args.node, Some(&unpinned))?;
     let settings = &built.generation.settings;
+    // The private network's range must be clear of every network already on the node (the
+    // predecessor's tunnel, a runtime's bridges, the uplink); the mesh's own hub interface,
+    // once up, carries the node's address with the range and is not in the way.
+    let in_force = node.current()?.map(|(_, _, g)| g.settings.private_network);
+    node.check_private_network(&settings.private_network, in_force.as_ref())?;
     let already: Vec<&str> = FOUNDATION_PORTS
         .iter()
         .copied()

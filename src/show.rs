@@ -218,7 +218,6 @@ pub fn firewall(done: &mesh_activator::firewall::Converged, would: bool) -> Stri
 
 /// What a switch did (or, for a dry run, would do).
 pub fn switched(s: &mesh_activator::Switched) -> String {
-    use mesh_activator::plan::Action;
     let mut o = String::new();
     let verb = if s.dry_run {
         "would switch"
@@ -231,27 +230,39 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
         .iter()
         .filter(|a| a.changes_machine())
         .count();
-    let held = s
-        .plan
-        .actions
-        .iter()
-        .filter(|a| matches!(a, Action::Hold { .. }))
-        .count();
+    // Counted by the target's states: files a rollback restores are held again.
+    let c = &s.states;
+    let mut states = format!(
+        "files {} managed, {} staged, {} held",
+        c.files.managed, c.files.staged, c.files.held
+    );
+    for (what, n) in [("containers", &c.containers), ("units", &c.units)] {
+        if *n != Default::default() {
+            states.push_str(&format!(
+                "; {what} {} managed, {} staged, {} held",
+                n.managed, n.staged, n.held
+            ));
+        }
+    }
     match (s.dry_run, s.number) {
         (false, None) => {
-            let _ = writeln!(o, "already at {}: {changes} file(s) changed", s.id.short());
+            let _ = writeln!(
+                o,
+                "already at {}: {changes} file(s) changed; {states}",
+                s.id.short()
+            );
         }
         (false, Some(n)) => {
             let _ = writeln!(
                 o,
-                "{verb} to generation {n} ({}): {changes} file(s) changed, {held} held",
+                "{verb} to generation {n} ({}): {changes} file(s) changed; {states}",
                 s.id.short()
             );
         }
         (true, _) => {
             let _ = writeln!(
                 o,
-                "{verb} to {}: {changes} file(s) would change, {held} held; nothing was changed",
+                "{verb} to {}: {changes} file(s) would change; {states}; nothing was changed",
                 s.id.short()
             );
         }
@@ -268,6 +279,14 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
     }
     for a in &s.plan.actions {
         let _ = writeln!(o, "  {a}");
+        // A dry run shows what each write or removal does to the content.
+        if let Some(c) = s.review.as_ref().and_then(|r| {
+            r.contents
+                .iter()
+                .find(|c| c.path == a.path().as_str() && a.changes_machine())
+        }) {
+            o.push_str(&content(c));
+        }
     }
     for step in &s.containers {
         use mesh_activator::docker::Step;
@@ -281,6 +300,18 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
             Step::Remove { name } => writeln!(o, "  remove   container {name}"),
             Step::Restart { name, because } => writeln!(o, "  restart  container {name}: {}", because.join("; ")),
         };
+    }
+    if let Some(r) = &s.review {
+        for c in r.containers.iter().filter(|c| !c.fields.is_empty()) {
+            let _ = writeln!(o, "  container {}: {}", c.name, c.what);
+            o.push_str(&fields(&c.fields));
+        }
+        if !r.firewall.is_empty() {
+            let _ = writeln!(o, "  firewall (nft lines added and removed):");
+            for line in &r.firewall {
+                let _ = writeln!(o, "    {line}");
+            }
+        }
     }
     o.push_str(&services(&s.services, s.dry_run));
     for f in &s.failed {
@@ -331,7 +362,26 @@ pub fn services(p: &mesh_activator::services::ServicePlan, dry_run: bool) -> Str
     o
 }
 
-/// A diff, readable.
+/// A unified diff indented under its heading; a file others may not read, or binary, says why
+/// instead.
+pub fn content(c: &mesh_lib::diff::ContentDiff) -> String {
+    let mut o = String::new();
+    match (&c.unified, &c.hidden) {
+        (Some(u), _) => {
+            for line in u.lines() {
+                let _ = writeln!(o, "    {line}");
+            }
+        }
+        (None, Some(why)) => {
+            let _ = writeln!(o, "    {}: {why}", mesh_lib::text::escape(&c.path));
+        }
+        (None, None) => {}
+    }
+    o
+}
+
+/// A diff, readable: what changes, then each file's content diff, each container's fields and
+/// the firewall's nft lines added and removed.
 pub fn diff(from: &GenerationId, to: &GenerationId, d: &mesh_lib::diff::Diff) -> String {
     use mesh_lib::diff::FileChange;
     let mut o = String::new();
@@ -340,43 +390,82 @@ pub fn diff(from: &GenerationId, to: &GenerationId, d: &mesh_lib::diff::Diff) ->
         let _ = writeln!(o, "no differences");
         return o;
     }
-    if let Some((a, b)) = d.mode {
-        let _ = writeln!(o, "mode: {a} -> {b}");
+    if let Some(m) = d.mode {
+        let _ = writeln!(o, "mode: {} -> {}", m.before, m.after);
     }
-    for (name, a, b) in &d.settings {
+    for s in &d.settings {
         let show = |p: &Option<u16>| p.map_or("-".to_string(), |p| p.to_string());
-        let _ = writeln!(o, "setting ports.{name}: {} -> {}", show(a), show(b));
-    }
-    for (name, a, b) in &d.modules {
         let _ = writeln!(
             o,
-            "module {name}: {} -> {}",
-            a.as_deref().unwrap_or("-"),
-            b.as_deref().unwrap_or("-")
+            "setting ports.{}: {} -> {}",
+            s.name,
+            show(&s.before),
+            show(&s.after)
         );
     }
-    for (path, c) in &d.files {
-        let _ = match c {
+    for m in &d.modules {
+        let _ = writeln!(
+            o,
+            "module {}: {} -> {}",
+            m.name,
+            m.before.as_deref().unwrap_or("-"),
+            m.after.as_deref().unwrap_or("-")
+        );
+    }
+    for f in &d.files {
+        let path = &f.path;
+        let _ = match &f.change {
             FileChange::Added { state } => writeln!(o, "+ {path} ({state})"),
             FileChange::Removed => writeln!(o, "- {path}"),
             FileChange::Changed { what } => writeln!(o, "~ {path}: {}", what.join(", ")),
         };
+        if let Some(c) = d.contents.iter().find(|c| c.path == *path) {
+            o.push_str(&content(c));
+        }
     }
-    for (name, what) in &d.containers {
-        let _ = writeln!(o, "container {name}: {what}");
+    for c in &d.containers {
+        let _ = writeln!(o, "container {}: {}", c.name, c.what);
+        o.push_str(&fields(&c.fields));
     }
-    for (unit, what) in &d.units {
-        let _ = writeln!(o, "unit {unit}: {what}");
+    for u in &d.units {
+        let _ = writeln!(o, "unit {}: {}", u.unit, u.what);
     }
-    for (sign, comment) in &d.openings {
-        let comment = comment.strip_prefix("mesh: ").unwrap_or(comment);
+    for op in &d.openings {
+        let comment = op.opening.strip_prefix("mesh: ").unwrap_or(&op.opening);
+        let sign = if op.change == "added" { '+' } else { '-' };
         let _ = writeln!(o, "{sign} opening {comment}");
-    }
-    if d.guard {
-        let _ = writeln!(o, "the guard changes (see `mesh show`)");
     }
     if let Some(base) = &d.base {
         let _ = writeln!(o, "the base ruleset: {base}");
+    }
+    if d.guard {
+        let _ = writeln!(o, "the guard changes");
+    }
+    if !d.firewall.is_empty() {
+        let _ = writeln!(o, "firewall (nft lines added and removed):");
+        for line in &d.firewall {
+            let _ = writeln!(o, "    {line}");
+        }
+    }
+    o
+}
+
+/// A container's spec, field by field.
+pub fn fields(f: &[mesh_lib::diff::FieldChange]) -> String {
+    let mut o = String::new();
+    for c in f {
+        let show = |v: &Option<String>| {
+            v.as_deref()
+                .map(|v| mesh_lib::text::escape(v).into_owned())
+                .unwrap_or_else(|| "(not set)".into())
+        };
+        let _ = writeln!(
+            o,
+            "    {}: {} -> {}",
+            mesh_lib::text::escape(&c.field),
+            show(&c.before),
+            show(&c.after)
+        );
     }
     o
 }
@@ -386,18 +475,20 @@ pub fn status(s: &mesh_activator::Status) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "mode: {}", s.mode);
     match s.current {
-        Some((n, id)) => {
-            let _ = writeln!(o, "current: generation {n} ({id})");
+        Some(c) => {
+            let _ = writeln!(o, "current: generation {} ({})", c.number, c.id);
         }
         None => {
             let _ = writeln!(o, "current: none yet");
         }
     }
-    let _ = writeln!(
-        o,
-        "files: {} managed, {} staged, {} held",
-        s.managed, s.staged, s.held
-    );
+    let counts = |c: &mesh_activator::status::Counts| {
+        format!(
+            "{} managed, {} staged, {} held",
+            c.managed, c.staged, c.held
+        )
+    };
+    let _ = writeln!(o, "files: {}", counts(&s.files));
     let _ = writeln!(
         o,
         "modules taken: {}",
@@ -407,13 +498,16 @@ pub fn status(s: &mesh_activator::Status) -> String {
             s.taken.join(", ")
         }
     );
-    let (held, staged, managed) = s.containers;
-    let _ = writeln!(
-        o,
-        "containers: {managed} managed, {staged} staged, {held} held"
-    );
-    for (module, name) in &s.take_would_retire {
-        let _ = writeln!(o, "  take {module}: container {name} stops and is kept as {name}.found; the declared one runs");
+    let _ = writeln!(o, "containers: {}", counts(&s.containers));
+    for r in &s.take_would_retire {
+        let _ = writeln!(
+            o,
+            "  take {}: container {} stops and is kept as {}.found; the declared one runs",
+            r.module, r.container, r.container
+        );
+    }
+    if s.units != Default::default() {
+        let _ = writeln!(o, "units: {}", counts(&s.units));
     }
     if !s.not_taken.is_empty() {
         let _ = writeln!(o, "modules not taken: {}", s.not_taken.join(", "));
@@ -426,8 +520,8 @@ pub fn status(s: &mesh_activator::Status) -> String {
             "drift: {} file(s) changed behind the mesh's back",
             s.drift.len()
         );
-        for (p, what) in &s.drift {
-            let _ = writeln!(o, "  {p}: {what}");
+        for d in &s.drift {
+            let _ = writeln!(o, "  {}: {}", d.path, d.what);
         }
     }
     match &s.firewall {
@@ -455,10 +549,194 @@ pub fn status(s: &mesh_activator::Status) -> String {
         }
         _ => {}
     }
+    if let Some(d) = &s.last_deploy {
+        let _ = writeln!(
+            o,
+            "last deploy: {} -> {} at {}: {:?}{}",
+            d.previous
+                .map_or("(none)".to_owned(), |p| p.short().to_string()),
+            d.target.short(),
+            d.armed,
+            d.state,
+            d.reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+    }
     if s.interrupted {
         let _ = writeln!(
             o,
             "an interrupted switch waits to be finished: run `mesh switch` or `mesh rollback`"
+        );
+    }
+    o
+}
+
+/// Who reaches a port over one family, in words.
+fn who(w: &mesh_activator::reach::Who) -> String {
+    use mesh_activator::reach::Who;
+    match w {
+        Who::Anywhere => "anywhere".into(),
+        Who::Only(ranges) => format!(
+            "{} only",
+            ranges
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Who::Closed => "closed".into(),
+        Who::Uncertain => "uncertain".into(),
+    }
+}
+
+/// One verdict on a port, in words: from anywhere, from ranges only, or closed, each family
+/// named where they differ, and loopback where it is all that is left (or missing).
+pub fn reach(r: &mesh_activator::reach::Reach) -> String {
+    use mesh_activator::reach::Who;
+    let mut text = if r.ipv4 == r.ipv6 {
+        match &r.ipv4 {
+            Who::Closed => "closed".to_owned(),
+            Who::Uncertain => "uncertain".to_owned(),
+            w => format!("reachable from {}", who(w)),
+        }
+    } else {
+        let part = |w: &Who, family: &str| match w {
+            Who::Closed => format!("closed over {family}"),
+            Who::Uncertain => format!("uncertain over {family}"),
+            w => format!("from {} over {family}", who(w)),
+        };
+        format!(
+            "reachable {}, {}",
+            part(&r.ipv4, "IPv4"),
+            part(&r.ipv6, "IPv6")
+        )
+    };
+    let closed = r.ipv4 == Who::Closed && r.ipv6 == Who::Closed;
+    if closed && r.loopback {
+        text.push_str(" (from loopback only)");
+    } else if !closed && !r.loopback {
+        text.push_str(" (not from loopback)");
+    }
+    text
+}
+
+/// `mesh flip --preview`, readable: each published port, what publishes it, who reaches it now
+/// and after the flip, and what the flip does to it.
+pub fn flip_preview(
+    now: &GenerationId,
+    to: &GenerationId,
+    p: &mesh_activator::reach::Preview,
+    not_taken: &[String],
+) -> String {
+    use mesh_activator::reach::{Change, Holder};
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "the flip from {} to {}: the base ruleset and the guard in force, the found firewall removed",
+        now.short(),
+        to.short()
+    );
+    let clients: Vec<String> = p.clients.node.iter().map(ToString::to_string).collect();
+    let _ = writeln!(
+        o,
+        "every port published on the node (listening sockets, DNATs and redirects), and who reaches it at {}{}:",
+        if clients.is_empty() {
+            "(no address outside clients reach)".to_owned()
+        } else {
+            clients.join(", ")
+        },
+        p.clients
+            .private
+            .map(|a| format!(" and, from the private network, at {a}"))
+            .unwrap_or_default()
+    );
+    if p.ports.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    let mut counts = [0usize; 5];
+    for port in &p.ports {
+        let number = match port.last {
+            Some(last) => format!("{}-{last}/{}", port.port, port.protocol),
+            None => format!("{}/{}", port.port, port.protocol),
+        };
+        let (what, count) = match port.change {
+            Change::Stays => ("stays", 0),
+            Change::Closes => ("the flip closes it", 1),
+            Change::Narrows => ("the flip narrows it", 2),
+            Change::Widens => ("the flip opens it wider", 3),
+            Change::Uncertain => ("uncertain", 4),
+        };
+        counts[count] += 1;
+        let _ = writeln!(
+            o,
+            "  {number:>11}  now {}  ->  after {}   [{what}]",
+            reach(&port.now),
+            reach(&port.after)
+        );
+        let held: Vec<String> = port
+            .held_by
+            .iter()
+            .map(|h| match h {
+                Holder::Socket { address, owner } => format!(
+                    "socket {}{}",
+                    match address {
+                        std::net::IpAddr::V6(a) => format!("[{a}]"),
+                        a => a.to_string(),
+                    },
+                    owner
+                        .as_deref()
+                        .map(|o| format!(" {o}"))
+                        .unwrap_or_default()
+                ),
+                Holder::Dnat { table, chain, to } => format!(
+                    "DNAT to {to} ({}, chain {})",
+                    mesh_lib::text::escape(table),
+                    mesh_lib::text::escape(chain)
+                ),
+                Holder::Redirect { table, chain, port } => format!(
+                    "redirect to this node{} ({}, chain {})",
+                    port.map(|p| format!(", port {p}")).unwrap_or_default(),
+                    mesh_lib::text::escape(table),
+                    mesh_lib::text::escape(chain)
+                ),
+                Holder::Container { name, address } => format!(
+                    "container {} (published on {})",
+                    mesh_lib::text::escape(name),
+                    mesh_lib::text::escape(address)
+                ),
+            })
+            .collect();
+        let _ = writeln!(o, "               {}", held.join("; "));
+        let unknown: Vec<&String> = port.now.unknown.iter().chain(&port.after.unknown).collect();
+        if !unknown.is_empty() {
+            let unknown: Vec<String> = unknown
+                .iter()
+                .map(|u| mesh_lib::text::escape(u).into_owned())
+                .collect();
+            let _ = writeln!(
+                o,
+                "               depends on rules the preview cannot read: {}",
+                unknown.join("; ")
+            );
+        }
+    }
+    let [stays, closes, narrows, widens, uncertain] = counts;
+    let _ = writeln!(
+        o,
+        "{closes} port(s) reachable now would be closed, {narrows} narrowed, {widens} opened wider; {stays} stay as they are{}; nothing was changed",
+        if uncertain > 0 {
+            format!("; {uncertain} uncertain")
+        } else {
+            String::new()
+        }
+    );
+    if !not_taken.is_empty() {
+        let _ = writeln!(
+            o,
+            "modules not taken yet: {} (the flip refuses without --force)",
+            not_taken.join(", ")
         );
     }
     o

@@ -20,6 +20,27 @@ pub struct Listening {
     pub address: IpAddr,
     /// The owning process, as `name (pid N)`, when it can be found.
     pub owner: Option<String>,
+    /// For an IPv6 socket, whether it takes IPv6 only (`IPV6_V6ONLY`); an IPv6 socket without
+    /// it bound to `::` takes IPv4 too. `None` when the kernel did not say (then the
+    /// namespace's `net.ipv6.bindv6only` is assumed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub v6only: Option<bool>,
+}
+
+impl Listening {
+    /// Whether a packet for `ip` (one of the node's addresses) reaches this socket: bound to it,
+    /// or to every address of its family — an IPv6 one without `IPV6_V6ONLY` takes IPv4 too.
+    pub fn takes(&self, ip: IpAddr) -> bool {
+        match (self.address, ip) {
+            (a, b) if a == b => true,
+            (IpAddr::V4(a), IpAddr::V4(_)) => a.is_unspecified(),
+            (IpAddr::V6(a), IpAddr::V6(_)) => a.is_unspecified(),
+            (IpAddr::V6(a), IpAddr::V4(b)) => {
+                a.to_ipv4_mapped() == Some(b) || (a.is_unspecified() && self.v6only == Some(false))
+            }
+            (IpAddr::V4(_), IpAddr::V6(_)) => false,
+        }
+    }
 }
 
 /// Why the sockets cannot be read.
@@ -104,7 +125,52 @@ fn owners() -> BTreeMap<u64, String> {
     out
 }
 
-fn read_tables(include_loopback: bool) -> std::io::Result<Vec<(Protocol, IpAddr, u16, u64)>> {
+/// inode -> `IPV6_V6ONLY` of every IPv6 TCP and UDP socket, from the kernel's socket diagnostics
+/// (`/proc/net` does not show it). Empty when they cannot be asked.
+fn v6only_flags() -> BTreeMap<u64, bool> {
+    use netlink_packet_sock_diag::constants::{AF_INET6, IPPROTO_TCP, IPPROTO_UDP};
+    use netlink_packet_sock_diag::inet::nlas::Nla;
+    use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
+    use netlink_packet_sock_diag::SockDiagMessage;
+    let mut out = BTreeMap::new();
+    for protocol in [IPPROTO_TCP, IPPROTO_UDP] {
+        let request = SockDiagMessage::InetRequest(InetRequest {
+            family: AF_INET6,
+            protocol,
+            extensions: ExtensionFlags::empty(),
+            states: StateFlags::all(),
+            socket_id: SocketId::new_v6(),
+        });
+        let Ok(answers) = crate::netlink::dump(netlink_sys::protocols::NETLINK_SOCK_DIAG, request)
+        else {
+            continue;
+        };
+        for m in answers {
+            if let SockDiagMessage::InetResponse(r) = m {
+                if let Some(v6only) = r.nlas.iter().find_map(|n| match n {
+                    Nla::SkV6Only(b) => Some(*b),
+                    _ => None,
+                }) {
+                    out.insert(u64::from(r.header.inode), v6only);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The namespace's default for IPv6 sockets that do not say (`net.ipv6.bindv6only`).
+fn bindv6only() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|s| s.trim() == "1")
+}
+
+type Tables = (Vec<(Protocol, IpAddr, u16, u64)>, BTreeMap<u64, bool>, bool);
+
+fn read_tables(include_loopback: bool) -> std::io::Result<Tables> {
+    Ok((read_proc(include_loopback)?, v6only_flags(), bindv6only()))
+}
+
+fn read_proc(include_loopback: bool) -> std::io::Result<Vec<(Protocol, IpAddr, u16, u64)>> {
     let mut out = Vec::new();
     for (file, protocol, v6, wanted_state) in [
         ("tcp", Protocol::Tcp, false, 0x0A),
@@ -141,7 +207,8 @@ fn sockets(netns: Option<&str>, include_loopback: bool) -> Result<Vec<Listening>
         netns: netns.map(str::to_owned),
         source,
     };
-    let tables = crate::netns::within(netns, || read_tables(include_loopback)).map_err(err)?;
+    let (tables, v6only, default_v6only) =
+        crate::netns::within(netns, || read_tables(include_loopback)).map_err(err)?;
     let owners = owners();
     let mut out: Vec<Listening> = tables
         .into_iter()
@@ -150,6 +217,9 @@ fn sockets(netns: Option<&str>, include_loopback: bool) -> Result<Vec<Listening>
             port,
             address,
             owner: owners.get(&inode).cloned(),
+            v6only: address
+                .is_ipv6()
+                .then(|| v6only.get(&inode).copied().unwrap_or(default_v6only)),
         })
         .collect();
     out.sort();

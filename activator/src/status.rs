@@ -11,33 +11,112 @@ use crate::root::Observed;
 use crate::switch::journal::journal_path;
 use crate::switch::ActivateError;
 
-/// What `mesh status` reports.
+/// What `mesh status` reports. Serialized with named fields only (`mesh status --json`, see
+/// the README): scripts read `containers.held`, never a position in an array.
 #[derive(Debug, Serialize)]
 pub struct Status {
     /// Adopted or managed.
     pub mode: Mode,
-    /// The current generation's number and id.
-    pub current: Option<(u64, GenerationId)>,
-    /// Files held (found, module not taken).
-    pub held: usize,
-    /// Files staged.
-    pub staged: usize,
-    /// Files managed.
-    pub managed: usize,
+    /// The generation in force, if any.
+    pub current: Option<Current>,
+    /// Files by state.
+    pub files: Counts,
+    /// Containers by state.
+    pub containers: Counts,
+    /// Declared units by state.
+    pub units: Counts,
     /// Taken modules.
     pub taken: Vec<String>,
     /// Modules assigned, not taken.
     pub not_taken: Vec<String>,
-    /// Managed files changed behind the mesh's back: path and what is there now.
-    pub drift: Vec<(TargetPath, String)>,
+    /// Managed files changed behind the mesh's back.
+    pub drift: Vec<Drift>,
     /// Whether an interrupted switch is waiting to be finished.
     pub interrupted: bool,
-    /// Containers by state: (held, staged, managed).
-    pub containers: (usize, usize, usize),
-    /// What a take would do to each held container: its module and name.
-    pub take_would_retire: Vec<(String, String)>,
+    /// What a take would do to each held container.
+    pub take_would_retire: Vec<Retire>,
     /// The firewall against the generation in force (`None` without one).
     pub firewall: Option<FirewallDrift>,
+    /// The newest deploy on this node (`mesh switch --confirm-within`): how it ended, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_deploy: Option<crate::deploy::Deploy>,
+}
+
+/// The generation in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Current {
+    /// Its number in the profile.
+    pub number: u64,
+    /// Its id.
+    pub id: GenerationId,
+}
+
+/// Items by state: found and kept (held), prepared (staged), the mesh's (managed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Found, their module not taken: kept as they are.
+    pub held: usize,
+    /// Prepared, their module not taken.
+    pub staged: usize,
+    /// The mesh's.
+    pub managed: usize,
+}
+
+/// A generation's files, containers and units by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct States {
+    /// Files.
+    pub files: Counts,
+    /// Containers.
+    pub containers: Counts,
+    /// Declared units.
+    pub units: Counts,
+}
+
+impl States {
+    /// Counts `g`'s items by their state in it.
+    pub fn of(g: &mesh_lib::Generation) -> Self {
+        let mut out = States::default();
+        let (managed, staged, held) = g.file_counts();
+        out.files = Counts {
+            held,
+            staged,
+            managed,
+        };
+        for c in g.containers.values() {
+            match c.state {
+                mesh_lib::model::ContainerState::Held { .. } => out.containers.held += 1,
+                mesh_lib::model::ContainerState::Staged => out.containers.staged += 1,
+                mesh_lib::model::ContainerState::Managed => out.containers.managed += 1,
+            }
+        }
+        for u in g.units.values() {
+            match u.state {
+                mesh_lib::model::UnitState::Held => out.units.held += 1,
+                mesh_lib::model::UnitState::Staged => out.units.staged += 1,
+                mesh_lib::model::UnitState::Managed => out.units.managed += 1,
+            }
+        }
+        out
+    }
+}
+
+/// A managed file changed behind the mesh's back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drift {
+    /// Its path.
+    pub path: TargetPath,
+    /// What is there now.
+    pub what: String,
+}
+
+/// A held container a take would stop and keep under another name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Retire {
+    /// Its module.
+    pub module: String,
+    /// Its name.
+    pub container: String,
 }
 
 /// The firewall in the kernel against the generation in force.
@@ -57,17 +136,22 @@ impl Node {
         let host = HostStore::load(&self.state)?;
         let mut status = Status {
             mode: record.as_ref().map_or(Mode::Managed, |r| r.mode),
-            current: current.as_ref().map(|(n, id, _)| (*n, *id)),
-            held: 0,
-            staged: 0,
-            managed: 0,
+            current: current.as_ref().map(|(n, id, _)| Current {
+                number: *n,
+                id: *id,
+            }),
+            files: Counts::default(),
+            containers: Counts::default(),
+            units: Counts::default(),
             taken: Vec::new(),
             not_taken: Vec::new(),
             drift: Vec::new(),
             interrupted: journal_path(&self.state).exists(),
-            containers: (0, 0, 0),
             take_would_retire: Vec::new(),
             firewall: None,
+            last_deploy: crate::deploy::Deploy::all(&self.state)
+                .ok()
+                .and_then(|all| all.into_iter().next()),
         };
         if let Some((_, _, g)) = &current {
             status.firewall = Some(match self.check_firewall(g) {
@@ -94,23 +178,31 @@ impl Node {
             for (name, c) in &g.containers {
                 match c.state {
                     mesh_lib::model::ContainerState::Held { .. } => {
-                        status.containers.0 += 1;
-                        status
-                            .take_would_retire
-                            .push((c.module.to_string(), name.to_string()));
+                        status.containers.held += 1;
+                        status.take_would_retire.push(Retire {
+                            module: c.module.to_string(),
+                            container: name.to_string(),
+                        });
                     }
-                    mesh_lib::model::ContainerState::Staged => status.containers.1 += 1,
-                    mesh_lib::model::ContainerState::Managed => status.containers.2 += 1,
+                    mesh_lib::model::ContainerState::Staged => status.containers.staged += 1,
+                    mesh_lib::model::ContainerState::Managed => status.containers.managed += 1,
+                }
+            }
+            for u in g.units.values() {
+                match u.state {
+                    mesh_lib::model::UnitState::Held => status.units.held += 1,
+                    mesh_lib::model::UnitState::Staged => status.units.staged += 1,
+                    mesh_lib::model::UnitState::Managed => status.units.managed += 1,
                 }
             }
             for (path, f) in &g.files {
                 match f.state {
                     FileState::Held { .. } => {
-                        status.held += 1;
+                        status.files.held += 1;
                         continue;
                     }
-                    FileState::Staged => status.staged += 1,
-                    FileState::Managed => status.managed += 1,
+                    FileState::Staged => status.files.staged += 1,
+                    FileState::Managed => status.files.managed += 1,
                 }
                 let what = match (
                     observed.get(path).cloned().unwrap_or(Observed::Absent),
@@ -133,7 +225,10 @@ impl Node {
                     (other, _) => Some(format!("replaced by {other:?}")),
                 };
                 if let Some(what) = what {
-                    status.drift.push((path.clone(), what));
+                    status.drift.push(Drift {
+                        path: path.clone(),
+                        what,
+                    });
                 }
             }
         }

@@ -243,14 +243,19 @@ fn predecessor_container_is_held_taken_and_restored() {
         "not restarted"
     );
     assert_eq!(get(port).as_deref(), Some("hello\n"));
-    // The flip preview sees the published port, which no opening keeps.
+    // The flip preview lists the port the engine says the container publishes (in the
+    // machine's namespace, not the node's: closed there, now and after).
     let preview: serde_json::Value =
         serde_json::from_str(f.ok(&["flip", "--preview", "--json"]).last_line()).unwrap();
-    let listed = preview["containers"].as_array().unwrap();
+    let listed = preview["ports"].as_array().unwrap();
     assert!(
-        listed
-            .iter()
-            .any(|c| c["container"] == store.as_str() && c["port"] == port && c["kept"] == false),
+        listed.iter().any(|p| p["port"] == port
+            && p["held_by"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["kind"] == "container" && h["name"] == store.as_str())
+            && p["after"]["ipv4"]["from"] == "closed"),
         "{preview}"
     );
     // The cache collides with nothing: staged, created but not running.
@@ -264,12 +269,11 @@ fn predecessor_container_is_held_taken_and_restored() {
         serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
     assert_eq!(
         status["containers"],
-        serde_json::json!([1, 1, 0]),
-        "held, staged, managed"
+        serde_json::json!({"held": 1, "staged": 1, "managed": 0})
     );
     assert_eq!(
         status["take_would_retire"],
-        serde_json::json!([["store", store]])
+        serde_json::json!([{"module": "store", "container": store}])
     );
 
     // The take: the predecessor's stops and is kept; the mesh's serves the same data.

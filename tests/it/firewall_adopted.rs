@@ -310,18 +310,19 @@ fn story(kind: Kind) {
     assert!(!Lab::reaches(&lab.private, "10.77.0.1", 15672));
     assert!(Lab::reaches(&lab.private, "10.77.0.1", 5432));
 
-    // The flip, previewed from the sockets actually listening: exactly the ports the base
-    // ruleset would close.
+    // The flip, previewed from what is actually published (sockets, the predecessor's DNATs):
+    // exactly the ports reachable now that the flip closes (tests/it/flip_preview.rs probes
+    // every verdict).
     let preview = f.ok(&["flip", "--preview", "--json"]);
     let preview: serde_json::Value = serde_json::from_str(preview.last_line()).unwrap();
-    let closed: Vec<String> = preview["sockets"]
+    let closed: Vec<String> = preview["ports"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["kept"] == false)
+        .filter(|s| s["change"] == "closes")
         .map(|s| format!("{}/{}", s["port"], s["protocol"].as_str().unwrap()))
         .collect();
-    assert_eq!(closed, ["80/tcp", "15672/tcp"], "{preview}");
+    assert_eq!(closed, ["80/tcp", "15432/tcp"], "{preview}");
     // It refuses while a module is not taken.
     let refused = f.mesh(&["flip"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);

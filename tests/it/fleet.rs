@@ -146,6 +146,9 @@ fn a_node_that_closes_ssh_reverts_by_itself() {
         deploys.contains("reverted: no confirmation within 4 s"),
         "{deploys}"
     );
+    let status: serde_json::Value =
+        serde_json::from_slice(&lab.nodes[1].mesh(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["last_deploy"]["state"], "reverted", "{status}");
 }
 
 /// An unreachable node (its packets dropped on the way) is reported as such while the others

@@ -72,3 +72,102 @@ fn genesis_checks_and_pins_the_foundation_ports() {
     f.ok(&["genesis", f.decl("n.ncl").to_str().unwrap(), "--repin"]);
     assert_eq!(f.record()["pinned"]["store"], 6543);
 }
+
+/// `ip` inside the fixture's namespace, which must succeed.
+fn ip_in(f: &Fixture, args: &[&str]) {
+    let mut all = vec!["netns", "exec", &f.netns, "ip"];
+    all.extend_from_slice(args);
+    let out = std::process::Command::new("ip")
+        .args(&all)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A predecessor's tunnel holding an address in the private network's range (a tun link, as a
+/// userspace wireguard's) is refused at genesis (exit 2), naming the interface and its
+/// range, with nothing pinned; so is a route into the range through another link. The private
+/// network's own interface (the node's address with the range) is not in the way; and a switch
+/// that moves the range onto a container runtime's bridge is refused with nothing changed.
+#[test]
+fn genesis_refuses_a_private_range_the_node_already_uses() {
+    if !have_root_tools(&["ip"]) {
+        return;
+    }
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &declaration(5432));
+    ip_in(&f, &["tuntap", "add", "wg-pred", "mode", "tun"]);
+    ip_in(&f, &["addr", "add", "10.77.0.9/24", "dev", "wg-pred"]);
+    ip_in(&f, &["link", "set", "wg-pred", "up"]);
+    let ran = f.mesh(&["genesis", f.decl("n.ncl").to_str().unwrap()]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("the private network 10.77.0.0/24 (this node 10.77.0.1) overlaps")
+            && ran
+                .stderr
+                .contains("interface wg-pred has address 10.77.0.9/24 (range 10.77.0.0/24)"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!f.state().join("record.json").exists(), "nothing pinned");
+
+    // A route into the range through a tunnel-like link, without an address in it.
+    ip_in(&f, &["link", "del", "wg-pred"]);
+    ip_in(&f, &["tuntap", "add", "tun-pred", "mode", "tun"]);
+    ip_in(&f, &["link", "set", "tun-pred", "up"]);
+    ip_in(&f, &["route", "add", "10.77.0.0/16", "dev", "tun-pred"]);
+    let ran = f.mesh(&["genesis", f.decl("n.ncl").to_str().unwrap()]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("interface tun-pred is routed 10.77.0.0/16"),
+        "{}",
+        ran.stderr
+    );
+    ip_in(&f, &["link", "del", "tun-pred"]);
+
+    // The private network's own interface: the node's address, the declared range.
+    ip_in(&f, &["tuntap", "add", "mesh-hub", "mode", "tun"]);
+    ip_in(&f, &["addr", "add", "10.77.0.1/24", "dev", "mesh-hub"]);
+    ip_in(&f, &["link", "set", "mesh-hub", "up"]);
+    // A runtime's bridge elsewhere.
+    ip_in(&f, &["link", "add", "br-runtime", "type", "bridge"]);
+    ip_in(&f, &["addr", "add", "10.88.0.1/16", "dev", "br-runtime"]);
+    ip_in(&f, &["link", "set", "br-runtime", "up"]);
+    f.ok(&["genesis", f.decl("n.ncl").to_str().unwrap()]);
+    f.ok(&["switch", f.decl("n.ncl").to_str().unwrap()]);
+
+    // The range moves onto the bridge's: the switch is refused, the generation stays.
+    let before = f.ok(&["generations", "--json"]).stdout;
+    f.write_decl(
+        "n.ncl",
+        &declaration(5432).replace(
+            r#"range = "10.77.0.0/24", address = "10.77.0.1""#,
+            r#"range = "10.88.5.0/24", address = "10.88.5.1""#,
+        ),
+    );
+    let ran = f.mesh(&["switch", f.decl("n.ncl").to_str().unwrap()]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("interface br-runtime has address 10.88.0.1/16 (range 10.88.0.0/16)")
+            && ran.stderr.contains("nothing was changed"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(f.ok(&["generations", "--json"]).stdout, before);
+    // Clear of it, the range may move.
+    f.write_decl(
+        "n.ncl",
+        &declaration(5432).replace(
+            r#"range = "10.77.0.0/24", address = "10.77.0.1""#,
+            r#"range = "10.99.0.0/24", address = "10.99.0.1""#,
+        ),
+    );
+    f.ok(&["switch", f.decl("n.ncl").to_str().unwrap()]);
+}

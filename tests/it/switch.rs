@@ -53,7 +53,15 @@ fn adopt_holds_take_replaces_rollback_restores() {
         "the original stays in the store"
     );
 
-    f.ok(&["rollback"]);
+    // The summary counts by the states of the generation rolled back to: the restored file is
+    // held again (issue 12: it said "0 held").
+    let back = f.ok(&["rollback"]);
+    assert!(
+        back.stdout
+            .contains(": 1 file(s) changed; files 0 managed, 2 staged, 1 held"),
+        "{}",
+        back.stdout
+    );
     assert_eq!(f.read(SSH).unwrap(), ORIGINAL_SSH);
     assert_eq!(f.meta(SSH), (0o640, 1000, 1000));
     assert_eq!(
@@ -130,8 +138,24 @@ fn removal_keeps_what_the_mesh_did_not_write() {
     std::fs::write(f.at(EXTRA), "changed by hand\n").unwrap();
     let status = f.ok(&["status", "--json"]);
     let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
-    assert_eq!(s["drift"][0][0], EXTRA, "{}", status.stdout);
-    assert_eq!(s["held"], 1);
+    // Named fields, never positions (the README documents them).
+    assert_eq!(s["drift"][0]["path"], EXTRA, "{}", status.stdout);
+    let changed = mesh_lib::BlobHash::of(b"changed by hand\n");
+    assert_eq!(
+        s["drift"][0]["what"],
+        format!("content changed ({})", changed.short())
+    );
+    assert_eq!(
+        s["files"],
+        serde_json::json!({"held": 1, "staged": 2, "managed": 0})
+    );
+    assert_eq!(
+        s["containers"],
+        serde_json::json!({"held": 0, "staged": 0, "managed": 0})
+    );
+    assert_eq!(s["units"], s["containers"]);
+    assert_eq!(s["current"]["number"], 1);
+    assert!(s["current"]["id"].as_str().unwrap().starts_with("b3:"));
     f.ok(&["switch", f.decl("b.ncl").to_str().unwrap()]);
     assert!(!f.at(EXTRA).exists());
     let store = mesh_lib::Store::open(&f.state()).unwrap();

@@ -207,6 +207,30 @@ impl Firewall for Kernel {
     fn netns(&self) -> Option<&str> {
         self.nft.netns()
     }
+
+    /// nft's JSON, and iptables' own save of each family whose rules nft's JSON shows as `xt`
+    /// (their conntrack, multiport, addrtype matches; their DNAT target).
+    fn listing(&self) -> Result<super::Listing, FirewallError> {
+        let ruleset = self.nft.ruleset()?;
+        let mut saved = std::collections::BTreeMap::new();
+        for family in ["ip", "ip6"] {
+            let hides = ruleset.iter().filter_map(|o| o.get("rule")).any(|r| {
+                r["family"] == family
+                    && r["expr"]
+                        .as_array()
+                        .is_some_and(|e| e.iter().any(|x| x.get("xt").is_some()))
+            });
+            // Without iptables' save, those rules stay unread: the preview says where a
+            // verdict hangs on them rather than fail.
+            if !hides {
+                continue;
+            }
+            if let Ok(save) = iptables::save(&self.nft, family) {
+                saved.insert(family.to_owned(), save);
+            }
+        }
+        Ok(super::Listing { ruleset, saved })
+    }
 }
 
 impl Kernel {

@@ -142,6 +142,16 @@ pub struct Converged {
     pub emptied_inputs: usize,
 }
 
+/// The ruleset in force, as read for the flip preview.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// nft's JSON listing (its `nftables` array).
+    pub ruleset: Vec<serde_json::Value>,
+    /// `iptables-nft-save` per family (`ip`, `ip6`) whose tables nft's JSON shows with `xt`
+    /// matches or targets.
+    pub saved: std::collections::BTreeMap<String, String>,
+}
+
 /// What the activator needs of a node's firewall.
 pub trait Firewall: Send + Sync {
     /// The firewall in force besides the mesh's own tables — its kind and a dump to load it
@@ -161,6 +171,12 @@ pub trait Firewall: Send + Sync {
 
     /// The network namespace it works in (`None`: the machine's own).
     fn netns(&self) -> Option<&str>;
+
+    /// The ruleset in force, whole, for the flip preview. A firewall that touches nothing has
+    /// none.
+    fn listing(&self) -> Result<Listing, FirewallError> {
+        Ok(Listing::default())
+    }
 }
 
 impl<F: Firewall + ?Sized> Firewall for std::sync::Arc<F> {
@@ -182,6 +198,10 @@ impl<F: Firewall + ?Sized> Firewall for std::sync::Arc<F> {
 
     fn netns(&self) -> Option<&str> {
         (**self).netns()
+    }
+
+    fn listing(&self) -> Result<Listing, FirewallError> {
+        (**self).listing()
     }
 }
 

@@ -48,17 +48,7 @@ impl Node {
         generation: &Generation,
         apply: bool,
     ) -> Result<crate::firewall::Converged, ActivateError> {
-        // On a managed node that was adopted, the found firewall goes: its tables are those of
-        // the dump recorded at adoption that hold a firewall, and its INPUT chain in a table a
-        // container runtime shares.
-        let (mut remove_tables, mut empty_inputs) = (Vec::new(), Vec::new());
-        if generation.mode == Mode::Managed {
-            if let Some(found) = self.record()?.and_then(|r| r.found.firewall) {
-                let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
-                remove_tables = dump.firewall_tables();
-                empty_inputs = dump.shared_inputs();
-            }
-        }
+        let (remove_tables, empty_inputs) = self.found_firewall_goes(generation.mode)?;
         // The openings go through every foreign base chain that stays in force: on an adopted
         // node the predecessor's; on a managed one what a container runtime keeps (a drop
         // there is as final as anywhere).
@@ -75,6 +65,58 @@ impl Node {
         } else {
             self.firewall.check(&want)?
         })
+    }
+
+    /// What of the found firewall goes on a node of `mode`: on a managed node that was adopted,
+    /// the tables of the dump recorded at adoption that hold a firewall (as (family, name)),
+    /// and the families whose INPUT chain is the predecessor's in a table a container runtime
+    /// shares. Nothing on an adopted node.
+    #[allow(clippy::type_complexity)]
+    fn found_firewall_goes(
+        &self,
+        mode: Mode,
+    ) -> Result<(Vec<(String, String)>, Vec<String>), ActivateError> {
+        if mode == Mode::Managed {
+            if let Some(found) = self.record()?.and_then(|r| r.found.firewall) {
+                let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
+                return Ok((dump.firewall_tables(), dump.shared_inputs()));
+            }
+        }
+        Ok((Vec::new(), Vec::new()))
+    }
+
+    /// The flip previewed: who reaches every port published on the node now, and who would
+    /// after switching to `managed` (the flip's generation) — its base ruleset and guard in
+    /// force, the found firewall gone as the flip removes it. `published` names the containers
+    /// an engine says publish a port. Reads only.
+    pub fn preview_flip(
+        &self,
+        managed: &Generation,
+        published: Vec<crate::docker::Published>,
+    ) -> Result<crate::reach::Preview, ActivateError> {
+        let (remove_tables, empty_inputs) = self.found_firewall_goes(Mode::Managed)?;
+        let listing = self.firewall.listing()?;
+        let netns = self.firewall.netns();
+        let sockets = crate::sockets::bound(netns).map_err(|e| ActivateError::Io {
+            what: "reading the sockets of",
+            path: std::path::PathBuf::from(netns.unwrap_or("this network namespace")),
+            source: e.source,
+        })?;
+        let observed = crate::reach::Observed {
+            ruleset: listing.ruleset,
+            saved: listing.saved,
+            sockets,
+            net: self.interfaces()?,
+            published,
+        };
+        Ok(crate::reach::preview(
+            &observed,
+            &crate::reach::Flip {
+                target: managed,
+                remove_tables: &remove_tables,
+                empty_inputs: &empty_inputs,
+            },
+        ))
     }
 
     /// Loads back the found firewall's tables that are not in force, from the dump recorded at

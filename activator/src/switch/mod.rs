@@ -3,10 +3,13 @@
 //! are.
 //!
 //! 0. an interrupted switch is finished first, from its journal ([`journal`]);
-//! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine;
+//! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine; a
+//!    switch that changes the private network's range checks it against the node's addresses
+//!    and routes first ([`network`]);
 //! 2. **plan**: the pure file plan ([`crate::plan`]), the service plan ([`crate::services`],
 //!    with the units' states systemd reports) and the container steps ([`containers`]); a dry
-//!    run stops here and prints them;
+//!    run stops here and prints them, with what a person reviews ([`review`]: each file's
+//!    content diff, the firewall's nft lines, the containers' fields);
 //! 3. **prepare**: every blob read and checked, space and writability checked ([`prepare`]);
 //! 4. **apply**, in this order:
 //!    - the firewall, in one transaction ([`firewall`]): if nft refuses, nothing has changed;
@@ -25,8 +28,10 @@ pub(crate) mod error;
 pub(crate) mod files;
 pub(crate) mod firewall;
 pub(crate) mod journal;
+pub(crate) mod network;
 pub(crate) mod observe;
 pub(crate) mod prepare;
+pub(crate) mod review;
 pub(crate) mod units;
 
 use std::path::Path;
@@ -53,6 +58,9 @@ pub struct Switched {
     pub number: Option<u64>,
     /// The plan.
     pub plan: Plan,
+    /// The target generation's files, containers and units by state: what a summary counts
+    /// (a rollback across a take restores files that are held again).
+    pub states: crate::status::States,
     /// What the units and containers do after the files, and why.
     pub services: crate::services::ServicePlan,
     /// The units that failed: their jobs failed, or they failed once started. The switch is
@@ -75,6 +83,10 @@ pub struct Switched {
     pub restored: Vec<String>,
     /// Whether it was only planned.
     pub dry_run: bool,
+    /// For a dry run, what a person reviews before approving it: the diff from the generation
+    /// in force, each written or removed file's content diff from what is on the machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review: Option<mesh_lib::diff::Diff>,
 }
 
 impl Node {
@@ -113,6 +125,17 @@ impl Node {
             .profile
             .current()
             .map_err(io_err("reading the profile in", &self.state))?;
+        // A new private network must be clear of the node's other networks.
+        // (One the store cannot give back is not compared: the switch may be what repairs it.)
+        let before = in_force
+            .filter(|(_, cid)| *cid != id)
+            .and_then(|(_, cid)| self.store.generation(&cid).ok());
+        if let Some(before) = before.as_ref().map(|g| &g.settings.private_network) {
+            let after = &target.settings.private_network;
+            if (before.range, before.address) != (after.range, after.address) {
+                self.check_private_network(after, Some(before))?;
+            }
+        }
         let mut host = HostStore::load(&self.state)?;
         self.check_reach(target.files.keys().chain(host.written.keys()))?;
         let seen = self.observe_all(target, &host)?;
@@ -140,9 +163,25 @@ impl Node {
             && !services.asks_systemd()
             && !containers.busy();
         if dry_run || nothing_to_do {
+            let review = if dry_run {
+                // From the generation in force (itself, for a dry run to where the node is).
+                let loaded;
+                let from = match &before {
+                    Some(g) => Some(g),
+                    None => {
+                        loaded = in_force.and_then(|(_, cid)| self.store.generation(&cid).ok());
+                        loaded.as_ref()
+                    }
+                };
+                Some(self.review(from, target, &plan, &seen))
+            } else {
+                None
+            };
             return Ok(Switched {
+                review,
                 id,
                 number: None,
+                states: crate::status::States::of(target),
                 docker_calls: containers.calls(),
                 systemd_jobs: self.systemd_jobs(),
                 plan,
@@ -188,6 +227,7 @@ impl Node {
         Ok(Switched {
             id,
             number,
+            states: crate::status::States::of(target),
             docker_calls: containers.calls(),
             systemd_jobs: self.systemd_jobs(),
             plan,
@@ -198,6 +238,7 @@ impl Node {
             firewall: Some(firewall),
             restored: Vec::new(),
             dry_run: false,
+            review: None,
         })
     }
 }
