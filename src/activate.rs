@@ -25,12 +25,16 @@ pub struct Machine {
     pub state: PathBuf,
     pub root: PathBuf,
     pub netns: Option<String>,
+    /// How many containers' steps a switch runs at once.
+    pub container_jobs: usize,
 }
 
 impl Machine {
     /// The node, its lock taken: for a command that changes it.
     fn open(&self) -> Result<Node, Failure> {
-        Ok(Node::open(&self.state, &self.root, self.netns.clone())?)
+        Ok(Node::open(&self.state, &self.root, self.netns.clone())?
+            .with_container_jobs(self.container_jobs)
+            .with_progress(Box::new(crate::progress::Containers::new())))
     }
 
     /// The node, to look at it.

@@ -59,6 +59,17 @@ pub struct Global {
         value_parser = clap::value_parser!(u64).range(64..)
     )]
     pub eval_memory: u64,
+    /// How many containers' steps a switch runs at once (each container's own steps stay in
+    /// their order).
+    #[arg(
+        long,
+        global = true,
+        env = "MESH_CONTAINER_JOBS",
+        value_name = "N",
+        default_value_t = mesh_activator::docker::DEFAULT_JOBS as u64,
+        value_parser = clap::value_parser!(u64).range(1..=1024)
+    )]
+    pub container_jobs: u64,
 }
 
 #[derive(Subcommand, Debug)]

@@ -78,6 +78,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         state: state.clone(),
         root: cli.global.root,
         netns: cli.global.netns,
+        container_jobs: cli.global.container_jobs as usize,
     };
     match cli.command {
         Command::Build(args) => build_cmd(&state, args),

@@ -7,6 +7,7 @@ mod activate;
 mod cli;
 mod commands;
 mod failure;
+mod progress;
 mod show;
 
 use std::process::ExitCode;

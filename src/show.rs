@@ -282,6 +282,9 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
             Step::Restart { name, because } => writeln!(o, "  restart  container {name}: {}", because.join("; ")),
         };
     }
+    if let Some(counts) = container_counts(&s.containers) {
+        let _ = writeln!(o, "  containers: {counts}");
+    }
     o.push_str(&services(&s.services, s.dry_run));
     for f in &s.failed {
         let _ = writeln!(o, "  FAILED   {} {}: {}", f.verb.word(), f.unit, f.result);
@@ -290,6 +293,45 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
         }
     }
     o
+}
+
+/// How many containers each kind of step touches, e.g. `50 held, 10 retired, 10 run` (`None`
+/// without container steps): on a node of dozens of containers, the count is what a person
+/// checks first.
+fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
+    use mesh_activator::docker::Step;
+    let words = [
+        "held",
+        "staged",
+        "retired",
+        "run",
+        "started",
+        "restored",
+        "removed",
+        "stopped",
+        "restarted",
+    ];
+    let mut counts = [0usize; 9];
+    for step in steps {
+        let at = match step {
+            Step::Hold { .. } => 0,
+            Step::Stage { .. } => 1,
+            Step::Retire { .. } => 2,
+            Step::Run { .. } => 3,
+            Step::Start { .. } => 4,
+            Step::Restore { .. } => 5,
+            Step::Remove { .. } => 6,
+            Step::Restart { .. } => 7,
+        };
+        counts[at] += 1;
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .zip(words)
+        .filter(|(n, _)| **n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// What the units do after the files, one line each with its cause.

@@ -691,3 +691,125 @@ mesh.node {{
     let again = f.ok(&["switch", f.decl("v2.ncl").to_str().unwrap()]);
     assert!(!again.stdout.contains("restart"), "{}", again.stdout);
 }
+
+/// Containers' steps run concurrently, and a failure stops the phase cleanly: with one job at a
+/// time, the first container that cannot start (its host port is taken) stops the phase before
+/// any other is launched; with many, every container in flight is waited for and every failure
+/// is named with the engine's message. Either way the next switch converges once the cause is
+/// gone.
+#[test]
+fn container_failures_are_all_named_and_the_next_switch_converges() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("f");
+    let held_a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let ports = [
+        held_a.local_addr().unwrap().port(),
+        held_b.local_addr().unwrap().port(),
+        free(),
+        free(),
+    ];
+    let names = ["a", "b", "c", "d"].map(|n| format!("{}-{n}", made.prefix));
+    let modules: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            format!(
+                r#"{{ name = "m{i}", config = fun s => {{ containers = [{{ name = "{name}", image = "{image}", command = ["/bin/busybox", "httpd", "-f", "-p", "8080"], publish = [{{ host_port = s.ports.p{i}, container_port = 8080, host_ip = "127.0.0.1" }}] }}] }} }},
+"#,
+                image = made.image
+            )
+        })
+        .collect();
+    let settings: String = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("p{i} = {p}, "))
+        .collect();
+    let f = Fixture::new();
+    f.write_decl(
+        "n.ncl",
+        &format!(
+            r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820, {settings} }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
+  }},
+  modules = [
+{modules}  ],
+}}
+"#
+        ),
+    );
+    let decl = f.decl("n.ncl").display().to_string();
+    let running = |name: &str| {
+        let out = Command::new("docker")
+            .args(["inspect", "-f", "{{.State.Running}}", name])
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim() == "true")
+    };
+
+    // One at a time: the first failure launches nothing more.
+    let mut one = f.command(&["switch", &decl]);
+    one.env("MESH_CONTAINER_JOBS", "1");
+    let ran = crate::support::run(one);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains(&format!("docker start {}", names[0]))
+            && ran
+                .stderr
+                .contains("a container step failed after the files of"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(running(&names[0]), Some(false), "created, not started");
+    for name in &names[1..] {
+        assert_eq!(
+            running(name),
+            None,
+            "{name} was not launched after the failure"
+        );
+    }
+
+    // Many at a time: every failure named, the others done.
+    let ran = f.mesh(&["switch", &decl]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains(&format!("docker start {}", names[0]))
+            && ran.stderr.contains(&format!("docker start {}", names[1]))
+            && ran.stderr.contains("2 container steps failed:")
+            && ran.stderr.contains("they failed after the files of"),
+        "{}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.matches("address already in use").count() >= 2
+            || ran.stderr.matches("port is already allocated").count() >= 2,
+        "the engine's message, for each: {}",
+        ran.stderr
+    );
+    assert_eq!(running(&names[2]), Some(true));
+    assert_eq!(running(&names[3]), Some(true));
+
+    // The cause gone, the next switch converges.
+    drop((held_a, held_b));
+    f.ok(&["switch", &decl]);
+    for name in &names {
+        assert_eq!(running(name), Some(true), "{name}");
+    }
+}
