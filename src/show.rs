@@ -279,6 +279,7 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
             Step::Start { name } => writeln!(o, "  start    container {name}"),
             Step::Restore { name, start } => writeln!(o, "  restore  container {name}  (the found one, back under its name{})", if *start { ", started" } else { ", not running, as it was found" }),
             Step::Remove { name } => writeln!(o, "  remove   container {name}"),
+            Step::Stop { name } => writeln!(o, "  stop     container {name}  (staged: runs in no generation)"),
             Step::Restart { name, because } => writeln!(o, "  restart  container {name}: {}", because.join("; ")),
         };
     }
@@ -321,7 +322,8 @@ fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
             Step::Start { .. } => 4,
             Step::Restore { .. } => 5,
             Step::Remove { .. } => 6,
-            Step::Restart { .. } => 7,
+            Step::Stop { .. } => 7,
+            Step::Restart { .. } => 8,
         };
         counts[at] += 1;
     }

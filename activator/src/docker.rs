@@ -550,6 +550,12 @@ pub enum Step {
         /// Its name.
         name: String,
     },
+    /// Stop the mesh's container that runs while the generation says staged (it ran after a
+    /// take a rollback went back across): a staged container runs in no generation.
+    Stop {
+        /// Its name.
+        name: String,
+    },
     /// Restart the mesh's container: a file it mounts changed.
     Restart {
         /// Its name.
@@ -570,6 +576,7 @@ impl Step {
             | Step::Start { name }
             | Step::Restore { name, .. }
             | Step::Remove { name }
+            | Step::Stop { name }
             | Step::Restart { name, .. } => name,
         }
     }
@@ -610,6 +617,7 @@ pub fn plan(
                     steps.push(Step::Retire { name: name.clone() });
                     steps.push(Step::Stage { name });
                 }
+                Some(p) if same_spec && p.running => steps.push(Step::Stop { name }),
                 Some(_) if same_spec => {}
                 Some(_) => {
                     steps.push(Step::Remove { name: name.clone() });
@@ -717,6 +725,7 @@ fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> Vec<Calls> {
                 c.acquire.push(Call::Rename(kept, name));
             }
             Step::Remove { .. } => c.release.push(Call::Remove(name)),
+            Step::Stop { .. } => c.release.push(Call::Stop(name)),
             Step::Restart { .. } => c.acquire.push(Call::Restart(name)),
         }
     }
@@ -1030,6 +1039,25 @@ mod tests {
         );
     }
 
+    /// A staged container of the mesh's that runs (it ran after a take a rollback went back
+    /// across) is stopped: a staged container runs in no generation. One that does not run is
+    /// left alone.
+    #[test]
+    fn a_staged_container_that_runs_is_stopped() {
+        let none = BTreeMap::new();
+        let staged = entry(ContainerState::Staged);
+        let running = BTreeMap::from([("c".to_string(), present(Some(&staged), true))]);
+        assert_eq!(
+            plan(&one(ContainerState::Staged), &running, &none, true, "me").unwrap(),
+            vec![Step::Stop { name: "c".into() }]
+        );
+        let created = BTreeMap::from([("c".to_string(), present(Some(&staged), false))]);
+        assert_eq!(
+            plan(&one(ContainerState::Staged), &created, &none, true, "me").unwrap(),
+            vec![]
+        );
+    }
+
     /// Each container's calls keep their order; every letting go (stop, removal, rename away)
     /// is in the first wave, every taking (create, start, rename back) in the second; a
     /// rollback removes the mesh's container only if the listing shows one.
@@ -1051,6 +1079,7 @@ mod tests {
                 start: false,
             },
             Step::Remove { name: "d".into() },
+            Step::Stop { name: "e".into() },
         ];
         let present = BTreeMap::from([(
             "b".to_string(),
@@ -1086,6 +1115,11 @@ mod tests {
             Calls {
                 name: "d".into(),
                 release: vec![Call::Remove("d".into())],
+                acquire: vec![],
+            },
+            Calls {
+                name: "e".into(),
+                release: vec![Call::Stop("e".into())],
                 acquire: vec![],
             },
         ];

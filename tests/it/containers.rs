@@ -813,3 +813,80 @@ mesh.node {{
         assert_eq!(running(name), Some(true), "{name}");
     }
 }
+
+/// Issue 12, item 3: a staged container runs in no generation. After a take ran the mesh's
+/// container of a module that found nothing, a rollback to a generation where that module is
+/// only assigned (its container staged) stops it, and `mesh status` agrees; switching forward
+/// runs it again.
+#[test]
+fn a_rollback_to_a_staged_container_stops_it() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("s");
+    let name = format!("{}-worker", made.prefix);
+    let decl = format!(
+        r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820 }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
+  }},
+  modules = [
+    {{ name = "worker", config = fun s => {{ containers = [{{
+        name = "{name}",
+        image = "{i}",
+        command = ["/bin/busybox", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+    }}] }} }},
+  ],
+}}
+"#,
+        i = made.image
+    );
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &decl);
+    f.ok(&["adopt", f.decl("n.ncl").to_str().unwrap()]);
+    let state = || docker(&["inspect", "-f", "{{.State.Status}}", &name]);
+    assert_eq!(state(), "created", "staged: created, not started");
+    f.ok(&["take", "worker"]);
+    assert_eq!(state(), "running");
+    let id = docker(&["inspect", "-f", "{{.Id}}", &name]);
+
+    let back = f.ok(&["rollback", "--to", "1"]);
+    assert!(
+        back.stdout.contains(&format!("stop     container {name}")),
+        "{}",
+        back.stdout
+    );
+    assert_ne!(
+        state(),
+        "running",
+        "a staged container runs in no generation"
+    );
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.Id}}", &name]),
+        id,
+        "stopped, not recreated"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(staged_count(&status["containers"]), 1, "{status}");
+    // Nothing more to do: the next switch to it leaves it as it is.
+    let again = f.ok(&["switch", "--generation", &current(&f)]);
+    assert!(!again.stdout.contains("container"), "{}", again.stdout);
+
+    f.ok(&["rollback", "--to", "2"]);
+    assert_eq!(state(), "running", "taken again: it runs");
+}
+
+/// The number of staged containers in `mesh status --json` (as `[held, staged, managed]` or,
+/// named, `{ held, staged, managed }`).
+fn staged_count(containers: &serde_json::Value) -> u64 {
+    containers
+        .get("staged")
+        .or_else(|| containers.get(1))
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or_else(|| panic!("no staged count in {containers}"))
+}
