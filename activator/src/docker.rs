@@ -356,13 +356,35 @@ impl Engine {
     ) -> Result<(), DockerError> {
         let body = create_body(entry, generation, owner, root);
         let options = CreateContainerOptionsBuilder::default().name(name).build();
-        self.call_async(
-            "create",
-            name,
-            self.docker.create_container(Some(options), body),
-        )
-        .await
-        .map(|_| ())
+        match self
+            .call_async(
+                "create",
+                name,
+                self.docker.create_container(Some(options), body),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // A create a killed switch had sent may have ended after this switch listed the
+            // engine: the container under the name is then this very one.
+            Err(e) if status(&e) == Some(409) && self.is_created(name, entry, owner).await => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the container under `name` is the mesh's, for `owner`, of `entry`'s spec.
+    async fn is_created(&self, name: &str, entry: &ContainerEntry, owner: &str) -> bool {
+        let Ok(inspect) = self
+            .call_async("inspect", name, self.docker.inspect_container(name, None))
+            .await
+        else {
+            return false;
+        };
+        let labels = inspect.config.and_then(|c| c.labels).unwrap_or_default();
+        labels.get(LABEL_SPEC) == Some(&spec_digest(entry))
+            && labels.get(LABEL_OWNER).map(String::as_str) == Some(owner)
     }
 
     /// Starts a container.
@@ -396,8 +418,21 @@ impl Engine {
 
     async fn rename_async(&self, name: &str, to: &str) -> Result<(), DockerError> {
         let options = RenameContainerOptionsBuilder::default().name(to).build();
-        self.call_async("rename", name, self.docker.rename_container(name, options))
+        match self
+            .call_async("rename", name, self.docker.rename_container(name, options))
             .await
+        {
+            // A rename a killed switch had sent ended after this switch listed the engine.
+            Err(e) if status(&e) == Some(404) && self.exists(to).await => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Whether a container is under `name`.
+    async fn exists(&self, name: &str) -> bool {
+        self.call_async("inspect", name, self.docker.inspect_container(name, None))
+            .await
+            .is_ok()
     }
 
     /// Restarts a container (stopped within its own stop timeout, then started): a bind mount
@@ -421,12 +456,37 @@ impl Engine {
             .force(true)
             .v(false)
             .build();
-        self.call_async(
-            "remove",
-            name,
-            self.docker.remove_container(name, Some(options)),
-        )
-        .await
+        match self
+            .call_async(
+                "remove",
+                name,
+                self.docker.remove_container(name, Some(options)),
+            )
+            .await
+        {
+            Ok(()) => Ok(()),
+            // Gone already: what the removal was for.
+            Err(e) if status(&e) == Some(404) => Ok(()),
+            // A removal a killed switch had asked for is still under way: wait for its end.
+            Err(e) if status(&e) == Some(409) && e.to_string().contains("already in progress") => {
+                self.gone(name, e).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits (up to a minute) until no container is under `name`; `e` if one still is.
+    async fn gone(&self, name: &str, e: DockerError) -> Result<(), DockerError> {
+        for _ in 0..600 {
+            match self
+                .call_async("inspect", name, self.docker.inspect_container(name, None))
+                .await
+            {
+                Err(gone) if status(&gone) == Some(404) => return Ok(()),
+                _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+        Err(e)
     }
 }
 
@@ -489,6 +549,17 @@ fn create_body(
             ..HostConfig::default()
         }),
         ..ContainerCreateBody::default()
+    }
+}
+
+/// The HTTP status the engine answered a failed call with.
+fn status(e: &DockerError) -> Option<u16> {
+    match e {
+        DockerError::Call {
+            source: bollard::errors::Error::DockerResponseServerError { status_code, .. },
+            ..
+        } => Some(*status_code),
+        _ => None,
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::node_fixture::Fixture;
 use crate::support::have_root_tools;
 
-fn docker(args: &[&str]) -> String {
+pub(crate) fn docker(args: &[&str]) -> String {
     let out = Command::new("docker").args(args).output().unwrap();
     assert!(
         out.status.success(),
@@ -23,15 +23,15 @@ fn docker(args: &[&str]) -> String {
 }
 
 /// What the test made on the engine; all of it goes when dropped.
-struct Made {
-    prefix: String,
-    image: String,
+pub(crate) struct Made {
+    pub(crate) prefix: String,
+    pub(crate) image: String,
 }
 
 impl Made {
     /// Names start `meshtest<pid><tag>`: tests running at once need tags that are not
     /// prefixes of one another (Docker's name filter matches substrings).
-    fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         let prefix = format!("meshtest{}{tag}", std::process::id());
         let image = format!("{prefix}-busybox:1");
         let root = tempfile::tempdir().unwrap();
@@ -67,9 +67,22 @@ impl Drop for Made {
         for id in String::from_utf8_lossy(&names.stdout).split_whitespace() {
             let _ = Command::new("docker").args(["rm", "-f", id]).output();
         }
-        let _ = Command::new("docker")
-            .args(["volume", "rm", "-f", &format!("{}-data", self.prefix)])
-            .output();
+        if let Ok(volumes) = Command::new("docker")
+            .args([
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("name={}", self.prefix),
+            ])
+            .output()
+        {
+            for volume in String::from_utf8_lossy(&volumes.stdout).split_whitespace() {
+                let _ = Command::new("docker")
+                    .args(["volume", "rm", "-f", volume])
+                    .output();
+            }
+        }
         let _ = Command::new("docker")
             .args(["rmi", "-f", &self.image])
             .output();
@@ -131,12 +144,12 @@ mesh.node {{
 /// generation in force does not declare: tests that switch containers on it take turns.
 static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn take_turn() -> std::sync::MutexGuard<'static, ()> {
     ENGINE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether root, docker and a Docker engine are here (in CI their absence is a failure).
-fn docker_here() -> bool {
+pub(crate) fn docker_here() -> bool {
     if !have_root_tools(&["docker", "tar"]) {
         return false;
     }

@@ -16,6 +16,7 @@ mod held;
 mod netlab;
 mod node_fixture;
 mod rejections;
+mod scale;
 mod services;
 mod support;
 mod switch;
