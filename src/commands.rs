@@ -114,6 +114,7 @@ fn build_node(
         state_dir: state,
         use_cache,
         evaluator: evaluator(),
+        per_module: true,
     })?;
     Ok(built)
 }
@@ -136,6 +137,7 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
             "node": g.node,
             "mode": g.mode,
             "cached": built.cached,
+            "modules_evaluated": built.evaluated,
             "files": { "managed": managed, "staged": staged, "held": held },
             "containers": g.containers.len(),
             "openings": g.openings.len(),

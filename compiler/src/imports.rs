@@ -140,6 +140,51 @@ fn imports_of(text: &str) -> Vec<Found> {
     out
 }
 
+/// The files a declaration reaches through its imports, as the walk found them: each Nickel
+/// file with the files it imports (resolved as Nickel resolves them), and the digest of every
+/// file's bytes as the walk read them. What the per-module evaluation cache keys on
+/// ([`crate::spine`]).
+#[derive(Debug, Default)]
+pub struct Graph {
+    /// Each Nickel file reached, with the files it imports (Nickel or not).
+    pub imports: std::collections::BTreeMap<PathBuf, Vec<PathBuf>>,
+    /// Each Nickel file's text, as read.
+    pub texts: std::collections::BTreeMap<PathBuf, std::sync::Arc<str>>,
+    /// The blake3 of each file's bytes, as read (a file that could not be read is absent).
+    pub digests: std::collections::BTreeMap<PathBuf, [u8; 32]>,
+}
+
+impl Graph {
+    /// `file` and every file it reaches through imports, sorted.
+    pub fn closure(&self, file: &Path) -> BTreeSet<PathBuf> {
+        let mut seen = BTreeSet::new();
+        let mut queue = vec![file.to_owned()];
+        while let Some(f) = queue.pop() {
+            if seen.insert(f.clone()) {
+                if let Some(next) = self.imports.get(&f) {
+                    queue.extend(next.iter().cloned());
+                }
+            }
+        }
+        seen
+    }
+
+    /// Every file reached.
+    pub fn files(&self) -> BTreeSet<PathBuf> {
+        self.digests.keys().cloned().collect()
+    }
+}
+
+/// Where Nickel finds `import "path"` written in `file`: the importing file's folder first,
+/// then each of `import_paths`; the first candidate that exists.
+pub fn resolve(file: &Path, path: &Path, import_paths: &[PathBuf]) -> Option<PathBuf> {
+    let folder = file.parent().unwrap_or(Path::new("/")).to_owned();
+    std::iter::once(&folder)
+        .chain(import_paths)
+        .map(|dir| normalize(&dir.join(path)))
+        .find(|c| c.exists())
+}
+
 /// Walks every import reachable from `node` (canonical) as Nickel will resolve them — first
 /// in the importing file's folder, then in each of `import_paths` — and refuses the first that
 /// resolves outside `tree`, pointing at it. Nothing outside the tree is opened.
@@ -148,10 +193,16 @@ pub fn check_imports(
     import_paths: &[PathBuf],
     tree: &Tree,
 ) -> Result<(), MeshDiagnostic> {
+    walk(node, import_paths, tree).map(|_| ())
+}
+
+/// [`check_imports`], and the graph of what it walked.
+pub fn walk(node: &Path, import_paths: &[PathBuf], tree: &Tree) -> Result<Graph, MeshDiagnostic> {
+    let mut graph = Graph::default();
     if !tree.allows(node) {
         // The declaration itself is in its tree by construction; a vanished one is Nickel's
         // to report.
-        return Ok(());
+        return Ok(graph);
     }
     let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
     let mut queue = vec![node.to_owned()];
@@ -159,16 +210,18 @@ pub fn check_imports(
         if !seen.insert(file.clone()) {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&file) else {
+        let Ok(bytes) = std::fs::read(&file) else {
             continue;
         };
-        let folder = file.parent().unwrap_or(Path::new("/")).to_owned();
+        graph
+            .digests
+            .insert(file.clone(), *blake3::hash(&bytes).as_bytes());
+        let Ok(text) = String::from_utf8(bytes) else {
+            continue;
+        };
+        let mut edges = Vec::new();
         for import in imports_of(&text) {
-            let candidates = std::iter::once(&folder)
-                .chain(import_paths)
-                .map(|dir| normalize(&dir.join(&import.path)));
-            // Nickel takes the first candidate that exists; so does this walk.
-            let Some(resolved) = candidates.into_iter().find(|c| c.exists()) else {
+            let Some(resolved) = resolve(&file, &import.path, import_paths) else {
                 continue; // not found: Nickel reports it
             };
             if !tree.allows(&resolved) {
@@ -186,11 +239,21 @@ pub fn check_imports(
                 .with_help(tree.help()));
             }
             if import.format == InputFormat::Nickel && resolved.is_file() {
-                queue.push(resolved);
+                queue.push(resolved.clone());
+            } else if !graph.digests.contains_key(&resolved) {
+                // Text and data: their bytes are what the evaluation reads.
+                if let Ok(bytes) = std::fs::read(&resolved) {
+                    graph
+                        .digests
+                        .insert(resolved.clone(), *blake3::hash(&bytes).as_bytes());
+                }
             }
+            edges.push(resolved);
         }
+        graph.imports.insert(file.clone(), edges);
+        graph.texts.insert(file, text.into());
     }
-    Ok(())
+    Ok(graph)
 }
 
 /// Checks every file an evaluation read (absolute paths, as Nickel named them): the first that

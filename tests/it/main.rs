@@ -13,6 +13,7 @@ mod firewall_runtime;
 mod genesis;
 mod hardening;
 mod held;
+mod incremental;
 mod netlab;
 mod node_fixture;
 mod rejections;
