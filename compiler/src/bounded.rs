@@ -180,6 +180,8 @@ enum Answer {
         entries: Vec<crate::cache::modules::Entry>,
         #[serde(default)]
         evaluated: Option<usize>,
+        #[serde(default)]
+        parsed: Option<crate::imports::Parsed>,
     },
     Rejected(Box<MeshDiagnostic>),
     /// A chunk's value, and the files it read.
@@ -198,6 +200,8 @@ pub(crate) struct Evaluated {
     /// How many modules were evaluated, when they were evaluated apart (`None`: the node was
     /// evaluated whole).
     pub evaluated: Option<usize>,
+    /// The imports of the texts the walk parsed, to remember when they changed.
+    pub parsed: Option<crate::imports::Parsed>,
 }
 
 /// Evaluates and assembles in this process: what the child does, and what
@@ -208,7 +212,18 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
         library: std::fs::canonicalize(&request.library)
             .unwrap_or_else(|_| request.library.clone()),
     };
-    let graph = crate::imports::walk(&request.node, std::slice::from_ref(&request.library), &tree)?;
+    let known = match (&request.cache_dir, request.per_module) {
+        (Some(dir), true) => crate::cache::modules::load_parsed(dir, &request.node),
+        _ => crate::imports::Parsed::new(),
+    };
+    let (graph, parsed) = crate::imports::walk_with(
+        &request.node,
+        std::slice::from_ref(&request.library),
+        &tree,
+        &known,
+    )?;
+    let parsed =
+        (request.cache_dir.is_some() && request.per_module && parsed != known).then_some(parsed);
     let record = match &request.record {
         Some((bytes, name)) => Some((
             NodeRecord::parse(bytes.as_bytes())
@@ -252,6 +267,7 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
                 sources: answer.sources,
                 entries: answer.entries,
                 evaluated: Some(answer.evaluated),
+                parsed,
             });
         }
     }
@@ -263,6 +279,7 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
         sources: evaluation.read_sources(),
         entries: Vec::new(),
         evaluated: None,
+        parsed,
     })
 }
 
@@ -470,6 +487,7 @@ fn decode(output: &[u8]) -> Result<Result<Evaluated, MeshDiagnostic>, String> {
             sources,
             entries,
             evaluated,
+            parsed,
         } => {
             let mut blobs = Vec::with_capacity(headers.len());
             for h in headers {
@@ -497,6 +515,7 @@ fn decode(output: &[u8]) -> Result<Result<Evaluated, MeshDiagnostic>, String> {
                 sources,
                 entries,
                 evaluated,
+                parsed,
             }))
         }
     }
@@ -557,6 +576,7 @@ fn answer_of(result: Result<Evaluated, MeshDiagnostic>) -> (Answer, Vec<u8>) {
                     sources,
                     entries: e.entries,
                     evaluated: e.evaluated,
+                    parsed: e.parsed,
                 },
                 data,
             )

@@ -265,6 +265,37 @@ pub mod modules {
         serde_json::from_slice(&bytes).ok()
     }
 
+    fn parsed_path(state_dir: &Path, node: &Path) -> PathBuf {
+        let name = blake3::hash(node.as_os_str().as_encoded_bytes()).to_hex();
+        state_dir
+            .join("cache")
+            .join("imports")
+            .join(format!("{}.json", &name[..32]))
+    }
+
+    /// The imports of the texts the last walk of `node` parsed (by the digest of each text).
+    pub fn load_parsed(state_dir: &Path, node: &Path) -> crate::imports::Parsed {
+        std::fs::read(parsed_path(state_dir, node))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Remembers the imports of the texts a walk of `node` parsed: exactly those of this walk,
+    /// so the file does not grow. Failing to write fails nothing.
+    pub fn store_parsed(state_dir: &Path, node: &Path, parsed: &crate::imports::Parsed) {
+        let path = parsed_path(state_dir, node);
+        let Ok(bytes) = serde_json::to_vec(parsed) else {
+            return;
+        };
+        if let Some(dir) = path.parent() {
+            if atomic::create_dir_all(dir).is_ok() {
+                let _ignored_cache_write_failure =
+                    atomic::write_file_unsynced(&path, &bytes, 0o600);
+            }
+        }
+    }
+
     /// Writes `entries`. Failing to write the cache fails nothing.
     pub fn store(state_dir: &Path, entries: &[Entry]) {
         for e in entries {

@@ -110,6 +110,21 @@ struct Found {
     range: std::ops::Range<usize>,
 }
 
+/// The imports written in a file, as the walk remembers them for a text it parsed before (by
+/// the digest of its bytes): parsing hundreds of module files again is most of a walk.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Written {
+    /// The path as written.
+    pub path: PathBuf,
+    /// Whether it is imported as Nickel (else as text or data).
+    pub nickel: bool,
+    /// Where the import is in the file.
+    pub range: std::ops::Range<usize>,
+}
+
+/// The imports of texts parsed before, by the hex digest of their bytes.
+pub type Parsed = std::collections::BTreeMap<String, Vec<Written>>;
+
 /// The path imports of `text`, parsed by Nickel's own parser. A source that does not parse is
 /// Nickel's to report: it has no imports to walk (Nickel does not resolve them either).
 fn imports_of(text: &str) -> Vec<Found> {
@@ -198,11 +213,23 @@ pub fn check_imports(
 
 /// [`check_imports`], and the graph of what it walked.
 pub fn walk(node: &Path, import_paths: &[PathBuf], tree: &Tree) -> Result<Graph, MeshDiagnostic> {
+    walk_with(node, import_paths, tree, &Parsed::new()).map(|(graph, _)| graph)
+}
+
+/// [`walk`], taking the imports of a text it already `known` from there instead of parsing it
+/// again; with the graph, the imports of every Nickel file it walked (to remember for the next).
+pub fn walk_with(
+    node: &Path,
+    import_paths: &[PathBuf],
+    tree: &Tree,
+    known: &Parsed,
+) -> Result<(Graph, Parsed), MeshDiagnostic> {
     let mut graph = Graph::default();
+    let mut parsed = Parsed::new();
     if !tree.allows(node) {
         // The declaration itself is in its tree by construction; a vanished one is Nickel's
         // to report.
-        return Ok(graph);
+        return Ok((graph, parsed));
     }
     let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
     let mut queue = vec![node.to_owned()];
@@ -213,14 +240,25 @@ pub fn walk(node: &Path, import_paths: &[PathBuf], tree: &Tree) -> Result<Graph,
         let Ok(bytes) = std::fs::read(&file) else {
             continue;
         };
-        graph
-            .digests
-            .insert(file.clone(), *blake3::hash(&bytes).as_bytes());
+        let digest = blake3::hash(&bytes);
+        graph.digests.insert(file.clone(), *digest.as_bytes());
         let Ok(text) = String::from_utf8(bytes) else {
             continue;
         };
+        let hex = digest.to_hex().to_string();
+        let written = match known.get(&hex) {
+            Some(w) => w.clone(),
+            None => imports_of(&text)
+                .into_iter()
+                .map(|f| Written {
+                    path: f.path,
+                    nickel: f.format == InputFormat::Nickel,
+                    range: f.range,
+                })
+                .collect(),
+        };
         let mut edges = Vec::new();
-        for import in imports_of(&text) {
+        for import in &written {
             let Some(resolved) = resolve(&file, &import.path, import_paths) else {
                 continue; // not found: Nickel reports it
             };
@@ -233,12 +271,12 @@ pub fn walk(node: &Path, import_paths: &[PathBuf], tree: &Tree) -> Result<Graph,
                         name: display_name(&file),
                         text: text.clone(),
                     },
-                    range: import.range,
+                    range: import.range.clone(),
                     label: "imported here".into(),
                 })
                 .with_help(tree.help()));
             }
-            if import.format == InputFormat::Nickel && resolved.is_file() {
+            if import.nickel && resolved.is_file() {
                 queue.push(resolved.clone());
             } else if !graph.digests.contains_key(&resolved) {
                 // Text and data: their bytes are what the evaluation reads.
@@ -252,8 +290,9 @@ pub fn walk(node: &Path, import_paths: &[PathBuf], tree: &Tree) -> Result<Graph,
         }
         graph.imports.insert(file.clone(), edges);
         graph.texts.insert(file, text.into());
+        parsed.insert(hex, written);
     }
-    Ok(graph)
+    Ok((graph, parsed))
 }
 
 /// Checks every file an evaluation read (absolute paths, as Nickel named them): the first that

@@ -130,31 +130,37 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
     })
 }
 
-/// Evaluates each chunk's wrapper: here when there is one, else each in a process of its own,
-/// all at once; `None` if one fails.
+/// Evaluates each chunk's wrapper: here when there is one (or no process to run them in);
+/// else the first here and each other in a process of its own, all at once. `None` if one
+/// fails.
 fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Option<Vec<Evaluated>> {
+    let here = |chunk: &[usize]| {
+        let text = spine.wrapper(chunk);
+        crate::eval::evaluate_text_in(
+            inputs.node,
+            text,
+            inputs.library,
+            inputs.pinned,
+            inputs.tree,
+        )
+        .and_then(|e| {
+            let value = e.to_json().map_err(crate::MeshDiagnostic::new)?;
+            Ok((value, e.read_sources()))
+        })
+        .ok()
+    };
     let (Some(processes), [_, _, ..]) = (&inputs.chunks, chunks) else {
         return chunks
             .iter()
             .map(|chunk| {
-                let text = spine.wrapper(chunk);
-                let (value, read) = crate::eval::evaluate_text_in(
-                    inputs.node,
-                    text,
-                    inputs.library,
-                    inputs.pinned,
-                    inputs.tree,
-                )
-                .and_then(|e| {
-                    let value = e.to_json().map_err(crate::MeshDiagnostic::new)?;
-                    Ok((value, e.read_sources()))
-                })
-                .ok()?;
+                let (value, read) = here(chunk)?;
                 split(inputs, chunk, value, &read)
             })
             .collect();
     };
     let answers: Vec<Option<(Value, Vec<ReadSource>)>> = std::thread::scope(|scope| {
+        // The other chunks' processes start first; this one's evaluator, the only one in this
+        // process, runs meanwhile.
         let waiting: Vec<_> = chunks
             .iter()
             .map(|chunk| {

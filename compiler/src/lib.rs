@@ -173,6 +173,9 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
     let id = store.put_generation(&assembled.generation)?;
     if request.use_cache {
         cache::modules::store(request.state_dir, &evaluated.entries);
+        if let Some(parsed) = &evaluated.parsed {
+            cache::modules::store_parsed(request.state_dir, &node, parsed);
+        }
         cache::store(request.state_dir, &key, id, &evaluated.sources);
     }
     Ok(Built {
