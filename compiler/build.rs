@@ -1,5 +1,6 @@
-//! Computes a digest of the compiler's and the model's own sources, so the evaluation cache never
-//! serves a generation that an older build of the mesh assembled.
+//! Computes a digest of the compiler's and the model's own sources and of the locked versions of
+//! its dependencies (Nickel's among them), so the evaluation caches never serve what an older
+//! build of the mesh evaluated or assembled.
 use std::path::Path;
 
 fn visit(dir: &Path, hasher: &mut blake3::Hasher) {
@@ -23,6 +24,11 @@ fn main() {
     for dir in ["src", "ncl", "../lib/src"] {
         println!("cargo:rerun-if-changed={dir}");
         visit(Path::new(dir), &mut hasher);
+    }
+    // The evaluator's own version: a Nickel that evaluates differently is another build.
+    println!("cargo:rerun-if-changed=../Cargo.lock");
+    if let Ok(lock) = std::fs::read("../Cargo.lock") {
+        hasher.update(&lock);
     }
     println!(
         "cargo:rustc-env=MESH_COMPILER_DIGEST={}",

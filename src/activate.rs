@@ -25,12 +25,16 @@ pub struct Machine {
     pub state: PathBuf,
     pub root: PathBuf,
     pub netns: Option<String>,
+    /// How many containers' steps a switch runs at once.
+    pub container_jobs: usize,
 }
 
 impl Machine {
     /// The node, its lock taken: for a command that changes it.
     fn open(&self) -> Result<Node, Failure> {
-        Ok(Node::open(&self.state, &self.root, self.netns.clone())?)
+        Ok(Node::open(&self.state, &self.root, self.netns.clone())?
+            .with_container_jobs(self.container_jobs)
+            .with_progress(Box::new(crate::progress::Containers::new())))
     }
 
     /// The node, to look at it.
@@ -48,6 +52,7 @@ fn build_with(state: &Path, decl: &Path, record: Option<&NodeRecord>) -> Result<
         state_dir: state,
         use_cache: true,
         evaluator: crate::commands::evaluator(),
+        per_module: true,
     })?)
 }
 
@@ -277,8 +282,21 @@ fn last_declaration(node: &Node) -> Result<PathBuf, Failure> {
 
 pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
+    // What the user gave, checked before the node is opened.
+    let (names, decl) = args.split();
+    if names.is_empty() {
+        return Err(Failure::user(
+            "name the modules to take before the declaration: mesh take MODULE... [NODE.ncl]",
+        ));
+    }
+    let mut modules: Vec<ModuleName> = Vec::new();
+    for name in names {
+        let module = ModuleName::new(name).map_err(Failure::user)?;
+        if !modules.contains(&module) {
+            modules.push(module);
+        }
+    }
     let node = machine.open()?;
-    let module = ModuleName::new(&args.module).map_err(Failure::user)?;
     let mut record = node
         .record()?
         .filter(|r| r.mode == Mode::Adopted)
@@ -287,26 +305,50 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
         })?;
     // Taken in the record but not in the generation in force: a take cut short (a crash) after
     // the record was saved, which taking again finishes.
-    let in_force = node
-        .current()?
-        .is_some_and(|(_, _, g)| g.modules.get(&module) == Some(&ModuleState::Taken));
-    if record.taken.contains(&module) && in_force {
+    let in_force = node.current()?.map(|(_, _, g)| g);
+    let already: Vec<String> = modules
+        .iter()
+        .filter(|m| {
+            record.taken.contains(*m)
+                && in_force
+                    .as_ref()
+                    .is_some_and(|g| g.modules.get(*m) == Some(&ModuleState::Taken))
+        })
+        .map(ToString::to_string)
+        .collect();
+    if !already.is_empty() {
         return Err(Failure::new(
             Exit::Refused,
-            miette::miette!("module {module} is already taken on node {}", record.node),
+            miette::miette!(
+                "{} already taken on node {}; nothing was changed",
+                match already.as_slice() {
+                    [one] => format!("module {one} is"),
+                    more => format!("modules {} are", more.join(", ")),
+                },
+                record.node
+            ),
         ));
     }
-    let decl = match args.node {
+    let decl = match decl {
         Some(d) => d,
         None => last_declaration(&node)?,
     };
     // A module the declaration does not assign is the declaration's to fix (or a typo in the
     // module's name): say so, rather than let the build blame the record the take would write.
     let assigned = build_with(state, &decl, Some(&record))?;
-    if !assigned.generation.modules.contains_key(&module) {
+    let missing: Vec<&str> = modules
+        .iter()
+        .filter(|m| !assigned.generation.modules.contains_key(*m))
+        .map(ModuleName::as_str)
+        .collect();
+    if !missing.is_empty() {
         return Err(Failure::user(format!(
-            "{} does not assign module {module} to node {}: there is nothing to take (assigned: {})",
+            "{} does not assign {} to node {}: there is nothing to take (assigned: {})",
             decl.display(),
+            match missing.as_slice() {
+                [one] => format!("module {one}"),
+                more => format!("modules {}", more.join(", ")),
+            },
             record.node,
             assigned
                 .generation
@@ -317,7 +359,7 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
                 .join(", ")
         )));
     }
-    record.taken.insert(module);
+    record.taken.extend(modules);
     commit_record(
         &node,
         state,

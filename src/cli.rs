@@ -59,6 +59,17 @@ pub struct Global {
         value_parser = clap::value_parser!(u64).range(64..)
     )]
     pub eval_memory: u64,
+    /// How many containers' steps a switch runs at once (each container's own steps stay in
+    /// their order).
+    #[arg(
+        long,
+        global = true,
+        env = "MESH_CONTAINER_JOBS",
+        value_name = "N",
+        default_value_t = mesh_activator::docker::DEFAULT_JOBS as u64,
+        value_parser = clap::value_parser!(u64).range(1..=1024)
+    )]
+    pub container_jobs: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -82,8 +93,9 @@ pub enum Command {
     /// Start adopting this node: record every found file of the assigned modules, hold them, and
     /// switch.
     Adopt(AdoptArgs),
-    /// The cutover of one module: its held files are replaced by the declared ones; their
-    /// originals stay in the store.
+    /// The cutover of one module or several, in one generation: their held files are replaced
+    /// by the declared ones (the originals stay in the store), their found containers stop and
+    /// are kept as NAME.found, the declared ones run.
     Take(TakeArgs),
     /// Mode, current generation, held and taken counts, drift of files, and the firewall against
     /// the generation (what `mesh reconcile` would put back).
@@ -335,10 +347,11 @@ pub struct AdoptArgs {
 
 #[derive(Args, Debug)]
 pub struct TakeArgs {
-    /// The module to take.
-    pub module: String,
-    /// The node declaration. Default: the one the current generation was built from.
-    pub node: Option<PathBuf>,
+    /// The modules to take, all in one generation; then, optionally, the node declaration
+    /// (the last argument, when it ends in `.ncl` or holds a `/`). Default declaration: the one
+    /// the current generation was built from.
+    #[arg(required = true, value_name = "MODULE... [NODE.ncl]")]
+    pub args: Vec<String>,
     /// When a unit fails after the switch, switch back to the generation in force before, at
     /// once (the command still fails, and says so).
     #[arg(long)]
@@ -346,6 +359,20 @@ pub struct TakeArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+impl TakeArgs {
+    /// The modules and the declaration: the last argument is the declaration when it ends in
+    /// `.ncl` or holds a `/` (a module's name cannot hold a `/`).
+    pub fn split(&self) -> (Vec<&str>, Option<PathBuf>) {
+        match self.args.split_last() {
+            Some((last, rest)) if last.ends_with(".ncl") || last.contains('/') => (
+                rest.iter().map(String::as_str).collect(),
+                Some(PathBuf::from(last)),
+            ),
+            _ => (self.args.iter().map(String::as_str).collect(), None),
+        }
+    }
 }
 
 #[derive(Args, Debug)]

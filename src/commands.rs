@@ -78,6 +78,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         state: state.clone(),
         root: cli.global.root,
         netns: cli.global.netns,
+        container_jobs: cli.global.container_jobs as usize,
     };
     match cli.command {
         Command::Build(args) => build_cmd(&state, args),
@@ -137,6 +138,7 @@ fn build_node(
         state_dir: state,
         use_cache,
         evaluator: evaluator(),
+        per_module: true,
     })?;
     Ok(built)
 }
@@ -159,6 +161,7 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
             "node": g.node,
             "mode": g.mode,
             "cached": built.cached,
+            "modules_evaluated": built.evaluated,
             "files": { "managed": managed, "staged": staged, "held": held },
             "containers": g.containers.len(),
             "openings": g.openings.len(),

@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod failure;
 mod fleet;
+mod progress;
 mod remote;
 mod show;
 

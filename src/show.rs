@@ -298,8 +298,12 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
             Step::Start { name } => writeln!(o, "  start    container {name}"),
             Step::Restore { name, start } => writeln!(o, "  restore  container {name}  (the found one, back under its name{})", if *start { ", started" } else { ", not running, as it was found" }),
             Step::Remove { name } => writeln!(o, "  remove   container {name}"),
+            Step::Stop { name } => writeln!(o, "  stop     container {name}  (staged: runs in no generation)"),
             Step::Restart { name, because } => writeln!(o, "  restart  container {name}: {}", because.join("; ")),
         };
+    }
+    if let Some(counts) = container_counts(&s.containers) {
+        let _ = writeln!(o, "  containers: {counts}");
     }
     if let Some(r) = &s.review {
         for c in r.containers.iter().filter(|c| !c.fields.is_empty()) {
@@ -321,6 +325,46 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
         }
     }
     o
+}
+
+/// How many containers each kind of step touches, e.g. `50 held, 10 retired, 10 run` (`None`
+/// without container steps): on a node of dozens of containers, the count is what a person
+/// checks first.
+fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
+    use mesh_activator::docker::Step;
+    let words = [
+        "held",
+        "staged",
+        "retired",
+        "run",
+        "started",
+        "restored",
+        "removed",
+        "stopped",
+        "restarted",
+    ];
+    let mut counts = [0usize; 9];
+    for step in steps {
+        let at = match step {
+            Step::Hold { .. } => 0,
+            Step::Stage { .. } => 1,
+            Step::Retire { .. } => 2,
+            Step::Run { .. } => 3,
+            Step::Start { .. } => 4,
+            Step::Restore { .. } => 5,
+            Step::Remove { .. } => 6,
+            Step::Stop { .. } => 7,
+            Step::Restart { .. } => 8,
+        };
+        counts[at] += 1;
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .zip(words)
+        .filter(|(n, _)| **n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// What the units do after the files, one line each with its cause.

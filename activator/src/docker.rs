@@ -4,6 +4,11 @@
 //! A container under a declared name without them is *found*, and is never removed: a take
 //! stops it and keeps it as `NAME.found`. The mesh removes a container of its own that is no
 //! longer declared only when its owner label names this node's state.
+//!
+//! A plan's steps run concurrently across containers ([`Engine::apply`]): each container's own
+//! calls in their order, at most `jobs` containers at a time, every container's letting go (a
+//! stop, a removal, a rename away from its name) before any container takes a name or a port (a
+//! create, a start). A switch of N containers costs about its slowest stop, not their sum.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -56,6 +61,38 @@ pub enum DockerError {
     /// The runtime for the calls could not start.
     #[error("cannot start the runtime for Docker calls: {0}")]
     Runtime(#[from] std::io::Error),
+}
+
+/// The container steps that failed, each naming its container and the engine's message. When
+/// one failed no other container's step was started; those already running were waited for.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct StepsFailed(pub Vec<DockerError>);
+
+/// How many containers' steps run at once, unless `--container-jobs` (`MESH_CONTAINER_JOBS`)
+/// says otherwise: enough that a rollback of a node's dozens of containers costs about one
+/// stop, few enough not to flood a small machine's engine with creates and starts at once.
+pub const DEFAULT_JOBS: usize = 32;
+
+/// What a person is shown while the container phase runs: the binary draws it (a bar on a
+/// terminal), the activator only reports.
+pub trait Progress: Send + Sync {
+    /// The phase begins: `total` containers have calls to make.
+    fn begin(&self, total: usize);
+    /// Called every quarter of a second while it runs, and when a container is done: how many
+    /// are done, and the containers whose calls are in flight.
+    fn update(&self, done: usize, in_flight: &[&str]);
+    /// The phase is over.
+    fn end(&self);
+}
+
+/// Shows nothing.
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn begin(&self, _total: usize) {}
+    fn update(&self, _done: usize, _in_flight: &[&str]) {}
+    fn end(&self) {}
 }
 
 /// A host port a container publishes.
@@ -146,15 +183,22 @@ impl Engine {
         name: &str,
         f: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
     ) -> Result<T, DockerError> {
+        self.runtime.block_on(self.call_async(what, name, f))
+    }
+
+    async fn call_async<T>(
+        &self,
+        what: &'static str,
+        name: &str,
+        f: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
+    ) -> Result<T, DockerError> {
         self.calls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.runtime
-            .block_on(f)
-            .map_err(|source| DockerError::Call {
-                what,
-                name: name.to_owned(),
-                source,
-            })
+        f.await.map_err(|source| DockerError::Call {
+            what,
+            name: name.to_owned(),
+            source,
+        })
     }
 
     /// Every container, by name (without Docker's leading `/`).
@@ -298,70 +342,59 @@ impl Engine {
         owner: &str,
         root: &std::path::Path,
     ) -> Result<(), DockerError> {
-        let mut labels: HashMap<String, String> = entry.labels.clone().into_iter().collect();
-        labels.insert(LABEL_OWNER.into(), owner.to_owned());
-        labels.insert(LABEL_MODULE.into(), entry.module.to_string());
-        labels.insert(LABEL_SPEC.into(), spec_digest(entry));
-        labels.insert(LABEL_GENERATION.into(), generation.to_string());
-        let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
-        for p in &entry.ports {
-            bindings
-                .entry(format!("{}/{}", p.container_port, p.protocol))
-                .or_insert_with(|| Some(Vec::new()))
-                .get_or_insert_with(Vec::new)
-                .push(PortBinding {
-                    host_ip: Some(p.host_ip.to_string()),
-                    host_port: Some(p.host_port.to_string()),
-                });
-        }
-        let body = ContainerCreateBody {
-            image: Some(entry.image.clone()),
-            cmd: (!entry.command.is_empty()).then(|| entry.command.clone()),
-            env: Some(
-                entry
-                    .environment
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect(),
-            ),
-            labels: Some(labels),
-            exposed_ports: Some(bindings.keys().cloned().collect()),
-            host_config: Some(HostConfig {
-                port_bindings: Some(bindings),
-                binds: Some(
-                    entry
-                        .volumes
-                        .iter()
-                        .map(|v| {
-                            let source = match v.source.strip_prefix('/') {
-                                Some(rel) => root.join(rel).display().to_string(),
-                                None => v.source.clone(),
-                            };
-                            format!(
-                                "{}:{}{}",
-                                source,
-                                v.target,
-                                if v.read_only { ":ro" } else { "" }
-                            )
-                        })
-                        .collect(),
-                ),
-                ..HostConfig::default()
-            }),
-            ..ContainerCreateBody::default()
-        };
+        self.runtime
+            .block_on(self.create_async(name, entry, generation, owner, root))
+    }
+
+    async fn create_async(
+        &self,
+        name: &str,
+        entry: &ContainerEntry,
+        generation: &mesh_lib::GenerationId,
+        owner: &str,
+        root: &std::path::Path,
+    ) -> Result<(), DockerError> {
+        let body = create_body(entry, generation, owner, root);
         let options = CreateContainerOptionsBuilder::default().name(name).build();
-        self.call(
-            "create",
-            name,
-            self.docker.create_container(Some(options), body),
-        )
-        .map(|_| ())
+        match self
+            .call_async(
+                "create",
+                name,
+                self.docker.create_container(Some(options), body),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // A create a killed switch had sent may have ended after this switch listed the
+            // engine: the container under the name is then this very one.
+            Err(e) if status(&e) == Some(409) && self.is_created(name, entry, owner).await => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the container under `name` is the mesh's, for `owner`, of `entry`'s spec.
+    async fn is_created(&self, name: &str, entry: &ContainerEntry, owner: &str) -> bool {
+        let Ok(inspect) = self
+            .call_async("inspect", name, self.docker.inspect_container(name, None))
+            .await
+        else {
+            return false;
+        };
+        let labels = inspect.config.and_then(|c| c.labels).unwrap_or_default();
+        labels.get(LABEL_SPEC) == Some(&spec_digest(entry))
+            && labels.get(LABEL_OWNER).map(String::as_str) == Some(owner)
     }
 
     /// Starts a container.
     pub fn start(&self, name: &str) -> Result<(), DockerError> {
-        self.call("start", name, self.docker.start_container(name, None))
+        self.runtime.block_on(self.start_async(name))
+    }
+
+    async fn start_async(&self, name: &str) -> Result<(), DockerError> {
+        self.call_async("start", name, self.docker.start_container(name, None))
+            .await
             .or_else(not_modified)
     }
 
@@ -369,33 +402,164 @@ impl Engine {
     /// run --stop-timeout`, 10 s unless set) before it is killed. One that does not run is no
     /// error.
     pub fn stop(&self, name: &str) -> Result<(), DockerError> {
-        self.call("stop", name, self.docker.stop_container(name, None))
+        self.runtime.block_on(self.stop_async(name))
+    }
+
+    async fn stop_async(&self, name: &str) -> Result<(), DockerError> {
+        self.call_async("stop", name, self.docker.stop_container(name, None))
+            .await
             .or_else(not_modified)
     }
 
     /// Renames a container.
     pub fn rename(&self, name: &str, to: &str) -> Result<(), DockerError> {
+        self.runtime.block_on(self.rename_async(name, to))
+    }
+
+    async fn rename_async(&self, name: &str, to: &str) -> Result<(), DockerError> {
         let options = RenameContainerOptionsBuilder::default().name(to).build();
-        self.call("rename", name, self.docker.rename_container(name, options))
+        match self
+            .call_async("rename", name, self.docker.rename_container(name, options))
+            .await
+        {
+            // A rename a killed switch had sent ended after this switch listed the engine.
+            Err(e) if status(&e) == Some(404) && self.exists(to).await => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Whether a container is under `name`.
+    async fn exists(&self, name: &str) -> bool {
+        self.call_async("inspect", name, self.docker.inspect_container(name, None))
+            .await
+            .is_ok()
     }
 
     /// Restarts a container (stopped within its own stop timeout, then started): a bind mount
     /// of a file is made again, so the container sees the file now at the path.
     pub fn restart(&self, name: &str) -> Result<(), DockerError> {
-        self.call("restart", name, self.docker.restart_container(name, None))
+        self.runtime.block_on(self.restart_async(name))
+    }
+
+    async fn restart_async(&self, name: &str) -> Result<(), DockerError> {
+        self.call_async("restart", name, self.docker.restart_container(name, None))
+            .await
     }
 
     /// Removes one of the mesh's containers (its volumes stay).
     pub fn remove(&self, name: &str) -> Result<(), DockerError> {
+        self.runtime.block_on(self.remove_async(name))
+    }
+
+    async fn remove_async(&self, name: &str) -> Result<(), DockerError> {
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
             .v(false)
             .build();
-        self.call(
-            "remove",
-            name,
-            self.docker.remove_container(name, Some(options)),
-        )
+        match self
+            .call_async(
+                "remove",
+                name,
+                self.docker.remove_container(name, Some(options)),
+            )
+            .await
+        {
+            Ok(()) => Ok(()),
+            // Gone already: what the removal was for.
+            Err(e) if status(&e) == Some(404) => Ok(()),
+            // A removal a killed switch had asked for is still under way: wait for its end.
+            Err(e) if status(&e) == Some(409) && e.to_string().contains("already in progress") => {
+                self.gone(name, e).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits (up to a minute) until no container is under `name`; `e` if one still is.
+    async fn gone(&self, name: &str, e: DockerError) -> Result<(), DockerError> {
+        for _ in 0..600 {
+            match self
+                .call_async("inspect", name, self.docker.inspect_container(name, None))
+                .await
+            {
+                Err(gone) if status(&gone) == Some(404) => return Ok(()),
+                _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+        Err(e)
+    }
+}
+
+/// What the engine is asked to create for a declared container: its spec, the mesh's labels,
+/// path volumes under `root`.
+fn create_body(
+    entry: &ContainerEntry,
+    generation: &mesh_lib::GenerationId,
+    owner: &str,
+    root: &std::path::Path,
+) -> ContainerCreateBody {
+    let mut labels: HashMap<String, String> = entry.labels.clone().into_iter().collect();
+    labels.insert(LABEL_OWNER.into(), owner.to_owned());
+    labels.insert(LABEL_MODULE.into(), entry.module.to_string());
+    labels.insert(LABEL_SPEC.into(), spec_digest(entry));
+    labels.insert(LABEL_GENERATION.into(), generation.to_string());
+    let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+    for p in &entry.ports {
+        bindings
+            .entry(format!("{}/{}", p.container_port, p.protocol))
+            .or_insert_with(|| Some(Vec::new()))
+            .get_or_insert_with(Vec::new)
+            .push(PortBinding {
+                host_ip: Some(p.host_ip.to_string()),
+                host_port: Some(p.host_port.to_string()),
+            });
+    }
+    ContainerCreateBody {
+        image: Some(entry.image.clone()),
+        cmd: (!entry.command.is_empty()).then(|| entry.command.clone()),
+        env: Some(
+            entry
+                .environment
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+        ),
+        labels: Some(labels),
+        exposed_ports: Some(bindings.keys().cloned().collect()),
+        host_config: Some(HostConfig {
+            port_bindings: Some(bindings),
+            binds: Some(
+                entry
+                    .volumes
+                    .iter()
+                    .map(|v| {
+                        let source = match v.source.strip_prefix('/') {
+                            Some(rel) => root.join(rel).display().to_string(),
+                            None => v.source.clone(),
+                        };
+                        format!(
+                            "{}:{}{}",
+                            source,
+                            v.target,
+                            if v.read_only { ":ro" } else { "" }
+                        )
+                    })
+                    .collect(),
+            ),
+            ..HostConfig::default()
+        }),
+        ..ContainerCreateBody::default()
+    }
+}
+
+/// The HTTP status the engine answered a failed call with.
+fn status(e: &DockerError) -> Option<u16> {
+    match e {
+        DockerError::Call {
+            source: bollard::errors::Error::DockerResponseServerError { status_code, .. },
+            ..
+        } => Some(*status_code),
+        _ => None,
     }
 }
 
@@ -457,6 +621,12 @@ pub enum Step {
         /// Its name.
         name: String,
     },
+    /// Stop the mesh's container that runs while the generation says staged (it ran after a
+    /// take a rollback went back across): a staged container runs in no generation.
+    Stop {
+        /// Its name.
+        name: String,
+    },
     /// Restart the mesh's container: a file it mounts changed.
     Restart {
         /// Its name.
@@ -477,6 +647,7 @@ impl Step {
             | Step::Start { name }
             | Step::Restore { name, .. }
             | Step::Remove { name }
+            | Step::Stop { name }
             | Step::Restart { name, .. } => name,
         }
     }
@@ -517,6 +688,7 @@ pub fn plan(
                     steps.push(Step::Retire { name: name.clone() });
                     steps.push(Step::Stage { name });
                 }
+                Some(p) if same_spec && p.running => steps.push(Step::Stop { name }),
                 Some(_) if same_spec => {}
                 Some(_) => {
                     steps.push(Step::Remove { name: name.clone() });
@@ -554,80 +726,253 @@ pub fn plan(
     Ok(steps)
 }
 
+/// One call that changes the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Call {
+    Stop(String),
+    Rename(String, String),
+    Create(String),
+    Start(String),
+    Remove(String),
+    Restart(String),
+}
+
+/// One container's calls: first those that let go of a name or a port (stops, removals,
+/// renames away), then those that take one (creates, starts, a restart, a found container
+/// renamed back). Every step's letting go comes before its taking, so each container's calls
+/// stay in their order.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Calls {
+    name: String,
+    release: Vec<Call>,
+    acquire: Vec<Call>,
+}
+
+/// The calls of `steps`, per container, in the order the containers first appear. `present` is
+/// the engine's listing the steps were planned from: a rollback removes the mesh's container
+/// under a restored name only if there is one.
+fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> Vec<Calls> {
+    let mut out: Vec<Calls> = Vec::new();
+    for step in steps {
+        let name = step.name().to_owned();
+        let at = match out.iter().position(|c| c.name == name) {
+            Some(at) => at,
+            None => {
+                out.push(Calls {
+                    name: name.clone(),
+                    ..Calls::default()
+                });
+                out.len() - 1
+            }
+        };
+        let c = &mut out[at];
+        match step {
+            Step::Hold { .. } => {}
+            Step::Stage { .. } => c.acquire.push(Call::Create(name)),
+            Step::Retire { .. } => {
+                c.release.push(Call::Stop(name.clone()));
+                c.release
+                    .push(Call::Rename(name.clone(), format!("{name}{FOUND_SUFFIX}")));
+            }
+            Step::Run { replace, .. } => {
+                if *replace {
+                    c.release.push(Call::Remove(name.clone()));
+                }
+                c.acquire.push(Call::Create(name.clone()));
+                c.acquire.push(Call::Start(name));
+            }
+            Step::Start { .. } => c.acquire.push(Call::Start(name)),
+            // The found container is started before it gets its name back: once it has it, it
+            // is held, and held is never started (a crash between the two is finished by the
+            // next run).
+            Step::Restore { start, .. } => {
+                if present.get(&name).is_some_and(Present::is_ours) {
+                    c.release.push(Call::Remove(name.clone()));
+                }
+                let kept = format!("{name}{FOUND_SUFFIX}");
+                if *start {
+                    c.acquire.push(Call::Start(kept.clone()));
+                }
+                c.acquire.push(Call::Rename(kept, name));
+            }
+            Step::Remove { .. } => c.release.push(Call::Remove(name)),
+            Step::Stop { .. } => c.release.push(Call::Stop(name)),
+            Step::Restart { .. } => c.acquire.push(Call::Restart(name)),
+        }
+    }
+    out.retain(|c| !c.release.is_empty() || !c.acquire.is_empty());
+    out
+}
+
+/// What one container's calls need to know of the switch.
+struct Context<'a> {
+    containers: &'a BTreeMap<ContainerName, ContainerEntry>,
+    generation: &'a mesh_lib::GenerationId,
+    owner: &'a str,
+    root: &'a std::path::Path,
+}
+
+/// Where the phase stands, for [`Progress`].
+struct Tally {
+    /// Calls left per container.
+    left: std::sync::Mutex<BTreeMap<String, usize>>,
+    done: std::sync::atomic::AtomicUsize,
+}
+
+impl Tally {
+    fn called(&self, name: &str) {
+        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        let finished = left.get_mut(name).is_some_and(|n| {
+            *n = n.saturating_sub(1);
+            *n == 0
+        });
+        if finished {
+            self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn done(&self) -> usize {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 impl Engine {
-    /// Carries out `steps` for `containers`, creating containers labelled for `owner` whose
-    /// path volumes are under `root`.
+    /// Carries out `steps` for `containers` (planned from the listing `present`), creating
+    /// containers labelled for `owner` whose path volumes are under `root`: at most `jobs`
+    /// containers at a time, each container's calls in order, every container's letting go
+    /// before any container's taking. When a call fails, no other container's calls start;
+    /// those in flight are waited for, and every failure is returned, naming its container and
+    /// the engine's message.
+    #[allow(clippy::too_many_arguments)]
     pub fn apply(
         &self,
         containers: &BTreeMap<ContainerName, ContainerEntry>,
         steps: &[Step],
+        present: &BTreeMap<String, Present>,
         generation: &mesh_lib::GenerationId,
         owner: &str,
         root: &std::path::Path,
-    ) -> Result<(), DockerError> {
-        let entry = |name: &str| {
-            containers
-                .iter()
-                .find(|(n, _)| n.as_str() == name)
-                .map(|(_, e)| e)
-                .expect("planned from it")
+        jobs: usize,
+        progress: &dyn Progress,
+    ) -> Result<(), StepsFailed> {
+        let work = calls_of(steps, present);
+        if work.is_empty() {
+            return Ok(());
+        }
+        let ctx = Context {
+            containers,
+            generation,
+            owner,
+            root,
         };
-        // Every change is one engine call, and each leaves a state the plan converges from if
-        // the process stops right after it (the crash test stops after each in turn): a found
-        // container renamed `NAME.found` is retired whether or not the mesh's is created yet;
-        // ours created but not running is started. So a rollback starts the found container
-        // before it gets its name back: once it has its name it is held, and held is never
-        // started.
-        let changed = || crate::crash::point("container-changed");
-        for step in steps {
-            match step {
-                Step::Hold { .. } => {}
-                Step::Stage { name } => {
-                    self.create(name, entry(name), generation, owner, root)?;
-                    changed();
-                }
-                Step::Retire { name } => {
-                    self.stop(name)?;
-                    changed();
-                    self.rename(name, &format!("{name}{FOUND_SUFFIX}"))?;
-                    changed();
-                }
-                Step::Run { name, replace } => {
-                    if *replace {
-                        self.remove(name)?;
-                        changed();
-                    }
-                    self.create(name, entry(name), generation, owner, root)?;
-                    changed();
-                    self.start(name)?;
-                    changed();
-                }
-                Step::Start { name } => {
-                    self.start(name)?;
-                    changed();
-                }
-                Step::Restore { name, start } => {
-                    if self.containers()?.get(name).is_some_and(Present::is_ours) {
-                        self.remove(name)?;
-                        changed();
-                    }
-                    let kept = format!("{name}{FOUND_SUFFIX}");
-                    if *start {
-                        self.start(&kept)?;
-                        changed();
-                    }
-                    self.rename(&kept, name)?;
-                    changed();
-                }
-                Step::Remove { name } => {
-                    self.remove(name)?;
-                    changed();
-                }
-                Step::Restart { name, .. } => {
-                    self.restart(name)?;
-                    changed();
-                }
+        let tally = Tally {
+            left: std::sync::Mutex::new(
+                work.iter()
+                    .map(|c| (c.name.clone(), c.release.len() + c.acquire.len()))
+                    .collect(),
+            ),
+            done: std::sync::atomic::AtomicUsize::new(0),
+        };
+        progress.begin(work.len());
+        let jobs = jobs.max(1);
+        let failed = self.runtime.block_on(async {
+            let release: Vec<(&str, &[Call])> = work
+                .iter()
+                .filter(|c| !c.release.is_empty())
+                .map(|c| (c.name.as_str(), c.release.as_slice()))
+                .collect();
+            let failed = self.wave(release, jobs, &ctx, &tally, progress).await;
+            if !failed.is_empty() {
+                return failed;
             }
+            let acquire: Vec<(&str, &[Call])> = work
+                .iter()
+                .filter(|c| !c.acquire.is_empty())
+                .map(|c| (c.name.as_str(), c.acquire.as_slice()))
+                .collect();
+            self.wave(acquire, jobs, &ctx, &tally, progress).await
+        });
+        progress.end();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(StepsFailed(failed))
+        }
+    }
+
+    /// Runs each container's `calls`, at most `jobs` containers at once; after a failure starts
+    /// no more, and waits for those in flight.
+    async fn wave(
+        &self,
+        work: Vec<(&str, &[Call])>,
+        jobs: usize,
+        ctx: &Context<'_>,
+        tally: &Tally,
+        progress: &dyn Progress,
+    ) -> Vec<DockerError> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let mut queue = work.into_iter();
+        let mut running = FuturesUnordered::new();
+        let mut in_flight: Vec<&str> = Vec::new();
+        let mut failed = Vec::new();
+        let mut ticker = tokio::time::interval(std::time::Duration::from_millis(250));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            while failed.is_empty() && running.len() < jobs {
+                let Some((name, calls)) = queue.next() else {
+                    break;
+                };
+                in_flight.push(name);
+                running.push(async move { (name, self.run(name, calls, ctx, tally).await) });
+            }
+            if running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some((name, result)) = running.next() => {
+                    in_flight.retain(|n| *n != name);
+                    if let Err(e) = result {
+                        failed.push(e);
+                    }
+                    progress.update(tally.done(), &in_flight);
+                }
+                _ = ticker.tick() => progress.update(tally.done(), &in_flight),
+            }
+        }
+        failed
+    }
+
+    /// One container's calls, in order. Each is one change on the engine, and each leaves a
+    /// state the plan converges from if the process stops right after it (the crash tests stop
+    /// after each in turn): a found container renamed `NAME.found` is retired whether or not
+    /// the mesh's is created yet; ours created but not running is started.
+    async fn run(
+        &self,
+        container: &str,
+        calls: &[Call],
+        ctx: &Context<'_>,
+        tally: &Tally,
+    ) -> Result<(), DockerError> {
+        for call in calls {
+            match call {
+                Call::Stop(name) => self.stop_async(name).await?,
+                Call::Rename(name, to) => self.rename_async(name, to).await?,
+                Call::Create(name) => {
+                    let entry = ctx
+                        .containers
+                        .iter()
+                        .find(|(n, _)| n.as_str() == name)
+                        .map(|(_, e)| e)
+                        .expect("planned from it");
+                    self.create_async(name, entry, ctx.generation, ctx.owner, ctx.root)
+                        .await?
+                }
+                Call::Start(name) => self.start_async(name).await?,
+                Call::Remove(name) => self.remove_async(name).await?,
+                Call::Restart(name) => self.restart_async(name).await?,
+            }
+            crate::crash::point("container-changed");
+            tally.called(container);
         }
         Ok(())
     }
@@ -763,5 +1108,92 @@ mod tests {
                 start: true
             }]
         );
+    }
+
+    /// A staged container of the mesh's that runs (it ran after a take a rollback went back
+    /// across) is stopped: a staged container runs in no generation. One that does not run is
+    /// left alone.
+    #[test]
+    fn a_staged_container_that_runs_is_stopped() {
+        let none = BTreeMap::new();
+        let staged = entry(ContainerState::Staged);
+        let running = BTreeMap::from([("c".to_string(), present(Some(&staged), true))]);
+        assert_eq!(
+            plan(&one(ContainerState::Staged), &running, &none, true, "me").unwrap(),
+            vec![Step::Stop { name: "c".into() }]
+        );
+        let created = BTreeMap::from([("c".to_string(), present(Some(&staged), false))]);
+        assert_eq!(
+            plan(&one(ContainerState::Staged), &created, &none, true, "me").unwrap(),
+            vec![]
+        );
+    }
+
+    /// Each container's calls keep their order; every letting go (stop, removal, rename away)
+    /// is in the first wave, every taking (create, start, rename back) in the second; a
+    /// rollback removes the mesh's container only if the listing shows one.
+    #[test]
+    fn calls_per_container_let_go_before_they_take() {
+        let steps = vec![
+            Step::Retire { name: "a".into() },
+            Step::Run {
+                name: "a".into(),
+                replace: false,
+            },
+            Step::Hold { name: "h".into() },
+            Step::Restore {
+                name: "b".into(),
+                start: true,
+            },
+            Step::Restore {
+                name: "c".into(),
+                start: false,
+            },
+            Step::Remove { name: "d".into() },
+            Step::Stop { name: "e".into() },
+        ];
+        let present = BTreeMap::from([(
+            "b".to_string(),
+            super::Present {
+                id: "x".into(),
+                labels: BTreeMap::from([(LABEL_MODULE.to_string(), "m".to_string())]),
+                running: true,
+            },
+        )]);
+        let calls = calls_of(&steps, &present);
+        let want = vec![
+            Calls {
+                name: "a".into(),
+                release: vec![
+                    Call::Stop("a".into()),
+                    Call::Rename("a".into(), "a.found".into()),
+                ],
+                acquire: vec![Call::Create("a".into()), Call::Start("a".into())],
+            },
+            Calls {
+                name: "b".into(),
+                release: vec![Call::Remove("b".into())],
+                acquire: vec![
+                    Call::Start("b.found".into()),
+                    Call::Rename("b.found".into(), "b".into()),
+                ],
+            },
+            Calls {
+                name: "c".into(),
+                release: vec![],
+                acquire: vec![Call::Rename("c.found".into(), "c".into())],
+            },
+            Calls {
+                name: "d".into(),
+                release: vec![Call::Remove("d".into())],
+                acquire: vec![],
+            },
+            Calls {
+                name: "e".into(),
+                release: vec![Call::Stop("e".into())],
+                acquire: vec![],
+            },
+        ];
+        assert_eq!(calls, want);
     }
 }

@@ -33,6 +33,10 @@ pub struct Node {
     pub(crate) state_in_root: Option<String>,
     /// systemd, connected on first use.
     pub(crate) systemd: std::sync::OnceLock<Box<dyn crate::systemd::Systemd>>,
+    /// How many containers' steps a switch runs at once.
+    pub(crate) container_jobs: usize,
+    /// What the container phase reports while it runs.
+    pub(crate) progress: Box<dyn crate::docker::Progress>,
     _lock: Option<StateLock>,
 }
 
@@ -111,6 +115,8 @@ impl Node {
             profile,
             firewall: Box::new(crate::firewall::Kernel::new(netns)),
             systemd: std::sync::OnceLock::new(),
+            container_jobs: crate::docker::DEFAULT_JOBS,
+            progress: Box::new(crate::docker::Quiet),
             _lock: lock,
         })
     }
@@ -130,6 +136,18 @@ impl Node {
     /// [`Recording`]: crate::systemd::Recording
     pub fn with_systemd(mut self, systemd: Box<dyn crate::systemd::Systemd>) -> Self {
         self.systemd = std::sync::OnceLock::from(systemd);
+        self
+    }
+
+    /// The same node, running at most `jobs` containers' steps at once (at least one).
+    pub fn with_container_jobs(mut self, jobs: usize) -> Self {
+        self.container_jobs = jobs.max(1);
+        self
+    }
+
+    /// The same node, reporting the container phase's progress to `progress`.
+    pub fn with_progress(mut self, progress: Box<dyn crate::docker::Progress>) -> Self {
+        self.progress = progress;
         self
     }
 

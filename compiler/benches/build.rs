@@ -63,6 +63,7 @@ fn cold_build(
                     state_dir: state.path(),
                     use_cache: true,
                     evaluator,
+                    per_module: true,
                 })
                 .unwrap();
                 let d = t.elapsed();
@@ -91,6 +92,7 @@ fn measure(name: &str, node: &Path, record: Option<(&NodeRecord, &Path)>, runs: 
         state_dir: state.path(),
         use_cache: true,
         evaluator: &child,
+        per_module: true,
     };
     let first = build(&request).unwrap();
     let rebuild = median(

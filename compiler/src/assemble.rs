@@ -22,15 +22,17 @@ use serde::Deserialize;
 use crate::diagnostic::{MeshDiagnostic, Span};
 use crate::eval::{show_pointer, Evaluation, Pointer, Step};
 
+/// A node as its declaration evaluates: its name, settings and modules, each module applied
+/// to the settings. What is assembled into a generation.
 #[derive(Deserialize)]
-struct NodeOut {
-    name: String,
-    settings: SettingsOut,
-    modules: Vec<ModuleOut>,
+pub(crate) struct NodeOut {
+    pub(crate) name: String,
+    pub(crate) settings: SettingsOut,
+    pub(crate) modules: Vec<ModuleOut>,
 }
 
 #[derive(Deserialize)]
-struct SettingsOut {
+pub(crate) struct SettingsOut {
     ports: BTreeMap<String, i64>,
     private_network: NetworkOut,
 }
@@ -43,7 +45,7 @@ struct NetworkOut {
 }
 
 #[derive(Deserialize)]
-struct ModuleOut {
+pub(crate) struct ModuleOut {
     name: String,
     files: Vec<FileOut>,
     containers: Vec<ContainerOut>,
@@ -135,14 +137,16 @@ pub struct RecordSource<'a> {
 }
 
 struct Ctx<'a> {
-    eval: &'a Evaluation,
+    /// The evaluation the node came from, for the spans of rejections (none for a node put
+    /// together from cached modules: a rejection is then made again from a whole evaluation).
+    eval: Option<&'a Evaluation>,
 }
 
 impl Ctx<'_> {
     fn reject(&self, at: &[Step], message: impl Into<String>, label: &str) -> MeshDiagnostic {
         let message = message.into();
         let mut d = MeshDiagnostic::new(message);
-        match self.eval.span_at(at, label) {
+        match self.span(at, label) {
             Some(span) => d = d.with_span(span),
             None => {
                 d = d.with_help(format!(
@@ -155,7 +159,7 @@ impl Ctx<'_> {
     }
 
     fn span(&self, at: &[Step], label: &str) -> Option<Span> {
-        self.eval.span_at(at, label)
+        self.eval.and_then(|e| e.span_at(at, label))
     }
 }
 
@@ -172,12 +176,25 @@ pub fn assemble(
     eval: &Evaluation,
     record: Option<&RecordSource<'_>>,
 ) -> Result<Assembled, MeshDiagnostic> {
+    let node: NodeOut = eval.deserialize().map_err(|e| not_a_node(&e))?;
+    assemble_node(&node, Some(eval), record)
+}
+
+/// Why a value is not a node.
+pub(crate) fn not_a_node(e: &dyn std::fmt::Display) -> MeshDiagnostic {
+    MeshDiagnostic::new(format!("the declaration does not evaluate to a node: {e}")).with_help(
+        "a node declaration ends with `mesh.node { name = …, settings = …, modules = […] }`",
+    )
+}
+
+/// Assembles the generation of an evaluated `node`; `eval`, when there is one, gives the
+/// rejections their spans.
+pub(crate) fn assemble_node(
+    node: &NodeOut,
+    eval: Option<&Evaluation>,
+    record: Option<&RecordSource<'_>>,
+) -> Result<Assembled, MeshDiagnostic> {
     let ctx = Ctx { eval };
-    let node: NodeOut = eval.deserialize().map_err(|e| {
-        MeshDiagnostic::new(format!("the declaration does not evaluate to a node: {e}")).with_help(
-            "a node declaration ends with `mesh.node { name = …, settings = …, modules = […] }`",
-        )
-    })?;
 
     let node_name = NodeName::new(&node.name)
         .map_err(|e| ctx.reject(&[f("name")], e.to_string(), "this name"))?;

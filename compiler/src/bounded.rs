@@ -146,6 +146,21 @@ pub(crate) struct Request {
     pub memory_mib: u64,
     /// The time limit in whole seconds, rounded up: the child's CPU time limit, one more.
     pub time_seconds: u64,
+    /// Whether modules are evaluated apart and cached ([`crate::incremental`]).
+    #[serde(default)]
+    pub per_module: bool,
+    /// The state directory whose per-module cache is read (`None`: none is).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// The program that evaluates chunks of modules, one process each (`None`: they are
+    /// evaluated here, one after another).
+    #[serde(default)]
+    pub program: Option<PathBuf>,
+    /// A chunk to evaluate: the node's declaration with some of its modules
+    /// ([`crate::spine::Spine::wrapper`]), evaluated as if it were the file `node`; its value
+    /// is the answer.
+    #[serde(default)]
+    pub chunk: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -161,14 +176,32 @@ enum Answer {
         generation: Box<Generation>,
         blobs: Vec<BlobHeader>,
         sources: Vec<(PathBuf, String)>,
+        #[serde(default)]
+        entries: Vec<crate::cache::modules::Entry>,
+        #[serde(default)]
+        evaluated: Option<usize>,
+        #[serde(default)]
+        parsed: Option<crate::imports::Parsed>,
     },
     Rejected(Box<MeshDiagnostic>),
+    /// A chunk's value, and the files it read.
+    Chunk {
+        value: serde_json::Value,
+        sources: Vec<(PathBuf, String)>,
+    },
 }
 
 /// An evaluation's result: the assembled generation and the sources it read.
 pub(crate) struct Evaluated {
     pub assembled: Assembled,
     pub sources: Vec<ReadSource>,
+    /// The per-module cache entries to write.
+    pub entries: Vec<crate::cache::modules::Entry>,
+    /// How many modules were evaluated, when they were evaluated apart (`None`: the node was
+    /// evaluated whole).
+    pub evaluated: Option<usize>,
+    /// The imports of the texts the walk parsed, to remember when they changed.
+    pub parsed: Option<crate::imports::Parsed>,
 }
 
 /// Evaluates and assembles in this process: what the child does, and what
@@ -179,9 +212,18 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
         library: std::fs::canonicalize(&request.library)
             .unwrap_or_else(|_| request.library.clone()),
     };
-    crate::imports::check_imports(&request.node, std::slice::from_ref(&request.library), &tree)?;
-    let evaluation =
-        crate::eval::evaluate_in(&request.node, &request.library, &request.pinned, &tree)?;
+    let known = match (&request.cache_dir, request.per_module) {
+        (Some(dir), true) => crate::cache::modules::load_parsed(dir, &request.node),
+        _ => crate::imports::Parsed::new(),
+    };
+    let (graph, parsed) = crate::imports::walk_with(
+        &request.node,
+        std::slice::from_ref(&request.library),
+        &tree,
+        &known,
+    )?;
+    let parsed =
+        (request.cache_dir.is_some() && request.per_module && parsed != known).then_some(parsed);
     let record = match &request.record {
         Some((bytes, name)) => Some((
             NodeRecord::parse(bytes.as_bytes())
@@ -194,11 +236,132 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
         record,
         name: name.clone(),
     });
+    if request.per_module {
+        let inputs = crate::incremental::Inputs {
+            node: &request.node,
+            library: &request.library,
+            pinned: &request.pinned,
+            tree: &tree,
+            graph: &graph,
+            record: source.as_ref(),
+            cache: request.cache_dir.as_deref(),
+            threads: if request.program.is_some() {
+                processes()
+            } else {
+                1
+            },
+            chunks: request.program.as_ref().map(|program| Chunks {
+                program: program.clone(),
+                limits: Limits {
+                    time: Duration::from_secs(request.time_seconds.max(1)),
+                    // Together the chunks stay within the limit; one that needs more fails,
+                    // and the node is evaluated whole, within all of it.
+                    memory_mib: (request.memory_mib / processes() as u64).max(64),
+                },
+                request,
+            }),
+        };
+        if let Some(answer) = crate::incremental::evaluate(&inputs) {
+            return Ok(Evaluated {
+                assembled: answer.assembled,
+                sources: answer.sources,
+                entries: answer.entries,
+                evaluated: Some(answer.evaluated),
+                parsed,
+            });
+        }
+    }
+    let evaluation =
+        crate::eval::evaluate_in(&request.node, &request.library, &request.pinned, &tree)?;
     let assembled = crate::assemble::assemble(&evaluation, source.as_ref())?;
     Ok(Evaluated {
         assembled,
         sources: evaluation.read_sources(),
+        entries: Vec::new(),
+        evaluated: None,
+        parsed,
     })
+}
+
+/// How many processes evaluate chunks of modules at once: one per core. (Threads would not do:
+/// Nickel's evaluator is not `Send`, and its identifiers are interned behind one global lock.)
+fn processes() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// Where chunks of modules are evaluated: `program`, one process each, within `limits`, for
+/// the node of `request`.
+pub(crate) struct Chunks<'a> {
+    program: PathBuf,
+    limits: Limits,
+    request: &'a Request,
+}
+
+impl Chunks<'_> {
+    /// Evaluates `text` (a chunk of the node's declaration) in a process of its own: its value
+    /// and the files it read; `None` if it failed in any way (the node is then evaluated whole,
+    /// which says why).
+    pub(crate) fn evaluate(&self, text: String) -> Option<(serde_json::Value, Vec<ReadSource>)> {
+        let request = Request {
+            node: self.request.node.clone(),
+            library: self.request.library.clone(),
+            tree_root: self.request.tree_root.clone(),
+            pinned: self.request.pinned.clone(),
+            record: None,
+            memory_mib: self.limits.memory_mib,
+            time_seconds: self.request.time_seconds,
+            per_module: false,
+            cache_dir: None,
+            program: None,
+            chunk: Some(text),
+        };
+        let input = serde_json::to_vec(&request).ok()?;
+        let output = run_child(&self.program, self.limits, &request.node, &input).ok()?;
+        let (len, rest) = output.split_first_chunk::<8>()?;
+        let json = rest.get(..usize::try_from(u64::from_le_bytes(*len)).ok()?)?;
+        match serde_json::from_slice(json).ok()? {
+            Answer::Chunk { value, sources } => Some((value, decode_sources(sources).ok()?)),
+            _ => None,
+        }
+    }
+}
+
+/// A chunk evaluated here: what a chunk's process answers.
+pub(crate) fn evaluate_chunk_here(
+    request: &Request,
+    text: String,
+) -> Result<(serde_json::Value, Vec<ReadSource>), MeshDiagnostic> {
+    let tree = Tree {
+        root: request.tree_root.clone(),
+        library: std::fs::canonicalize(&request.library)
+            .unwrap_or_else(|_| request.library.clone()),
+    };
+    let evaluation = crate::eval::evaluate_text_in(
+        &request.node,
+        text,
+        &request.library,
+        &request.pinned,
+        &tree,
+    )?;
+    let value = evaluation.to_json().map_err(MeshDiagnostic::new)?;
+    Ok((value, evaluation.read_sources()))
+}
+
+fn decode_sources(sources: Vec<(PathBuf, String)>) -> Result<Vec<ReadSource>, String> {
+    sources
+        .into_iter()
+        .map(|(p, hex)| {
+            let hash = blake3::Hash::from_hex(&hex).map_err(|e| e.to_string())?;
+            Ok((p, *hash.as_bytes()))
+        })
+        .collect()
+}
+
+fn encode_sources(sources: Vec<ReadSource>) -> Vec<(PathBuf, String)> {
+    sources
+        .into_iter()
+        .map(|(p, d)| (p, blake3::Hash::from_bytes(d).to_hex().to_string()))
+        .collect()
 }
 
 /// Runs `request` in `program`, bounded by `limits`.
@@ -207,11 +370,29 @@ pub(crate) fn evaluate_in_child(
     limits: Limits,
     request: &Request,
 ) -> Result<Result<Evaluated, MeshDiagnostic>, BoundedError> {
-    let failed = |reason: String| BoundedError::Failed {
+    let input = serde_json::to_vec(request).map_err(|e| BoundedError::Failed {
         node: request.node.clone(),
+        reason: e.to_string(),
+    })?;
+    let output = run_child(program, limits, &request.node, &input)?;
+    decode(&output).map_err(|e| BoundedError::Failed {
+        node: request.node.clone(),
+        reason: format!("its answer cannot be read: {e}"),
+    })
+}
+
+/// Runs `program` as an evaluating child with `input` on its stdin, bounded by `limits`; its
+/// stdout, once it exited with success.
+fn run_child(
+    program: &Path,
+    limits: Limits,
+    node: &Path,
+    input: &[u8],
+) -> Result<Vec<u8>, BoundedError> {
+    let failed = |reason: String| BoundedError::Failed {
+        node: node.to_owned(),
         reason,
     };
-    let input = serde_json::to_vec(request).map_err(|e| failed(e.to_string()))?;
     let mut child = Command::new(program)
         .arg(CHILD_ARG)
         .stdin(Stdio::piped())
@@ -237,7 +418,7 @@ pub(crate) fn evaluate_in_child(
     // The child reads its whole request before anything else; a child that died first
     // (closing its stdin) is reported from its status below.
     if let Some(mut stdin) = child.stdin.take() {
-        let _child_gone = stdin.write_all(&input);
+        let _child_gone = stdin.write_all(input);
     }
     let timed_out = answered
         .recv_timeout(limits.time.saturating_sub(started.elapsed()))
@@ -253,7 +434,7 @@ pub(crate) fn evaluate_in_child(
         .map_err(|e| failed(format!("reading its answer: {e}")))?;
     let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
     let exceeded = |limit| BoundedError::Exceeded {
-        node: request.node.clone(),
+        node: node.to_owned(),
         limit,
     };
     if timed_out {
@@ -287,7 +468,7 @@ pub(crate) fn evaluate_in_child(
             format!("it ended with {how}: {said}")
         }));
     }
-    decode(&output).map_err(|e| failed(format!("its answer cannot be read: {e}")))
+    Ok(output)
 }
 
 fn decode(output: &[u8]) -> Result<Result<Evaluated, MeshDiagnostic>, String> {
@@ -299,10 +480,14 @@ fn decode(output: &[u8]) -> Result<Result<Evaluated, MeshDiagnostic>, String> {
     let (json, mut data) = rest.split_at(len);
     match serde_json::from_slice(json).map_err(|e| e.to_string())? {
         Answer::Rejected(d) => Ok(Err(*d)),
+        Answer::Chunk { .. } => Err("a chunk's answer, not a node's".into()),
         Answer::Built {
             generation,
             blobs: headers,
             sources,
+            entries,
+            evaluated,
+            parsed,
         } => {
             let mut blobs = Vec::with_capacity(headers.len());
             for h in headers {
@@ -321,26 +506,52 @@ fn decode(output: &[u8]) -> Result<Result<Evaluated, MeshDiagnostic>, String> {
                     private: h.private,
                 });
             }
-            let sources = sources
-                .into_iter()
-                .map(|(p, hex)| {
-                    let hash = blake3::Hash::from_hex(&hex).map_err(|e| e.to_string())?;
-                    Ok((p, *hash.as_bytes()))
-                })
-                .collect::<Result<_, String>>()?;
+            let sources = decode_sources(sources)?;
             Ok(Ok(Evaluated {
                 assembled: Assembled {
                     generation: *generation,
                     blobs,
                 },
                 sources,
+                entries,
+                evaluated,
+                parsed,
             }))
         }
     }
 }
 
 fn encode(result: Result<Evaluated, MeshDiagnostic>) -> Result<Vec<u8>, serde_json::Error> {
-    let (answer, data) = match result {
+    frame(answer_of(result))
+}
+
+fn encode_chunk(
+    result: Result<(serde_json::Value, Vec<ReadSource>), MeshDiagnostic>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    frame(match result {
+        Ok((value, sources)) => (
+            Answer::Chunk {
+                value,
+                sources: encode_sources(sources),
+            },
+            Vec::new(),
+        ),
+        Err(d) => (Answer::Rejected(Box::new(d)), Vec::new()),
+    })
+}
+
+/// The answer: its JSON's length, its JSON, the blobs' bytes.
+fn frame((answer, data): (Answer, Vec<u8>)) -> Result<Vec<u8>, serde_json::Error> {
+    let json = serde_json::to_vec(&answer)?;
+    let mut out = Vec::with_capacity(8 + json.len() + data.len());
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&data);
+    Ok(out)
+}
+
+fn answer_of(result: Result<Evaluated, MeshDiagnostic>) -> (Answer, Vec<u8>) {
+    match result {
         Err(d) => (Answer::Rejected(Box::new(d)), Vec::new()),
         Ok(e) => {
             let mut data = Vec::new();
@@ -357,27 +568,20 @@ fn encode(result: Result<Evaluated, MeshDiagnostic>) -> Result<Vec<u8>, serde_js
                     }
                 })
                 .collect();
-            let sources = e
-                .sources
-                .into_iter()
-                .map(|(p, d)| (p, blake3::Hash::from_bytes(d).to_hex().to_string()))
-                .collect();
+            let sources = encode_sources(e.sources);
             (
                 Answer::Built {
                     generation: Box::new(e.assembled.generation),
                     blobs,
                     sources,
+                    entries: e.entries,
+                    evaluated: e.evaluated,
+                    parsed: e.parsed,
                 },
                 data,
             )
         }
-    };
-    let json = serde_json::to_vec(&answer)?;
-    let mut out = Vec::with_capacity(8 + json.len() + data.len());
-    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    out.extend_from_slice(&json);
-    out.extend_from_slice(&data);
-    Ok(out)
+    }
 }
 
 /// The child's side: reads the request on stdin, limits its own address space, evaluates,
@@ -424,7 +628,11 @@ pub fn serve() -> u8 {
             return 3;
         }
     }
-    let answer = match encode(evaluate_here(&request)) {
+    let answer = match request.chunk.clone() {
+        Some(text) => encode_chunk(evaluate_chunk_here(&request, text)),
+        None => encode(evaluate_here(&request)),
+    };
+    let answer = match answer {
         Ok(a) => a,
         Err(e) => {
             eprintln!("mesh evaluator: cannot encode the answer: {e}");

@@ -1,4 +1,5 @@
-//! The evaluation cache, like Nix's: a build whose inputs are unchanged is not evaluated again.
+//! The evaluation caches, like Nix's: a build whose inputs are unchanged is not evaluated again;
+//! one whose inputs changed evaluates only the modules they change ([`modules`]).
 //!
 //! The key is the blake3 of the mesh's own build (compiler sources and library), the
 //! declaration's path and the node record's canonical bytes. The entry lists every source file the
@@ -86,6 +87,232 @@ pub fn store(state_dir: &Path, key: &CacheKey, generation: GenerationId, sources
     if let Some(dir) = path.parent() {
         if atomic::create_dir_all(dir).is_ok() {
             let _ignored_cache_write_failure = atomic::write_file(&path, &bytes, 0o600);
+        }
+    }
+}
+
+/// The per-module cache: a node's head (its name and settings) and each of its modules, keyed
+/// by everything its evaluated value depends on (see [`crate::spine`]): the mesh's build and
+/// library (the contracts' version), the node's pinned ports, the text of the declaration
+/// around its `modules` array and of every file the head reads, and, for a module, the files
+/// the walk read through to find it and its source closure — or, for a module the walk could
+/// not follow, every file the declaration reaches. Entries live in `STATE/cache/head/` and
+/// `STATE/cache/module/`, hold the evaluated value as JSON, and are written atomically; a
+/// damaged entry is a miss.
+pub mod modules {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::{Path, PathBuf};
+
+    use mesh_lib::atomic;
+    use serde::{Deserialize, Serialize};
+
+    use crate::imports::Graph;
+    use crate::spine::Spine;
+
+    /// Which cache an entry belongs to.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Kind {
+        /// A node's name and settings.
+        Head,
+        /// One module's evaluated value.
+        Module,
+    }
+
+    impl Kind {
+        fn folder(self) -> &'static str {
+            match self {
+                Kind::Head => "head",
+                Kind::Module => "module",
+            }
+        }
+    }
+
+    /// An entry to write: which cache, its key (hex), the value's JSON.
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct Entry {
+        /// Which cache.
+        pub kind: Kind,
+        /// The key, hex.
+        pub key: String,
+        /// The evaluated value, JSON.
+        pub value: serde_json::Value,
+    }
+
+    /// The keys of a node's head and modules; `None` where a file could not be read.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Keys {
+        /// The head's.
+        pub head: Option<String>,
+        /// Each module's, in the declaration's order.
+        pub modules: Vec<Option<String>>,
+    }
+
+    fn start(what: &[u8]) -> blake3::Hasher {
+        let mut h = blake3::Hasher::new();
+        h.update(what);
+        h.update(env!("MESH_COMPILER_DIGEST").as_bytes());
+        h.update(crate::library::digest().as_bytes());
+        h
+    }
+
+    fn path(h: &mut blake3::Hasher, p: &Path) {
+        h.update(p.as_os_str().as_encoded_bytes());
+        h.update(b"\0");
+    }
+
+    /// Hashes each file's path and digest; the declaration itself, when `outside` is given, by
+    /// its text around the `modules` array. `None` if a file's digest is unknown.
+    fn files(
+        h: &mut blake3::Hasher,
+        graph: &Graph,
+        set: &BTreeSet<PathBuf>,
+        node: &Path,
+        outside: Option<[&str; 2]>,
+    ) -> Option<()> {
+        for f in set {
+            path(h, f);
+            match outside {
+                Some([before, after]) if f == node => {
+                    h.update(b"outside modules\0");
+                    h.update(&(before.len() as u64).to_le_bytes());
+                    h.update(before.as_bytes());
+                    h.update(after.as_bytes());
+                }
+                _ => {
+                    h.update(graph.digests.get(f)?);
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// The keys of `spine`'s head and modules, with `pinned` ports overriding the settings.
+    pub fn keys(spine: &Spine, graph: &Graph, pinned: &BTreeMap<String, u16>) -> Keys {
+        let node = &spine.node;
+        let all = graph.files();
+        let head = (|| {
+            let mut h = start(b"mesh-cache-head\0");
+            path(&mut h, node);
+            for (name, port) in pinned {
+                h.update(name.as_bytes());
+                h.update(b"=");
+                h.update(&port.to_le_bytes());
+                h.update(b"\n");
+            }
+            match &spine.head {
+                Some(reads) => files(&mut h, graph, reads, node, Some(spine.outside_modules()))?,
+                None => {
+                    h.update(b"every file\0");
+                    files(&mut h, graph, &all, node, None)?
+                }
+            }
+            Some(h.finalize())
+        })();
+        let modules = spine
+            .elements
+            .iter()
+            .enumerate()
+            .map(|(k, e)| {
+                let head = head?;
+                let mut h = start(b"mesh-cache-module\0");
+                h.update(head.as_bytes());
+                match &e.place {
+                    Some(p) => {
+                        path(&mut h, &p.anchor.0);
+                        for field in &p.anchor.1 {
+                            h.update(field.as_bytes());
+                            h.update(b"\0");
+                        }
+                        path(&mut h, &p.file);
+                        h.update(&(p.range.start as u64).to_le_bytes());
+                        h.update(&(p.range.end as u64).to_le_bytes());
+                        let closure = graph.closure(&p.file);
+                        let outside = (!closure.contains(node)).then(|| spine.outside_modules());
+                        let set: BTreeSet<PathBuf> = p.traversed.union(&closure).cloned().collect();
+                        files(&mut h, graph, &set, node, outside)?;
+                    }
+                    None => {
+                        h.update(b"dynamic\0");
+                        h.update(&(k as u64).to_le_bytes());
+                        h.update(spine.element_text(k).as_bytes());
+                        files(&mut h, graph, &all, node, None)?;
+                    }
+                }
+                Some(h.finalize().to_hex().to_string())
+            })
+            .collect();
+        Keys {
+            head: head.map(|h| h.to_hex().to_string()),
+            modules,
+        }
+    }
+
+    fn entry_path(state_dir: &Path, kind: Kind, key: &str) -> PathBuf {
+        state_dir
+            .join("cache")
+            .join(kind.folder())
+            .join(&key[..2])
+            .join(key)
+    }
+
+    /// The value cached under `key`, if any.
+    pub fn lookup(state_dir: &Path, kind: Kind, key: &str) -> Option<serde_json::Value> {
+        if key.len() < 3 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let bytes = std::fs::read(entry_path(state_dir, kind, key)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    fn parsed_path(state_dir: &Path, node: &Path) -> PathBuf {
+        let name = blake3::hash(node.as_os_str().as_encoded_bytes()).to_hex();
+        state_dir
+            .join("cache")
+            .join("imports")
+            .join(format!("{}.json", &name[..32]))
+    }
+
+    /// The imports of the texts the last walk of `node` parsed (by the digest of each text).
+    pub fn load_parsed(state_dir: &Path, node: &Path) -> crate::imports::Parsed {
+        std::fs::read(parsed_path(state_dir, node))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Remembers the imports of the texts a walk of `node` parsed: exactly those of this walk,
+    /// so the file does not grow. Failing to write fails nothing.
+    pub fn store_parsed(state_dir: &Path, node: &Path, parsed: &crate::imports::Parsed) {
+        let path = parsed_path(state_dir, node);
+        let Ok(bytes) = serde_json::to_vec(parsed) else {
+            return;
+        };
+        if let Some(dir) = path.parent() {
+            if atomic::create_dir_all(dir).is_ok() {
+                let _ignored_cache_write_failure =
+                    atomic::write_file_unsynced(&path, &bytes, 0o600);
+            }
+        }
+    }
+
+    /// Writes `entries`. Failing to write the cache fails nothing.
+    pub fn store(state_dir: &Path, entries: &[Entry]) {
+        for e in entries {
+            if e.key.len() < 3 || !e.key.bytes().all(|b| b.is_ascii_hexdigit()) {
+                continue;
+            }
+            let path = entry_path(state_dir, e.kind, &e.key);
+            let Ok(bytes) = serde_json::to_vec(&e.value) else {
+                continue;
+            };
+            if let Some(dir) = path.parent() {
+                // Not waited for: an entry a crash lost is evaluated again.
+                if atomic::create_dir_all(dir).is_ok() {
+                    let _ignored_cache_write_failure =
+                        atomic::write_file_unsynced(&path, &bytes, 0o600);
+                }
+            }
         }
     }
 }

@@ -65,7 +65,7 @@ pub fn evaluate(
     library_dir: &Path,
     pinned: &BTreeMap<String, u16>,
 ) -> Result<Evaluation, MeshDiagnostic> {
-    let (mut program, result) = run(node, library_dir, pinned)?;
+    let (mut program, result) = run(node, None, library_dir, pinned)?;
     finish(&mut program, result).map(|value| Evaluation { program, value })
 }
 
@@ -78,7 +78,23 @@ pub fn evaluate_in(
     pinned: &BTreeMap<String, u16>,
     tree: &crate::imports::Tree,
 ) -> Result<Evaluation, MeshDiagnostic> {
-    let (mut program, result) = run(node, library_dir, pinned)?;
+    let (mut program, result) = run(node, None, library_dir, pinned)?;
+    let read = read_paths(&program.files());
+    crate::imports::check_read(read.iter().map(PathBuf::as_path), tree)?;
+    finish(&mut program, result).map(|value| Evaluation { program, value })
+}
+
+/// [`evaluate_in`] of `text` as if it were the file `node`: its imports are resolved from
+/// `node`'s folder. What a module is evaluated in apart from the others
+/// ([`crate::spine::Spine::wrapper`]).
+pub fn evaluate_text_in(
+    node: &Path,
+    text: String,
+    library_dir: &Path,
+    pinned: &BTreeMap<String, u16>,
+    tree: &crate::imports::Tree,
+) -> Result<Evaluation, MeshDiagnostic> {
+    let (mut program, result) = run(node, Some(text), library_dir, pinned)?;
     let read = read_paths(&program.files());
     crate::imports::check_read(read.iter().map(PathBuf::as_path), tree)?;
     finish(&mut program, result).map(|value| Evaluation { program, value })
@@ -88,6 +104,7 @@ type Outcome = Result<NickelValue, nickel_lang_core::error::Error>;
 
 fn run(
     node: &Path,
+    text: Option<String>,
     library_dir: &Path,
     pinned: &BTreeMap<String, u16>,
 ) -> Result<(Program<CacheImpl>, Outcome), MeshDiagnostic> {
@@ -100,8 +117,11 @@ fn run(
         value: port.to_string(),
         priority: MergePriority::Top,
     });
-    let mut program: Program<CacheImpl> = ProgramBuilder::new()
-        .add_path(node.as_os_str())
+    let builder = match text {
+        None => ProgramBuilder::new().add_path(node.as_os_str()),
+        Some(text) => ProgramBuilder::new().add_source_string(text, node.as_os_str()),
+    };
+    let mut program: Program<CacheImpl> = builder
         .add_import_paths([library_dir])
         .add_overrides(overrides)
         .build()
@@ -137,6 +157,17 @@ impl Evaluation {
     /// integers).
     pub fn deserialize<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
         T::deserialize(self.value.clone()).map_err(|e| e.to_string())
+    }
+
+    /// The value as JSON, the way Nickel exports it (an enum tag is its name as a string):
+    /// what the per-module cache keeps of a module.
+    pub fn to_json(&self) -> Result<serde_json::Value, String> {
+        let text = nickel_lang_core::serialize::to_string(
+            nickel_lang_core::serialize::ExportFormat::Json,
+            &self.value,
+        )
+        .map_err(|e| format!("{e:?}"))?;
+        serde_json::from_str(&text).map_err(|e| e.to_string())
     }
 
     /// Every file on disk the evaluation read (the declaration, its imports, the library, text

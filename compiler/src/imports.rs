@@ -110,6 +110,21 @@ struct Found {
     range: std::ops::Range<usize>,
 }
 
+/// The imports written in a file, as the walk remembers them for a text it parsed before (by
+/// the digest of its bytes): parsing hundreds of module files again is most of a walk.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Written {
+    /// The path as written.
+    pub path: PathBuf,
+    /// Whether it is imported as Nickel (else as text or data).
+    pub nickel: bool,
+    /// Where the import is in the file.
+    pub range: std::ops::Range<usize>,
+}
+
+/// The imports of texts parsed before, by the hex digest of their bytes.
+pub type Parsed = std::collections::BTreeMap<String, Vec<Written>>;
+
 /// The path imports of `text`, parsed by Nickel's own parser. A source that does not parse is
 /// Nickel's to report: it has no imports to walk (Nickel does not resolve them either).
 fn imports_of(text: &str) -> Vec<Found> {
@@ -140,6 +155,51 @@ fn imports_of(text: &str) -> Vec<Found> {
     out
 }
 
+/// The files a declaration reaches through its imports, as the walk found them: each Nickel
+/// file with the files it imports (resolved as Nickel resolves them), and the digest of every
+/// file's bytes as the walk read them. What the per-module evaluation cache keys on
+/// ([`crate::spine`]).
+#[derive(Debug, Default)]
+pub struct Graph {
+    /// Each Nickel file reached, with the files it imports (Nickel or not).
+    pub imports: std::collections::BTreeMap<PathBuf, Vec<PathBuf>>,
+    /// Each Nickel file's text, as read.
+    pub texts: std::collections::BTreeMap<PathBuf, std::sync::Arc<str>>,
+    /// The blake3 of each file's bytes, as read (a file that could not be read is absent).
+    pub digests: std::collections::BTreeMap<PathBuf, [u8; 32]>,
+}
+
+impl Graph {
+    /// `file` and every file it reaches through imports, sorted.
+    pub fn closure(&self, file: &Path) -> BTreeSet<PathBuf> {
+        let mut seen = BTreeSet::new();
+        let mut queue = vec![file.to_owned()];
+        while let Some(f) = queue.pop() {
+            if seen.insert(f.clone()) {
+                if let Some(next) = self.imports.get(&f) {
+                    queue.extend(next.iter().cloned());
+                }
+            }
+        }
+        seen
+    }
+
+    /// Every file reached.
+    pub fn files(&self) -> BTreeSet<PathBuf> {
+        self.digests.keys().cloned().collect()
+    }
+}
+
+/// Where Nickel finds `import "path"` written in `file`: the importing file's folder first,
+/// then each of `import_paths`; the first candidate that exists.
+pub fn resolve(file: &Path, path: &Path, import_paths: &[PathBuf]) -> Option<PathBuf> {
+    let folder = file.parent().unwrap_or(Path::new("/")).to_owned();
+    std::iter::once(&folder)
+        .chain(import_paths)
+        .map(|dir| normalize(&dir.join(path)))
+        .find(|c| c.exists())
+}
+
 /// Walks every import reachable from `node` (canonical) as Nickel will resolve them — first
 /// in the importing file's folder, then in each of `import_paths` — and refuses the first that
 /// resolves outside `tree`, pointing at it. Nothing outside the tree is opened.
@@ -148,10 +208,28 @@ pub fn check_imports(
     import_paths: &[PathBuf],
     tree: &Tree,
 ) -> Result<(), MeshDiagnostic> {
+    walk(node, import_paths, tree).map(|_| ())
+}
+
+/// [`check_imports`], and the graph of what it walked.
+pub fn walk(node: &Path, import_paths: &[PathBuf], tree: &Tree) -> Result<Graph, MeshDiagnostic> {
+    walk_with(node, import_paths, tree, &Parsed::new()).map(|(graph, _)| graph)
+}
+
+/// [`walk`], taking the imports of a text it already `known` from there instead of parsing it
+/// again; with the graph, the imports of every Nickel file it walked (to remember for the next).
+pub fn walk_with(
+    node: &Path,
+    import_paths: &[PathBuf],
+    tree: &Tree,
+    known: &Parsed,
+) -> Result<(Graph, Parsed), MeshDiagnostic> {
+    let mut graph = Graph::default();
+    let mut parsed = Parsed::new();
     if !tree.allows(node) {
         // The declaration itself is in its tree by construction; a vanished one is Nickel's
         // to report.
-        return Ok(());
+        return Ok((graph, parsed));
     }
     let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
     let mut queue = vec![node.to_owned()];
@@ -159,16 +237,29 @@ pub fn check_imports(
         if !seen.insert(file.clone()) {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&file) else {
+        let Ok(bytes) = std::fs::read(&file) else {
             continue;
         };
-        let folder = file.parent().unwrap_or(Path::new("/")).to_owned();
-        for import in imports_of(&text) {
-            let candidates = std::iter::once(&folder)
-                .chain(import_paths)
-                .map(|dir| normalize(&dir.join(&import.path)));
-            // Nickel takes the first candidate that exists; so does this walk.
-            let Some(resolved) = candidates.into_iter().find(|c| c.exists()) else {
+        let digest = blake3::hash(&bytes);
+        graph.digests.insert(file.clone(), *digest.as_bytes());
+        let Ok(text) = String::from_utf8(bytes) else {
+            continue;
+        };
+        let hex = digest.to_hex().to_string();
+        let written = match known.get(&hex) {
+            Some(w) => w.clone(),
+            None => imports_of(&text)
+                .into_iter()
+                .map(|f| Written {
+                    path: f.path,
+                    nickel: f.format == InputFormat::Nickel,
+                    range: f.range,
+                })
+                .collect(),
+        };
+        let mut edges = Vec::new();
+        for import in &written {
+            let Some(resolved) = resolve(&file, &import.path, import_paths) else {
                 continue; // not found: Nickel reports it
             };
             if !tree.allows(&resolved) {
@@ -180,17 +271,28 @@ pub fn check_imports(
                         name: display_name(&file),
                         text: text.clone(),
                     },
-                    range: import.range,
+                    range: import.range.clone(),
                     label: "imported here".into(),
                 })
                 .with_help(tree.help()));
             }
-            if import.format == InputFormat::Nickel && resolved.is_file() {
-                queue.push(resolved);
+            if import.nickel && resolved.is_file() {
+                queue.push(resolved.clone());
+            } else if !graph.digests.contains_key(&resolved) {
+                // Text and data: their bytes are what the evaluation reads.
+                if let Ok(bytes) = std::fs::read(&resolved) {
+                    graph
+                        .digests
+                        .insert(resolved.clone(), *blake3::hash(&bytes).as_bytes());
+                }
             }
+            edges.push(resolved);
         }
+        graph.imports.insert(file.clone(), edges);
+        graph.texts.insert(file, text.into());
+        parsed.insert(hex, written);
     }
-    Ok(())
+    Ok((graph, parsed))
 }
 
 /// Checks every file an evaluation read (absolute paths, as Nickel named them): the first that

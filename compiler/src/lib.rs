@@ -10,8 +10,10 @@
 //! - a declaration reads nothing outside the fleet's tree but the mesh's own library
 //!   ([`imports`]), and its evaluation is bounded in time and memory ([`bounded`]);
 //! - the only writes are to the store: blobs first (not waited for: they can be made again), then
-//!   the generation, then the cache entry. A blob a crash lost is detected when read and
-//!   replaced by the next build that needs it.
+//!   the generation, then the cache entries. A blob a crash lost is detected when read and
+//!   replaced by the next build that needs it;
+//! - a node evaluated module by module ([`incremental`]) gives the generation a whole evaluation
+//!   gives, byte for byte; where it cannot, the node is evaluated whole.
 #![deny(missing_docs)]
 
 pub mod assemble;
@@ -20,7 +22,9 @@ pub mod cache;
 pub mod diagnostic;
 pub mod eval;
 pub mod imports;
+pub mod incremental;
 pub mod library;
+pub mod spine;
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +46,10 @@ pub struct BuildRequest<'a> {
     pub use_cache: bool,
     /// Where the declaration is evaluated: in a bounded child process (the mesh's way), or here.
     pub evaluator: &'a Evaluator,
+    /// Whether the node's modules are evaluated apart — in parallel, each cached on its own
+    /// ([`incremental`]) — or the node whole, in one evaluation (the reference the per-module
+    /// way is tested against).
+    pub per_module: bool,
 }
 
 /// A generation built and in the store.
@@ -53,6 +61,9 @@ pub struct Built {
     pub generation: Generation,
     /// Whether the evaluation cache answered.
     pub cached: bool,
+    /// How many modules were evaluated, when the node was evaluated module by module (the
+    /// others came from the per-module cache); `None` when it was evaluated whole or not at all.
+    pub evaluated: Option<usize>,
 }
 
 /// Why a build failed.
@@ -112,6 +123,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
                     id,
                     generation,
                     cached: true,
+                    evaluated: None,
                 });
             }
         }
@@ -134,11 +146,16 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         },
         memory_mib: 0,
         time_seconds: 0,
+        per_module: request.per_module,
+        cache_dir: request.use_cache.then(|| request.state_dir.to_owned()),
+        program: None,
+        chunk: None,
     };
     let evaluated = match request.evaluator {
         Evaluator::InProcess => bounded::evaluate_here(&eval_request)?,
         Evaluator::Child { program, limits } => {
             let eval_request = bounded::Request {
+                program: Some(program.clone()),
                 memory_mib: limits.memory_mib,
                 time_seconds: limits.time.as_secs_f64().ceil() as u64,
                 ..eval_request
@@ -155,12 +172,17 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
     )?;
     let id = store.put_generation(&assembled.generation)?;
     if request.use_cache {
+        cache::modules::store(request.state_dir, &evaluated.entries);
+        if let Some(parsed) = &evaluated.parsed {
+            cache::modules::store_parsed(request.state_dir, &node, parsed);
+        }
         cache::store(request.state_dir, &key, id, &evaluated.sources);
     }
     Ok(Built {
         id,
         generation: assembled.generation,
         cached: false,
+        evaluated: evaluated.evaluated,
     })
 }
 

@@ -23,6 +23,7 @@ pub fn node(
         state_dir,
         use_cache: true,
         evaluator,
+        per_module: true,
     })
 }
 

@@ -27,7 +27,10 @@ pub const POINTS: &[&str] = &[
 pub const GC_POINTS: &[&str] = &["gc-links-removed", "gc-removed"];
 
 /// The crash point reached after each change a switch makes on the Docker engine (a stop, a
-/// rename, a create, a start, a removal): `container-changed:K` stops after the K-th.
+/// rename, a create, a start, a removal): `container-changed:K` stops after the K-th. The
+/// changes of different containers run concurrently, so the K-th is whichever ends K-th: the
+/// container tests stop a one-container take and rollback after each change, and a
+/// twenty-container take and rollback in the middle of their stops and of their starts.
 pub const CONTAINER_POINTS: &[&str] = &["container-changed"];
 
 /// The crash points of the units phase, reached only where systemd is driven (the services test

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::node_fixture::Fixture;
 use crate::support::have_root_tools;
 
-fn docker(args: &[&str]) -> String {
+pub(crate) fn docker(args: &[&str]) -> String {
     let out = Command::new("docker").args(args).output().unwrap();
     assert!(
         out.status.success(),
@@ -23,15 +23,15 @@ fn docker(args: &[&str]) -> String {
 }
 
 /// What the test made on the engine; all of it goes when dropped.
-struct Made {
-    prefix: String,
-    image: String,
+pub(crate) struct Made {
+    pub(crate) prefix: String,
+    pub(crate) image: String,
 }
 
 impl Made {
     /// Names start `meshtest<pid><tag>`: tests running at once need tags that are not
     /// prefixes of one another (Docker's name filter matches substrings).
-    fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         let prefix = format!("meshtest{}{tag}", std::process::id());
         let image = format!("{prefix}-busybox:1");
         let root = tempfile::tempdir().unwrap();
@@ -67,9 +67,22 @@ impl Drop for Made {
         for id in String::from_utf8_lossy(&names.stdout).split_whitespace() {
             let _ = Command::new("docker").args(["rm", "-f", id]).output();
         }
-        let _ = Command::new("docker")
-            .args(["volume", "rm", "-f", &format!("{}-data", self.prefix)])
-            .output();
+        if let Ok(volumes) = Command::new("docker")
+            .args([
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("name={}", self.prefix),
+            ])
+            .output()
+        {
+            for volume in String::from_utf8_lossy(&volumes.stdout).split_whitespace() {
+                let _ = Command::new("docker")
+                    .args(["volume", "rm", "-f", volume])
+                    .output();
+            }
+        }
         let _ = Command::new("docker")
             .args(["rmi", "-f", &self.image])
             .output();
@@ -136,12 +149,12 @@ mesh.node {{
 /// generation in force does not declare: tests that switch containers on it take turns.
 static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn take_turn() -> std::sync::MutexGuard<'static, ()> {
     ENGINE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether root, docker and a Docker engine are here (in CI their absence is a failure).
-fn docker_here() -> bool {
+pub(crate) fn docker_here() -> bool {
     if !have_root_tools(&["docker", "tar"]) {
         return false;
     }
@@ -685,4 +698,203 @@ mesh.node {{
 
     let again = f.ok(&["switch", f.decl("v2.ncl").to_str().unwrap()]);
     assert!(!again.stdout.contains("restart"), "{}", again.stdout);
+}
+
+/// Containers' steps run concurrently, and a failure stops the phase cleanly: with one job at a
+/// time, the first container that cannot start (its host port is taken) stops the phase before
+/// any other is launched; with many, every container in flight is waited for and every failure
+/// is named with the engine's message. Either way the next switch converges once the cause is
+/// gone.
+#[test]
+fn container_failures_are_all_named_and_the_next_switch_converges() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("f");
+    let held_a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let ports = [
+        held_a.local_addr().unwrap().port(),
+        held_b.local_addr().unwrap().port(),
+        free(),
+        free(),
+    ];
+    let names = ["a", "b", "c", "d"].map(|n| format!("{}-{n}", made.prefix));
+    let modules: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            format!(
+                r#"{{ name = "m{i}", config = fun s => {{ containers = [{{ name = "{name}", image = "{image}", command = ["/bin/busybox", "httpd", "-f", "-p", "8080"], publish = [{{ host_port = s.ports.p{i}, container_port = 8080, host_ip = "127.0.0.1" }}] }}] }} }},
+"#,
+                image = made.image
+            )
+        })
+        .collect();
+    let settings: String = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("p{i} = {p}, "))
+        .collect();
+    let f = Fixture::new();
+    f.write_decl(
+        "n.ncl",
+        &format!(
+            r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820, {settings} }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
+  }},
+  modules = [
+{modules}  ],
+}}
+"#
+        ),
+    );
+    let decl = f.decl("n.ncl").display().to_string();
+    let running = |name: &str| {
+        let out = Command::new("docker")
+            .args(["inspect", "-f", "{{.State.Running}}", name])
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim() == "true")
+    };
+
+    // One at a time: the first failure launches nothing more.
+    let mut one = f.command(&["switch", &decl]);
+    one.env("MESH_CONTAINER_JOBS", "1");
+    let ran = crate::support::run(one);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains(&format!("docker start {}", names[0]))
+            && ran
+                .stderr
+                .contains("a container step failed after the files of"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(running(&names[0]), Some(false), "created, not started");
+    for name in &names[1..] {
+        assert_eq!(
+            running(name),
+            None,
+            "{name} was not launched after the failure"
+        );
+    }
+
+    // Many at a time: every failure named, the others done.
+    let ran = f.mesh(&["switch", &decl]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains(&format!("docker start {}", names[0]))
+            && ran.stderr.contains(&format!("docker start {}", names[1]))
+            && ran.stderr.contains("2 container steps failed:")
+            && ran.stderr.contains("they failed after the files of"),
+        "{}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.matches("address already in use").count() >= 2
+            || ran.stderr.matches("port is already allocated").count() >= 2,
+        "the engine's message, for each: {}",
+        ran.stderr
+    );
+    assert_eq!(running(&names[2]), Some(true));
+    assert_eq!(running(&names[3]), Some(true));
+
+    // The cause gone, the next switch converges.
+    drop((held_a, held_b));
+    f.ok(&["switch", &decl]);
+    for name in &names {
+        assert_eq!(running(name), Some(true), "{name}");
+    }
+}
+
+/// Issue 12, item 3: a staged container runs in no generation. After a take ran the mesh's
+/// container of a module that found nothing, a rollback to a generation where that module is
+/// only assigned (its container staged) stops it, and `mesh status` agrees; switching forward
+/// runs it again.
+#[test]
+fn a_rollback_to_a_staged_container_stops_it() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("s");
+    let name = format!("{}-worker", made.prefix);
+    let decl = format!(
+        r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820 }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
+  }},
+  modules = [
+    {{ name = "worker", config = fun s => {{ containers = [{{
+        name = "{name}",
+        image = "{i}",
+        command = ["/bin/busybox", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+    }}] }} }},
+  ],
+}}
+"#,
+        i = made.image
+    );
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &decl);
+    f.ok(&["adopt", f.decl("n.ncl").to_str().unwrap()]);
+    let state = || docker(&["inspect", "-f", "{{.State.Status}}", &name]);
+    assert_eq!(state(), "created", "staged: created, not started");
+    f.ok(&["take", "worker"]);
+    assert_eq!(state(), "running");
+    let id = docker(&["inspect", "-f", "{{.Id}}", &name]);
+
+    let back = f.ok(&["rollback", "--to", "1"]);
+    assert!(
+        back.stdout.contains(&format!("stop     container {name}")),
+        "{}",
+        back.stdout
+    );
+    assert_ne!(
+        state(),
+        "running",
+        "a staged container runs in no generation"
+    );
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.Id}}", &name]),
+        id,
+        "stopped, not recreated"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(staged_count(&status["containers"]), 1, "{status}");
+    // Nothing more to do: the next switch to it leaves it as it is.
+    let again = f.ok(&["switch", "--generation", &current(&f)]);
+    assert!(!again.stdout.contains("container"), "{}", again.stdout);
+
+    f.ok(&["rollback", "--to", "2"]);
+    assert_eq!(state(), "running", "taken again: it runs");
+}
+
+/// The number of staged containers in `mesh status --json` (as `[held, staged, managed]` or,
+/// named, `{ held, staged, managed }`).
+fn staged_count(containers: &serde_json::Value) -> u64 {
+    containers
+        .get("staged")
+        .or_else(|| containers.get(1))
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or_else(|| panic!("no staged count in {containers}"))
 }

@@ -290,3 +290,71 @@ fn drift_hidden_behind_an_old_mtime_is_seen() {
     let store = mesh_lib::Store::open(&f.state()).unwrap();
     assert!(store.has_blob(&mesh_lib::BlobHash::of(b"ABCDEF\n")));
 }
+
+/// `mesh take A B` takes several modules in one generation (an operator whose apps' data has
+/// moved does not want one generation per app): both found files replaced, one profile entry,
+/// the record naming both. Taking them again is refused (exit 2), a module the declaration does
+/// not assign is bad input (exit 1), each naming every such module and changing nothing; a
+/// multi-module take cut short after the record was written is finished by taking again.
+#[test]
+fn take_of_several_modules_is_one_generation() {
+    if !have_root_tools(&[]) {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.at("/etc/extra")).unwrap();
+    std::fs::write(f.at(EXTRA), "the predecessor's extra\n").unwrap();
+    let decl = f.decl("a.ncl");
+    f.ok(&["adopt", decl.to_str().unwrap()]);
+    assert_eq!(f.read(EXTRA).unwrap(), "the predecessor's extra\n", "held");
+
+    let taken = f.ok(&["take", "ssh", "extra", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(taken.last_line()).unwrap();
+    assert_eq!(v["number"], 2, "one generation for both: {v}");
+    assert_eq!(f.read(SSH).unwrap(), "PasswordAuthentication no\n");
+    assert_eq!(f.read(EXTRA).unwrap(), "extra\n");
+    assert_eq!(f.record()["taken"], serde_json::json!(["extra", "ssh"]));
+    let g: serde_json::Value =
+        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
+    assert_eq!(g["generations"].as_array().unwrap().len(), 2);
+
+    let again = f.mesh(&["take", "extra", "ssh", decl.to_str().unwrap()]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(
+        again
+            .stderr
+            .contains("modules extra, ssh are already taken on node n1"),
+        "{}",
+        again.stderr
+    );
+    let record = f.record();
+    let unknown = f.mesh(&["take", "motd", "nosuch", "other"]);
+    assert_eq!(unknown.code, 1, "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("does not assign modules nosuch, other to node n1"),
+        "{}",
+        unknown.stderr
+    );
+    assert_eq!(f.record(), record, "nothing changed");
+
+    // Back before the take, then a take of both cut short once the record says so: taking
+    // again finishes it.
+    f.ok(&["rollback", "--to", "1"]);
+    assert_eq!(f.read(SSH).unwrap(), ORIGINAL_SSH);
+    assert_eq!(f.read(EXTRA).unwrap(), "the predecessor's extra\n");
+    if !crate::support::crash_points_here() {
+        return;
+    }
+    let cut = crate::support::crashes_at(
+        f.command(&["take", "ssh", "extra"]),
+        "journal-written",
+        "take ssh extra",
+    );
+    assert!(cut, "the take reached its journal");
+    assert_eq!(f.record()["taken"], serde_json::json!(["extra", "ssh"]));
+    f.ok(&["take", "ssh", "extra"]);
+    assert_eq!(f.read(SSH).unwrap(), "PasswordAuthentication no\n");
+    assert_eq!(f.read(EXTRA).unwrap(), "extra\n");
+}

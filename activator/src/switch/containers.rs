@@ -7,12 +7,18 @@
 //! container the generation does not hold, or a missing image refuses the switch with nothing
 //! done.
 //!
-//! Dry run: the container steps. Crash point: `container-changed`, after each engine change.
+//! The steps run concurrently across containers, at most [`Node::with_container_jobs`] at a
+//! time (see [`Engine::apply`]); the engine is listed once, for the plan.
+//!
+//! Dry run: the container steps. Crash point: `container-changed`, after each engine change
+//! (`container-changed:K`: the K-th, in whatever order the concurrent calls end).
 
 use mesh_lib::model::Mode;
 use mesh_lib::{Generation, GenerationId, NodeRecord};
 
-use crate::docker::{Engine, Step};
+use std::collections::BTreeMap;
+
+use crate::docker::{Engine, Present, Step};
 use crate::node::Node;
 use crate::services::Remount;
 use crate::switch::ActivateError;
@@ -21,6 +27,8 @@ use crate::switch::ActivateError;
 pub(crate) struct Containers {
     pub(crate) engine: Option<Engine>,
     pub(crate) steps: Vec<Step>,
+    /// The engine's listing the steps were planned from.
+    pub(crate) present: BTreeMap<String, Present>,
 }
 
 impl Containers {
@@ -48,6 +56,7 @@ impl Node {
             return Ok(Containers {
                 engine: None,
                 steps: Vec::new(),
+                present: BTreeMap::new(),
             });
         }
         let engine = Engine::connect()?;
@@ -77,6 +86,7 @@ impl Node {
         Ok(Containers {
             engine: Some(engine),
             steps,
+            present,
         })
     }
 
@@ -103,14 +113,17 @@ impl Node {
             .apply(
                 &target.containers,
                 &containers.steps,
+                &containers.present,
                 &id,
                 &self.owner(),
                 self.root.path(),
+                self.container_jobs,
+                self.progress.as_ref(),
             )
-            .map_err(|source| ActivateError::ContainersUnfinished {
+            .map_err(|failed| ActivateError::ContainersUnfinished {
                 target: id,
                 previous,
-                source: Box::new(source),
+                failed,
             })
     }
 }

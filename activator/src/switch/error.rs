@@ -122,16 +122,15 @@ pub enum ActivateError {
         /// The images.
         images: Vec<String>,
     },
-    /// A container step failed after the files of the new generation were put in place.
-    #[error("{source}: a container step failed after the files of {target} were put in place; {previous} is still the generation in force. Fix the cause and run the switch again, or go back with `mesh switch --generation {previous}`", target = .target.short(), previous = .previous.as_ref().map(|p| p.short().to_string()).unwrap_or_else(|| "(none)".into()))]
+    /// Container steps failed after the files of the new generation were put in place.
+    #[error("{}", unfinished(.target, .previous.as_ref(), .failed))]
     ContainersUnfinished {
         /// The generation being switched to.
         target: GenerationId,
         /// The one in force before (`None` on a first switch).
         previous: Option<GenerationId>,
-        /// The engine's error.
-        #[source]
-        source: Box<crate::docker::DockerError>,
+        /// Every step that failed, with the engine's message.
+        failed: crate::docker::StepsFailed,
     },
     /// The generation declares units the mesh must run, and no systemd answers.
     #[error("{0}, and the generation declares units the mesh runs; nothing was changed")]
@@ -206,6 +205,38 @@ impl ActivateError {
             _ => Kind::System,
         }
     }
+}
+
+/// What a container phase that failed says: each failure with the engine's message, then where
+/// the node stands and the way back.
+fn unfinished(
+    target: &GenerationId,
+    previous: Option<&GenerationId>,
+    failed: &crate::docker::StepsFailed,
+) -> String {
+    let what = match failed.0.as_slice() {
+        [one] => format!("{one}: a container step failed"),
+        many => format!(
+            "{} container steps failed:\n  {}\nthey failed",
+            many.len(),
+            many.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        ),
+    };
+    let back = match previous {
+        Some(p) => format!(
+            "{} is still the generation in force. Fix the cause and run the switch again, or go back with `mesh switch --generation {}`",
+            p.short(),
+            p.short()
+        ),
+        None => "no generation was in force before. Fix the cause and run the switch again".to_owned(),
+    };
+    format!(
+        "{what} after the files of {} were put in place; {back}",
+        target.short()
+    )
 }
 
 pub(crate) fn io_err<'a>(

@@ -1,0 +1,391 @@
+//! `sudo cargo bench --bench scale`: the seed's scale (issue 14), one table, every ratio measured
+//! in the same run.
+//!
+//! Containers (with a Docker engine, as root): 60 found containers, each a process that ignores
+//! SIGTERM with a stop timeout of 2 s, so the sum of the stops (120 s) and their maximum (2 s)
+//! differ visibly. `mesh take` of all 60 modules, `mesh rollback` across it, and forward again
+//! (`mesh rollback --to`), against the docker CLI making the same calls — stop, rename, create,
+//! start; and back: remove, start, rename — 16 containers at a time, and one after another.
+//! Targets: the mesh within 1.2x the CLI 16 at a time, and under 0.2x the CLI one after
+//! another.
+//!
+//! Builds: nodes of 200 and 800 modules, each module in a file of its own (ten files, a
+//! container and an opening, reading its port from the settings), imported through a catalogue.
+//! A cold `mesh build` (fresh state) against one whole evaluation of the node (Nickel's, in
+//! process: what a build would cost evaluated as one); and a build after one module's file
+//! changed, against the cold build. Targets: cold within 0.7x one whole evaluation; one module
+//! changed under 10% of cold.
+//!
+//! `MESH_BENCH_ONLY=builds` (or `containers`) runs one half. Everything the bench creates
+//! carries its prefix and is removed at the end.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::median;
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Runs `work` on `width` threads, each taking the next item; how long it took.
+fn at_a_time<T: Sync>(width: usize, items: &[T], work: impl Fn(&T) + Sync) -> Duration {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..width {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(item) = items.get(i) else { break };
+                work(item);
+            });
+        }
+    });
+    t.elapsed()
+}
+
+struct Cleanup(String, String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Ok(out) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("name={}", self.0)])
+            .output()
+        {
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker")
+                    .arg("rm")
+                    .arg("-f")
+                    .args(&ids)
+                    .output();
+            }
+        }
+        if let Ok(out) = Command::new("docker")
+            .args([
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("name={}", self.0),
+            ])
+            .output()
+        {
+            for v in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("docker")
+                    .args(["volume", "rm", "-f", v])
+                    .output();
+            }
+        }
+        let _ = Command::new("docker").args(["rmi", "-f", &self.1]).output();
+    }
+}
+
+/// One row of the table: what, the mesh's time, the reference and its time, the target.
+struct Row {
+    what: String,
+    mesh: Duration,
+    reference: String,
+    against: Duration,
+    target: &'static str,
+    percent: bool,
+}
+
+fn seconds(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{:.0} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+const N: usize = 60;
+
+fn containers(rows: &mut Vec<Row>) {
+    let prefix = format!("meshscale{}", std::process::id());
+    let image = format!("{prefix}-busybox:1");
+    let _cleanup = Cleanup(prefix.clone(), image.clone());
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
+    let tar = Command::new("tar")
+        .arg("-C")
+        .arg(root.path())
+        .args(["-c", "."])
+        .output()
+        .unwrap();
+    let mut import = Command::new("docker")
+        .args(["import", "-", &image])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
+    assert!(import.wait().unwrap().success());
+
+    let name = |i: usize| format!("{prefix}-app{i}");
+    let apps: Vec<usize> = (0..N).collect();
+    at_a_time(16, &apps, |&i| {
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &name(i),
+            "--stop-timeout",
+            "2",
+            "-v",
+            &format!("{prefix}-vol{i}:/data"),
+            &image,
+            "/bin/busybox",
+            "sleep",
+            "100000",
+        ]);
+    });
+    let modules: String = (0..N)
+        .map(|i| {
+            format!(
+                "{{ name = \"app{i}\", config = fun s => {{ containers = [{{ name = \"{}\", image = \"{image}\", command = [\"/bin/busybox\", \"sleep\", \"100000\"], volumes = [{{ source = \"{prefix}-vol{i}\", target = \"/data\" }}] }}] }} }},\n",
+                name(i)
+            )
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let decl = dir.path().join("node.ncl");
+    std::fs::write(
+        &decl,
+        format!("let mesh = import \"mesh.ncl\" in\nmesh.node {{ name = \"c60\", settings = {{ ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }}, private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.1\" }} }}, modules = [\n{modules}] }}\n"),
+    )
+    .unwrap();
+    let ns = format!("{prefix}-ns");
+    let _ns = common::Netns::add(ns.clone());
+    let mesh = |args: &[&str]| common::mesh(&dir.path().join("state"), dir.path(), Some(&ns), args);
+    let timed = |args: &[&str]| {
+        let t = Instant::now();
+        mesh(args);
+        t.elapsed()
+    };
+    mesh(&["adopt", decl.to_str().unwrap()]);
+    let all: Vec<String> = (0..N).map(|i| format!("app{i}")).collect();
+    let mut take: Vec<&str> = vec!["take"];
+    take.extend(all.iter().map(String::as_str));
+    let mesh_take = timed(&take);
+    let mesh_back = timed(&["rollback", "--to", "1"]);
+    let mesh_forward = timed(&["rollback", "--to", "2"]);
+    mesh(&["rollback", "--to", "1"]);
+
+    // The same calls through the CLI.
+    let take_one = |&i: &usize| {
+        let n = name(i);
+        docker(&["stop", &n]);
+        docker(&["rename", &n, &format!("{n}.found")]);
+        docker(&[
+            "create",
+            "--name",
+            &n,
+            "-v",
+            &format!("{prefix}-vol{i}:/data"),
+            &image,
+            "/bin/busybox",
+            "sleep",
+            "100000",
+        ]);
+        docker(&["start", &n]);
+    };
+    let back_one = |&i: &usize| {
+        let n = name(i);
+        docker(&["rm", "-f", &n]);
+        docker(&["start", &format!("{n}.found")]);
+        docker(&["rename", &format!("{n}.found"), &n]);
+    };
+    let cli16_take = at_a_time(16, &apps, take_one);
+    let cli16_back = at_a_time(16, &apps, back_one);
+    let cli16_forward = at_a_time(16, &apps, take_one);
+    at_a_time(16, &apps, back_one);
+    let cli1_take = at_a_time(1, &apps, take_one);
+    let cli1_back = at_a_time(1, &apps, back_one);
+    let cli1_forward = at_a_time(1, &apps, take_one);
+    at_a_time(16, &apps, back_one);
+
+    for (what, mesh_time, cli16, cli1) in [
+        ("take of 60 containers", mesh_take, cli16_take, cli1_take),
+        ("rollback across it", mesh_back, cli16_back, cli1_back),
+        ("forward again", mesh_forward, cli16_forward, cli1_forward),
+    ] {
+        rows.push(Row {
+            what: format!("{what} (stop 2 s)"),
+            mesh: mesh_time,
+            reference: "docker CLI, 16 at a time".into(),
+            against: cli16,
+            target: "<= 1.2x",
+            percent: false,
+        });
+        rows.push(Row {
+            what: String::new(),
+            mesh: mesh_time,
+            reference: "docker CLI, one by one".into(),
+            against: cli1,
+            target: "<= 0.2x",
+            percent: false,
+        });
+    }
+}
+
+/// A node of `n` modules, each in a file of its own with ten files, a container and an
+/// opening reading its port from the settings, imported through a catalogue.
+fn generate(dir: &Path, n: usize) -> PathBuf {
+    std::fs::create_dir_all(dir.join("apps")).unwrap();
+    std::fs::create_dir_all(dir.join(".git")).unwrap();
+    let mut catalogue = String::from("{\n");
+    for m in 0..n {
+        std::fs::write(dir.join(format!("apps/app{m}.ncl")), module(m, 0)).unwrap();
+        catalogue.push_str(&format!("  app{m} = import \"apps/app{m}.ncl\",\n"));
+    }
+    catalogue.push_str("}\n");
+    std::fs::write(dir.join("catalogue.ncl"), catalogue).unwrap();
+    let ports: String = (0..n)
+        .map(|m| format!("app{m} = {}, ", 20000 + m))
+        .collect();
+    let assigned: String = (0..n).map(|m| format!("c.app{m}, ")).collect();
+    let node = dir.join("node.ncl");
+    std::fs::write(
+        &node,
+        format!("let mesh = import \"mesh.ncl\" in\nlet c = import \"catalogue.ncl\" in\nmesh.node {{\n  name = \"large\",\n  settings = {{\n    ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820, {ports} }},\n    private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.9\" }},\n  }},\n  modules = [{assigned}],\n}}\n"),
+    )
+    .unwrap();
+    node
+}
+
+fn module(m: usize, edit: usize) -> String {
+    let files: String = (0..10)
+        .map(|f| format!("{{ path = \"/etc/app{m}/conf{f}.conf\", content = \"# app {m} file {f}, edit {edit}\\nlisten = %{{std.to_string s.ports.app{m}}}\\n\" }},"))
+        .collect();
+    format!("{{ name = \"app{m}\", config = fun s => {{ files = [{files}], containers = [{{ name = \"app{m}\", image = \"example/app:{m}\", publish = [{{ host_port = s.ports.app{m}, container_port = 8080 }}], volumes = [{{ source = \"app{m}-data\", target = \"/data\" }}] }}], openings = [{{ port = s.ports.app{m}, paths = ['forwarded] }}] }} }}\n")
+}
+
+fn build(state: &Path, node: &Path) -> (Duration, serde_json::Value) {
+    let t = Instant::now();
+    let out = common::mesh(
+        state,
+        Path::new("/"),
+        None,
+        &["build", node.to_str().unwrap(), "--json"],
+    );
+    let d = t.elapsed();
+    (
+        d,
+        serde_json::from_str(out.lines().last().unwrap()).unwrap(),
+    )
+}
+
+fn builds(rows: &mut Vec<Row>, n: usize, runs: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let node = generate(dir.path(), n);
+    let lib_state = tempfile::tempdir().unwrap();
+    let library = mesh_compiler::library::install(lib_state.path()).unwrap();
+    let whole_once = || {
+        let t = Instant::now();
+        let e = mesh_compiler::eval::evaluate(&node, &library, &BTreeMap::new()).unwrap();
+        std::hint::black_box(&e);
+        t.elapsed()
+    };
+    whole_once(); // the page cache
+    let whole = median((0..runs).map(|_| whole_once()).collect());
+    let mut ids = Vec::new();
+    let cold = median(
+        (0..runs)
+            .map(|_| {
+                let state = tempfile::tempdir().unwrap();
+                let (d, v) = build(state.path(), &node);
+                assert_eq!(
+                    v["modules_evaluated"], n,
+                    "a cold build evaluates every module"
+                );
+                ids.push(v["id"].clone());
+                d
+            })
+            .collect(),
+    );
+    let state = tempfile::tempdir().unwrap();
+    build(state.path(), &node);
+    let changed = median(
+        (1..=runs * 2)
+            .map(|edit| {
+                let m = (edit * 37) % n;
+                std::fs::write(dir.path().join(format!("apps/app{m}.ncl")), module(m, edit))
+                    .unwrap();
+                let (d, v) = build(state.path(), &node);
+                assert_eq!(v["modules_evaluated"], 1, "one module evaluated");
+                d
+            })
+            .collect(),
+    );
+    rows.push(Row {
+        what: format!("build, {n} modules in files of their own: cold"),
+        mesh: cold,
+        reference: "one whole evaluation (Nickel)".into(),
+        against: whole,
+        target: "<= 0.7x",
+        percent: false,
+    });
+    rows.push(Row {
+        what: format!("build, {n} modules: one module's file changed"),
+        mesh: changed,
+        reference: "the cold build".into(),
+        against: cold,
+        target: "< 10%",
+        percent: true,
+    });
+}
+
+fn main() {
+    // The builds' evaluating children are the mesh binary; nothing here is a child.
+    let mut rows = Vec::new();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let only = std::env::var("MESH_BENCH_ONLY").unwrap_or_default();
+    if only != "containers" {
+        builds(&mut rows, 200, 5);
+        builds(&mut rows, 800, 3);
+    }
+    let docker_ran =
+        only != "builds" && rustix::process::geteuid().is_root() && common::docker_here();
+    if docker_ran {
+        containers(&mut rows);
+    }
+    println!("\nat the seed's scale, on {cores} cores (medians; containers: one run each)\n");
+    println!(
+        "{:<50} {:>9}   {:<42} {:>9}   target",
+        "", "mesh", "against", "ratio"
+    );
+    for r in &rows {
+        let ratio = r.mesh.as_secs_f64() / r.against.as_secs_f64();
+        println!(
+            "{:<50} {:>9}   {:<42} {:>9}   {}",
+            r.what,
+            seconds(r.mesh),
+            format!("{:<32} {:>9}", r.reference, seconds(r.against)),
+            if r.percent {
+                format!("{:.1}%", ratio * 100.0)
+            } else {
+                format!("{ratio:.2}x")
+            },
+            r.target
+        );
+    }
+    if !docker_ran && only != "builds" {
+        println!("\n(the containers' rows need root and a Docker engine)");
+    }
+}

@@ -1,0 +1,212 @@
+//! One module changed, one module evaluated.
+//!
+//! A node's modules are found in its declaration's text ([`crate::spine`]); each has a key in
+//! the per-module cache ([`crate::cache::modules`]) made of everything its value depends on.
+//! The modules whose keys miss are evaluated — in declarations of their own, the node's with
+//! only those modules ([`Spine::wrapper`]), split across the machine's cores, one Nickel
+//! evaluation per process (Nickel's evaluator is not `Send`, and its interner is one lock) —
+//! and the others are read from the cache. The node is then assembled from the values as from a whole evaluation: the generation
+//! is byte for byte the one a whole evaluation gives.
+//!
+//! Whenever this way cannot answer exactly as a whole evaluation would — the declaration's
+//! shape is not one the walk knows, an evaluation fails, the assembly rejects the node, a file
+//! changed while it was read — it gives up, and the node is evaluated whole: the diagnostics,
+//! with their spans, are the whole evaluation's.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::assemble::{Assembled, NodeOut, RecordSource};
+use crate::cache::modules::{self, Entry, Kind};
+use crate::eval::ReadSource;
+use crate::imports::{Graph, Tree};
+use crate::spine::Spine;
+
+/// Fewer misses than this per process are evaluated in fewer processes: each process starts,
+/// and loads the standard library and the contracts, again.
+const MIN_PER_PROCESS: usize = 4;
+
+/// What the node is evaluated with.
+pub(crate) struct Inputs<'a> {
+    pub node: &'a Path,
+    pub library: &'a Path,
+    pub pinned: &'a BTreeMap<String, u16>,
+    pub tree: &'a Tree,
+    pub graph: &'a Graph,
+    pub record: Option<&'a RecordSource<'a>>,
+    /// The state directory whose cache is read (`None`: nothing is read from a cache).
+    pub cache: Option<&'a Path>,
+    /// How many processes may evaluate at once.
+    pub threads: usize,
+    /// Where chunks of modules are evaluated, when in processes of their own.
+    pub chunks: Option<crate::bounded::Chunks<'a>>,
+}
+
+/// An answer of the per-module way.
+pub(crate) struct Answer {
+    pub assembled: Assembled,
+    /// Every file the declaration reaches, with the digest of what was read.
+    pub sources: Vec<ReadSource>,
+    /// The cache entries to write.
+    pub entries: Vec<Entry>,
+    /// How many modules were evaluated (the others came from the cache).
+    pub evaluated: usize,
+}
+
+/// The evaluated part of one wrapper: the head and the chosen modules' values.
+struct Evaluated {
+    head: Value,
+    modules: Vec<Value>,
+    /// Files read whose text is not what the walk read.
+    changed: bool,
+}
+
+/// Evaluates the node module by module; `None` when only a whole evaluation can answer.
+pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
+    let import_paths = [inputs.library.to_owned()];
+    let spine = Spine::of(inputs.node, inputs.library, &import_paths, inputs.graph)?;
+    let keys = modules::keys(&spine, inputs.graph, inputs.pinned);
+    let look = |kind, key: &Option<String>| {
+        let (dir, key) = (inputs.cache?, key.as_ref()?);
+        modules::lookup(dir, kind, key)
+    };
+    let mut head = look(Kind::Head, &keys.head);
+    let mut values: Vec<Option<Value>> =
+        keys.modules.iter().map(|k| look(Kind::Module, k)).collect();
+    let misses: Vec<usize> = (0..values.len()).filter(|k| values[*k].is_none()).collect();
+    let mut entries = Vec::new();
+    if !misses.is_empty() || head.is_none() {
+        let threads = inputs.threads.min(misses.len() / MIN_PER_PROCESS).max(1);
+        let chunks: Vec<Vec<usize>> = (0..threads)
+            .map(|t| misses.iter().copied().skip(t).step_by(threads).collect())
+            .collect();
+        let results = run_chunks(inputs, &spine, &chunks)?;
+        for (chunk, evaluated) in chunks.iter().zip(results) {
+            if evaluated.changed {
+                return None;
+            }
+            head.get_or_insert(evaluated.head);
+            for (k, value) in chunk.iter().zip(evaluated.modules) {
+                if let Some(key) = &keys.modules[*k] {
+                    entries.push(Entry {
+                        kind: Kind::Module,
+                        key: key.clone(),
+                        value: value.clone(),
+                    });
+                }
+                values[*k] = Some(value);
+            }
+        }
+        if let (Some(key), Some(h)) = (&keys.head, &head) {
+            entries.push(Entry {
+                kind: Kind::Head,
+                key: key.clone(),
+                value: h.clone(),
+            });
+        }
+    }
+    let Value::Object(mut node) = head? else {
+        return None;
+    };
+    node.insert(
+        "modules".into(),
+        Value::Array(values.into_iter().collect::<Option<Vec<_>>>()?),
+    );
+    let node: NodeOut = serde_json::from_value(Value::Object(node)).ok()?;
+    let assembled = crate::assemble::assemble_node(&node, None, inputs.record).ok()?;
+    let sources = inputs
+        .graph
+        .digests
+        .iter()
+        .map(|(p, d)| (p.clone(), *d))
+        .collect();
+    Some(Answer {
+        assembled,
+        sources,
+        evaluated: misses.len(),
+        entries,
+    })
+}
+
+/// Evaluates each chunk's wrapper: here when there is one (or no process to run them in);
+/// else the first here and each other in a process of its own, all at once. `None` if one
+/// fails.
+fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Option<Vec<Evaluated>> {
+    let here = |chunk: &[usize]| {
+        let text = spine.wrapper(chunk);
+        crate::eval::evaluate_text_in(
+            inputs.node,
+            text,
+            inputs.library,
+            inputs.pinned,
+            inputs.tree,
+        )
+        .and_then(|e| {
+            let value = e.to_json().map_err(crate::MeshDiagnostic::new)?;
+            Ok((value, e.read_sources()))
+        })
+        .ok()
+    };
+    let (Some(processes), [_, _, ..]) = (&inputs.chunks, chunks) else {
+        return chunks
+            .iter()
+            .map(|chunk| {
+                let (value, read) = here(chunk)?;
+                split(inputs, chunk, value, &read)
+            })
+            .collect();
+    };
+    let answers: Vec<Option<(Value, Vec<ReadSource>)>> = std::thread::scope(|scope| {
+        // The other chunks' processes start first; this one's evaluator, the only one in this
+        // process, runs meanwhile.
+        let waiting: Vec<_> = chunks
+            .iter()
+            .map(|chunk| {
+                let text = spine.wrapper(chunk);
+                scope.spawn(move || processes.evaluate(text))
+            })
+            .collect();
+        waiting
+            .into_iter()
+            .map(|w| w.join().ok().flatten())
+            .collect()
+    });
+    chunks
+        .iter()
+        .zip(answers)
+        .map(|(chunk, answer)| {
+            let (value, read) = answer?;
+            split(inputs, chunk, value, &read)
+        })
+        .collect()
+}
+
+/// A chunk's value, split into the head and its modules' values.
+fn split(
+    inputs: &Inputs<'_>,
+    chunk: &[usize],
+    value: Value,
+    read: &[ReadSource],
+) -> Option<Evaluated> {
+    // A file whose text is not what the walk read (it changed in between): the keys would not
+    // name what was evaluated.
+    let changed = read.iter().any(|(path, digest)| {
+        path != inputs.node && inputs.graph.digests.get(path) != Some(digest)
+    });
+    let Value::Object(mut node) = value else {
+        return None;
+    };
+    let Value::Array(modules) = node.remove("modules")? else {
+        return None;
+    };
+    if modules.len() != chunk.len() {
+        return None;
+    }
+    Some(Evaluated {
+        head: Value::Object(node),
+        modules,
+        changed,
+    })
+}

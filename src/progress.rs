@@ -1,0 +1,110 @@
+//! The container phase's progress, shown when it runs longer than a moment: a bar on a terminal
+//! (indicatif), a plain line every few seconds otherwise (a log, a CI job), both on stderr so
+//! that `--json` output stays one object.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Nothing is shown for a phase shorter than this.
+const A_MOMENT: Duration = Duration::from_secs(1);
+/// Without a terminal, a line at most this often.
+const PLAIN_EVERY: Duration = Duration::from_secs(5);
+
+/// Reports the container phase of a switch.
+pub struct Containers {
+    terminal: bool,
+    state: Mutex<State>,
+}
+
+struct State {
+    started: Instant,
+    total: usize,
+    bar: Option<ProgressBar>,
+    last_line: Option<Instant>,
+}
+
+impl Containers {
+    pub fn new() -> Self {
+        Self {
+            terminal: std::io::stderr().is_terminal(),
+            state: Mutex::new(State {
+                started: Instant::now(),
+                total: 0,
+                bar: None,
+                last_line: None,
+            }),
+        }
+    }
+}
+
+/// The containers in flight, escaped, a few of them named.
+fn in_flight_text(in_flight: &[&str]) -> String {
+    let named: Vec<String> = in_flight
+        .iter()
+        .take(3)
+        .map(|n| mesh_lib::text::escape(n).into_owned())
+        .collect();
+    match in_flight.len() {
+        0 => String::new(),
+        n if n <= 3 => format!("in flight: {}", named.join(", ")),
+        n => format!("in flight: {} (+{} more)", named.join(", "), n - 3),
+    }
+}
+
+impl mesh_activator::docker::Progress for Containers {
+    fn begin(&self, total: usize) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.started = Instant::now();
+        s.total = total;
+        s.bar = None;
+        s.last_line = None;
+    }
+
+    fn update(&self, done: usize, in_flight: &[&str]) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let elapsed = s.started.elapsed();
+        if elapsed < A_MOMENT {
+            return;
+        }
+        if self.terminal {
+            let total = s.total as u64;
+            let bar = s.bar.get_or_insert_with(|| {
+                let bar = ProgressBar::with_draw_target(
+                    Some(total),
+                    ProgressDrawTarget::stderr_with_hz(4),
+                );
+                bar.set_style(
+                    ProgressStyle::with_template(
+                        "containers [{bar:30}] {pos}/{len} {elapsed} {wide_msg}",
+                    )
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+                bar
+            });
+            bar.set_position(done as u64);
+            bar.set_message(in_flight_text(in_flight));
+        } else if s.last_line.is_none_or(|t| t.elapsed() >= PLAIN_EVERY) {
+            s.last_line = Some(Instant::now());
+            eprintln!(
+                "containers: {done} of {} done after {} s{}",
+                s.total,
+                elapsed.as_secs(),
+                match in_flight_text(in_flight) {
+                    t if t.is_empty() => t,
+                    t => format!("; {t}"),
+                }
+            );
+        }
+    }
+
+    fn end(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bar) = s.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
