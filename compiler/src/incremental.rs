@@ -161,16 +161,16 @@ fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Opti
     let answers: Vec<Option<(Value, Vec<ReadSource>)>> = std::thread::scope(|scope| {
         // The other chunks' processes start first; this one's evaluator, the only one in this
         // process, runs meanwhile.
-        let waiting: Vec<_> = chunks
+        let waiting: Vec<_> = chunks[1..]
             .iter()
             .map(|chunk| {
                 let text = spine.wrapper(chunk);
                 scope.spawn(move || processes.evaluate(text))
             })
             .collect();
-        waiting
-            .into_iter()
-            .map(|w| w.join().ok().flatten())
+        let first = here(&chunks[0]);
+        std::iter::once(first)
+            .chain(waiting.into_iter().map(|w| w.join().ok().flatten()))
             .collect()
     });
     chunks

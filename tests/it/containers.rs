@@ -883,7 +883,11 @@ mesh.node {{
     assert_eq!(staged_count(&status["containers"]), 1, "{status}");
     // Nothing more to do: the next switch to it leaves it as it is.
     let again = f.ok(&["switch", "--generation", &current(&f)]);
-    assert!(!again.stdout.contains("container"), "{}", again.stdout);
+    assert!(
+        !again.stdout.contains(&format!("container {name}")),
+        "{}",
+        again.stdout
+    );
 
     f.ok(&["rollback", "--to", "2"]);
     assert_eq!(state(), "running", "taken again: it runs");
