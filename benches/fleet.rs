@@ -10,6 +10,10 @@
 //! 3. Against what an operator would otherwise run: `rsync` of the fleet's repository to each
 //!    node and `ssh node mesh switch` there, one node after another.
 //!
+//! The lab's nodes are fresh: their root's shell reads none of this machine's start-up files.
+//! Two rows measure 1 and 10 nodes whose root shell does (on the machines this was written on,
+//! a pyenv set-up: 0.1 s of CPU per command, on 2 cores shared by all the nodes).
+//!
 //! Prints one table with the ratios of one run.
 
 mod common;
@@ -72,6 +76,12 @@ fn deploy(
     (took, cpu, serde_json::from_slice(&out.stdout).unwrap())
 }
 
+/// The median of the wall times, with the CPU time of the same run.
+fn median_pair(mut runs: Vec<(Duration, Duration)>) -> (Duration, Duration) {
+    runs.sort();
+    runs[runs.len() / 2]
+}
+
 /// Bytes the deployer's namespace sent on its link to `node`.
 fn wire(lab: &Lab, node: usize) -> u64 {
     let out = Command::new("ip")
@@ -122,6 +132,21 @@ fn main() {
         one.push(t);
         one_cpu.push(cpu);
     }
+    // The same on nodes whose root's shell runs this machine's start-up file (pyenv's set-up: a
+    // tenth of a second of CPU for each of a deploy's two commands on a node).
+    let (rc_one, rc_ten) = {
+        let lab = Lab::with_machine_rc("bnrc", NODES, |n| node_decl(n, "version 0\\n", true));
+        let mut version = 0;
+        let _ = deploy(&lab, &all, &mut version);
+        let (mut ten, mut one) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            let (t, cpu, _) = deploy(&lab, &all, &mut version);
+            ten.push((t, cpu));
+            let (t, cpu, _) = deploy(&lab, &["node0"], &mut version);
+            one.push((t, cpu));
+        }
+        (median_pair(one), median_pair(ten))
+    };
     let (ten, one) = (median(ten), median(one));
     let (ten_cpu, one_cpu) = (median(ten_cpu), median(one_cpu));
     // What changed: the generation (its canonical encoding) and the one new content.
@@ -186,6 +211,20 @@ fn main() {
         reference.push(started.elapsed());
     }
     let reference = median(reference);
+    // The same with the key exchange an operator may choose: OpenSSH 9.2's default,
+    // sntrup761x25519, costs the client a key generation of some 60 ms of CPU per connection, two
+    // connections per node, all on the 2 cores the nodes share.
+    lab.ssh_option("KexAlgorithms curve25519-sha256");
+    let (kex_one, kex_ten) = {
+        let (mut ten, mut one) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            let (t, cpu, _) = deploy(&lab, &all, &mut version);
+            ten.push((t, cpu));
+            let (t, cpu, _) = deploy(&lab, &["node0"], &mut version);
+            one.push((t, cpu));
+        }
+        (median_pair(one), median_pair(ten))
+    };
 
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("fleet (one sshd per network namespace; medians of {RUNS})");
@@ -202,6 +241,30 @@ fn main() {
         ms(ten_cpu),
         100.0 * ten_cpu.as_secs_f64() / (ten.as_secs_f64() * cores as f64),
         ten.as_secs_f64() / one.as_secs_f64()
+    );
+    println!(
+        "| the same, KexAlgorithms curve25519-sha256 in the ssh config: 1 node | {} ({} CPU) | 1.00x |",
+        ms(kex_one.0),
+        ms(kex_one.1)
+    );
+    println!(
+        "| the same, KexAlgorithms curve25519-sha256 in the ssh config: {NODES} nodes | {} ({} CPU: {:.0}% of the {cores} cores) | {:.2}x of one node |",
+        ms(kex_ten.0),
+        ms(kex_ten.1),
+        100.0 * kex_ten.1.as_secs_f64() / (kex_ten.0.as_secs_f64() * cores as f64),
+        kex_ten.0.as_secs_f64() / kex_one.0.as_secs_f64()
+    );
+    println!(
+        "| the same, nodes whose root shell reads this machine's .bashrc: 1 node | {} ({} CPU) | 1.00x |",
+        ms(rc_one.0),
+        ms(rc_one.1)
+    );
+    println!(
+        "| the same, nodes whose root shell reads this machine's .bashrc: {NODES} nodes | {} ({} CPU: {:.0}% of the {cores} cores) | {:.2}x of one node |",
+        ms(rc_ten.0),
+        ms(rc_ten.1),
+        100.0 * rc_ten.1.as_secs_f64() / (rc_ten.0.as_secs_f64() * cores as f64),
+        rc_ten.0.as_secs_f64() / rc_one.0.as_secs_f64()
     );
     println!(
         "| rsync of the fleet repo + ssh mesh switch, {NODES} nodes in turn (reference) | {} | deploy is {:.2}x of it |",
