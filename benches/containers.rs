@@ -6,11 +6,10 @@
 //!
 //! Target (issue 5): under 1 s with a local engine.
 
-use std::io::Write;
 mod common;
 use common::median;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 fn docker(args: &[&str]) -> String {
@@ -23,54 +22,14 @@ fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-struct Cleanup(String, String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Ok(out) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("name={}", self.0)])
-            .output()
-        {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker")
-                    .arg("rm")
-                    .arg("-f")
-                    .args(&ids)
-                    .output();
-            }
-        }
-        let _ = Command::new("docker").args(["rmi", "-f", &self.1]).output();
-    }
-}
-
 fn main() {
     if !common::docker_here() {
         return;
     }
     let prefix = format!("meshbench{}", std::process::id());
     let image = format!("{prefix}-busybox:1");
-    let _cleanup = Cleanup(prefix.clone(), image.clone());
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("bin")).unwrap();
-    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-    let tar = Command::new("tar")
-        .arg("-C")
-        .arg(root.path())
-        .args(["-c", "."])
-        .output()
-        .unwrap();
-    let mut import = Command::new("docker")
-        .args(["import", "-", &image])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
-    assert!(import.wait().unwrap().success());
+    let _cleanup = common::DockerCleanup(prefix.clone(), image.clone());
+    common::import_busybox(&image);
 
     let n = 60;
     let cmd = r#"["/bin/busybox", "sleep", "100000"]"#;

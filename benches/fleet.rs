@@ -82,6 +82,38 @@ fn median_pair(mut runs: Vec<(Duration, Duration)>) -> (Duration, Duration) {
     runs[runs.len() / 2]
 }
 
+/// A wall time and the machine's CPU time of the same run.
+type Measured = (Duration, Duration);
+
+/// Deploys to every node of `all`, then to one, `RUNS` times: the medians (wall, CPU) of one
+/// node and of all.
+fn one_and_ten(lab: &Lab, all: &[&str], version: &mut usize) -> (Measured, Measured) {
+    let (mut ten, mut one) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let (t, cpu, _) = deploy(lab, all, version);
+        ten.push((t, cpu));
+        let (t, cpu, _) = deploy(lab, &["node0"], version);
+        one.push((t, cpu));
+    }
+    (median_pair(one), median_pair(ten))
+}
+
+/// The table's rows for one node and for all, measured as `what` says.
+fn pair_rows(what: &str, one: Measured, ten: Measured, cores: usize) {
+    println!(
+        "| {what}: 1 node | {} ({} CPU) | 1.00x |",
+        ms(one.0),
+        ms(one.1)
+    );
+    println!(
+        "| {what}: {NODES} nodes | {} ({} CPU: {:.0}% of the {cores} cores) | {:.2}x of one node |",
+        ms(ten.0),
+        ms(ten.1),
+        100.0 * ten.1.as_secs_f64() / (ten.0.as_secs_f64() * cores as f64),
+        ten.0.as_secs_f64() / one.0.as_secs_f64()
+    );
+}
+
 /// Bytes the deployer's namespace sent on its link to `node`.
 fn wire(lab: &Lab, node: usize) -> u64 {
     let out = Command::new("ip")
@@ -138,14 +170,7 @@ fn main() {
         let lab = Lab::with_machine_rc("bnrc", NODES, |n| node_decl(n, "version 0\\n", true));
         let mut version = 0;
         let _ = deploy(&lab, &all, &mut version);
-        let (mut ten, mut one) = (Vec::new(), Vec::new());
-        for _ in 0..RUNS {
-            let (t, cpu, _) = deploy(&lab, &all, &mut version);
-            ten.push((t, cpu));
-            let (t, cpu, _) = deploy(&lab, &["node0"], &mut version);
-            one.push((t, cpu));
-        }
-        (median_pair(one), median_pair(ten))
+        one_and_ten(&lab, &all, &mut version)
     };
     let (ten, one) = (median(ten), median(one));
     let (ten_cpu, one_cpu) = (median(ten_cpu), median(one_cpu));
@@ -215,16 +240,7 @@ fn main() {
     // sntrup761x25519, costs the client a key generation of some 60 ms of CPU per connection, two
     // connections per node, all on the 2 cores the nodes share.
     lab.ssh_option("KexAlgorithms curve25519-sha256");
-    let (kex_one, kex_ten) = {
-        let (mut ten, mut one) = (Vec::new(), Vec::new());
-        for _ in 0..RUNS {
-            let (t, cpu, _) = deploy(&lab, &all, &mut version);
-            ten.push((t, cpu));
-            let (t, cpu, _) = deploy(&lab, &["node0"], &mut version);
-            one.push((t, cpu));
-        }
-        (median_pair(one), median_pair(ten))
-    };
+    let (kex_one, kex_ten) = one_and_ten(&lab, &all, &mut version);
 
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("fleet (one sshd per network namespace; medians of {RUNS})");
@@ -242,29 +258,17 @@ fn main() {
         100.0 * ten_cpu.as_secs_f64() / (ten.as_secs_f64() * cores as f64),
         ten.as_secs_f64() / one.as_secs_f64()
     );
-    println!(
-        "| the same, KexAlgorithms curve25519-sha256 in the ssh config: 1 node | {} ({} CPU) | 1.00x |",
-        ms(kex_one.0),
-        ms(kex_one.1)
+    pair_rows(
+        "the same, KexAlgorithms curve25519-sha256 in the ssh config",
+        kex_one,
+        kex_ten,
+        cores,
     );
-    println!(
-        "| the same, KexAlgorithms curve25519-sha256 in the ssh config: {NODES} nodes | {} ({} CPU: {:.0}% of the {cores} cores) | {:.2}x of one node |",
-        ms(kex_ten.0),
-        ms(kex_ten.1),
-        100.0 * kex_ten.1.as_secs_f64() / (kex_ten.0.as_secs_f64() * cores as f64),
-        kex_ten.0.as_secs_f64() / kex_one.0.as_secs_f64()
-    );
-    println!(
-        "| the same, nodes whose root shell reads this machine's .bashrc: 1 node | {} ({} CPU) | 1.00x |",
-        ms(rc_one.0),
-        ms(rc_one.1)
-    );
-    println!(
-        "| the same, nodes whose root shell reads this machine's .bashrc: {NODES} nodes | {} ({} CPU: {:.0}% of the {cores} cores) | {:.2}x of one node |",
-        ms(rc_ten.0),
-        ms(rc_ten.1),
-        100.0 * rc_ten.1.as_secs_f64() / (rc_ten.0.as_secs_f64() * cores as f64),
-        rc_ten.0.as_secs_f64() / rc_one.0.as_secs_f64()
+    pair_rows(
+        "the same, nodes whose root shell reads this machine's .bashrc",
+        rc_one,
+        rc_ten,
+        cores,
     );
     println!(
         "| rsync of the fleet repo + ssh mesh switch, {NODES} nodes in turn (reference) | {} | deploy is {:.2}x of it |",

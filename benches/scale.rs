@@ -22,9 +22,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::median;
@@ -55,46 +54,6 @@ fn at_a_time<T: Sync>(width: usize, items: &[T], work: impl Fn(&T) + Sync) -> Du
     t.elapsed()
 }
 
-struct Cleanup(String, String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Ok(out) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("name={}", self.0)])
-            .output()
-        {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker")
-                    .arg("rm")
-                    .arg("-f")
-                    .args(&ids)
-                    .output();
-            }
-        }
-        if let Ok(out) = Command::new("docker")
-            .args([
-                "volume",
-                "ls",
-                "-q",
-                "--filter",
-                &format!("name={}", self.0),
-            ])
-            .output()
-        {
-            for v in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let _ = Command::new("docker")
-                    .args(["volume", "rm", "-f", v])
-                    .output();
-            }
-        }
-        let _ = Command::new("docker").args(["rmi", "-f", &self.1]).output();
-    }
-}
-
 /// One row of the table: what, the mesh's time, the reference and its time, the target.
 struct Row {
     what: String,
@@ -118,24 +77,8 @@ const N: usize = 60;
 fn containers(rows: &mut Vec<Row>) {
     let prefix = format!("meshscale{}", std::process::id());
     let image = format!("{prefix}-busybox:1");
-    let _cleanup = Cleanup(prefix.clone(), image.clone());
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("bin")).unwrap();
-    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-    let tar = Command::new("tar")
-        .arg("-C")
-        .arg(root.path())
-        .args(["-c", "."])
-        .output()
-        .unwrap();
-    let mut import = Command::new("docker")
-        .args(["import", "-", &image])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
-    assert!(import.wait().unwrap().success());
+    let _cleanup = common::DockerCleanup(prefix.clone(), image.clone());
+    common::import_busybox(&image);
 
     let name = |i: usize| format!("{prefix}-app{i}");
     let apps: Vec<usize> = (0..N).collect();

@@ -88,3 +88,65 @@ pub fn docker_here() -> bool {
     }
     ok
 }
+
+/// Imports `image`: a root of busybox alone, made with `docker import`.
+pub fn import_busybox(image: &str) {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
+    let tar = Command::new("tar")
+        .arg("-C")
+        .arg(root.path())
+        .args(["-c", "."])
+        .output()
+        .unwrap();
+    let mut import = Command::new("docker")
+        .args(["import", "-", image])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
+    assert!(import.wait().unwrap().success());
+}
+
+/// Removes, when dropped, the containers and volumes whose names hold `.0`, and the image `.1`.
+pub struct DockerCleanup(pub String, pub String);
+
+impl Drop for DockerCleanup {
+    fn drop(&mut self) {
+        if let Ok(out) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("name={}", self.0)])
+            .output()
+        {
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker")
+                    .arg("rm")
+                    .arg("-f")
+                    .args(&ids)
+                    .output();
+            }
+        }
+        if let Ok(out) = Command::new("docker")
+            .args([
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("name={}", self.0),
+            ])
+            .output()
+        {
+            for v in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("docker")
+                    .args(["volume", "rm", "-f", v])
+                    .output();
+            }
+        }
+        let _ = Command::new("docker").args(["rmi", "-f", &self.1]).output();
+    }
+}
