@@ -215,18 +215,33 @@ fn source_match(from: Source, settings: &Settings) -> Option<Statement<'static>>
     }
 }
 
+/// The longest comment nft takes on a rule, in bytes.
+pub const COMMENT_MAX: usize = 128;
+
 /// The comment that marks a rule as the mesh's: the module it opens for, and what it opens (so
-/// that each rule's comment is its own).
+/// that each rule's comment is its own). A text longer than nft takes (a module and a setting
+/// of 63 characters each, a source range) keeps its head and ends with `~` and 16 hex digits
+/// of the whole text's digest: still its own, still the same on every build.
 pub fn opening_comment(opening: &Opening) -> String {
     let from = match opening.from {
         Source::Anywhere => "anywhere".to_string(),
         Source::Private => "private".to_string(),
         Source::Range(r) => r.to_string(),
     };
-    format!(
+    let full = format!(
         "mesh: {} {} {}/{} from {from}",
         opening.module, opening.setting, opening.port, opening.protocol
-    )
+    );
+    if full.len() <= COMMENT_MAX {
+        return full;
+    }
+    let digest = blake3::hash(full.as_bytes()).to_hex();
+    let tail = format!("~{}", &digest[..16]);
+    let mut head = COMMENT_MAX - tail.len();
+    while !full.is_char_boundary(head) {
+        head -= 1;
+    }
+    format!("{}{tail}", &full[..head])
 }
 
 /// The statements of the rule that accepts `opening` on `path`: on the incoming path the
@@ -516,5 +531,39 @@ fn expression(e: &Expression<'_>, quoted: bool) -> String {
             format!("{{ {} }}", inner.join(", "))
         }
         other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Port, Protocol};
+
+    fn opening(module: &str, setting: &str) -> Opening {
+        Opening {
+            module: module.into(),
+            setting: setting.into(),
+            port: Port::new(65535).unwrap(),
+            protocol: Protocol::Tcp,
+            paths: BTreeSet::from([TrafficPath::Incoming]),
+            from: Source::Range("203.0.113.128/25".parse().unwrap()),
+        }
+    }
+
+    /// A comment fits what nft takes, a short one unchanged; two long ones that differ only
+    /// past the cut stay apart, and each is the same on every call.
+    #[test]
+    fn comments_fit_nft_and_stay_their_own() {
+        assert_eq!(
+            opening_comment(&opening("web", "http")),
+            "mesh: web http 65535/tcp from 203.0.113.128/25"
+        );
+        let (m, s) = ("m".repeat(63), "s".repeat(63));
+        let a = opening_comment(&opening(&m, &format!("{}a", &s[1..])));
+        let b = opening_comment(&opening(&m, &format!("{}b", &s[1..])));
+        assert_eq!(a.len(), COMMENT_MAX, "{a}");
+        assert!(a.starts_with(&format!("mesh: {m} ")), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, opening_comment(&opening(&m, &format!("{}a", &s[1..]))));
     }
 }

@@ -96,3 +96,53 @@ fn nft_accepts_the_rendered_rulesets() {
     let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(norm(&listed), norm(&rendered));
 }
+
+/// nft takes a rule comment of 128 bytes at most, and the mesh knows its rules by their
+/// comments: a module and a setting of 63 characters each, opened from a range, are loaded by
+/// the switch, and a reconcile right after finds nothing to repair.
+#[test]
+fn the_longest_names_fit_nfts_comments() {
+    if !have_root_tools(&["ip", "nft"]) {
+        return;
+    }
+    let f = crate::node_fixture::Fixture::new();
+    let (module, setting) = ("m".repeat(63), "s".repeat(63));
+    f.write_decl(
+        "long.ncl",
+        &format!(
+            r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820, {setting} = 8080 }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
+  }},
+  modules = [
+    {{ name = "{module}", config = fun s => {{ openings = [{{ port = s.ports.{setting}, paths = ['incoming], from = "203.0.113.128/25" }}] }} }},
+  ],
+}}
+"#
+        ),
+    );
+    f.ok(&["switch", f.decl("long.ncl").to_str().unwrap()]);
+    let listed = std::process::Command::new("ip")
+        .args(["netns", "exec", &f.netns, "nft", "list", "ruleset"])
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&listed.stdout);
+    let ours: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.split_once("comment \"mesh: ").map(|(_, c)| c))
+        .filter(|c| c.starts_with(&module))
+        .collect();
+    assert!(!ours.is_empty(), "the opening's rule is loaded:\n{rules}");
+    for c in &ours {
+        assert!(c.len() < 128, "{c}");
+    }
+    let repaired = f.ok(&["reconcile", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&repaired.stdout).unwrap();
+    let converged = &v["converged"];
+    assert_eq!(converged["inserted"], 0, "{v}");
+    assert_eq!(converged["removed"], 0, "{v}");
+    assert_eq!(converged["guard"], false, "{v}");
+}
