@@ -16,6 +16,7 @@ use mesh_lib::model::{
     PublishedPort, Settings, Source as From, TrafficPath, UnitEntry, UnitName, UnitState,
     UnitTrigger, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
 };
+use mesh_lib::path::HostMount;
 use mesh_lib::{BlobHash, Generation, NodeRecord, TargetPath};
 use serde::Deserialize;
 
@@ -98,6 +99,8 @@ struct VolumeOut {
     source: String,
     target: String,
     read_only: bool,
+    #[serde(default)]
+    host_access: bool,
 }
 
 #[derive(Deserialize)]
@@ -254,6 +257,14 @@ pub(crate) fn assemble_node(
     let mut containers: BTreeMap<ContainerName, (ContainerEntry, Pointer)> = BTreeMap::new();
     let mut host_ports: Vec<(PublishedPort, ModuleName, Pointer)> = Vec::new();
     let mut openings = foundation_openings(&settings);
+
+    // The files the node declares: a container may mount them, and their folders, wherever
+    // they are.
+    let declared: BTreeSet<&str> = node
+        .modules
+        .iter()
+        .flat_map(|m| m.files.iter().map(|file| file.path.as_str()))
+        .collect();
 
     for (mi, (m, module)) in node.modules.iter().zip(&module_names).enumerate() {
         let base = [f("modules"), Step::Index(mi)];
@@ -447,6 +458,37 @@ pub(crate) fn assemble_node(
                         ),
                         "this target",
                     ));
+                }
+                if v.source.starts_with('/') {
+                    let source_at = at(&here, &[f("volumes"), Step::Index(vi), f("source")]);
+                    match mesh_lib::path::host_mount(&v.source, &declared) {
+                        Some(HostMount::StateDir) => {
+                            return Err(ctx.reject(
+                                &source_at,
+                                format!(
+                                    "container {name}: volume source `{}` reaches the mesh's state directory ({})",
+                                    v.source,
+                                    mesh_lib::path::STORE_ROOT
+                                ),
+                                "this source",
+                            ))
+                        }
+                        Some(HostMount::Host(what)) if !v.host_access => {
+                            return Err(ctx
+                                .reject(
+                                    &source_at,
+                                    format!(
+                                        "container {name}: volume source `{}` hands the container {what}",
+                                        v.source
+                                    ),
+                                    "this source",
+                                )
+                                .with_help(
+                                    "if the container must have it, say so on the volume: `host_access = true`",
+                                ))
+                        }
+                        _ => {}
+                    }
                 }
                 volumes.push(Volume {
                     source: v.source.clone(),

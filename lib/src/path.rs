@@ -137,6 +137,80 @@ impl<'de> Deserialize<'de> for TargetPath {
     }
 }
 
+/// What a container's bind mount of a host path reaches beyond data of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostMount {
+    /// The mesh's state directory, or a path in it: refused, always.
+    StateDir,
+    /// A part of the host that gives its holder the host (the words say which): refused unless
+    /// the volume asks for it.
+    Host(&'static str),
+}
+
+/// The parts of a host a bind mount hands over, and what each is.
+const HOST_PARTS: &[(&str, &str)] = &[
+    ("/boot", "the host's boot files"),
+    ("/dev", "the host's devices"),
+    ("/etc", "the host's configuration and secrets"),
+    ("/proc", "the host's kernel interfaces"),
+    ("/sys", "the host's kernel interfaces"),
+    ("/root", "the home of the host's root"),
+    (
+        "/run",
+        "the host's runtime sockets (the container engine's among them)",
+    ),
+    (
+        "/var/run",
+        "the host's runtime sockets (the container engine's among them)",
+    ),
+    ("/usr", "the host's programs"),
+    ("/bin", "the host's programs"),
+    ("/sbin", "the host's programs"),
+    ("/lib", "the host's programs"),
+    ("/lib64", "the host's programs"),
+    ("/var/lib/docker", "the container engine's state"),
+    ("/var/lib/containerd", "the container engine's state"),
+];
+
+/// `path` resolved as text: empty and `.` components dropped, `..` going up (never above `/`).
+/// Docker resolves a bind mount's source the same way before the kernel sees it.
+pub fn lexical(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// What a bind mount of the host path `source` reaches, when more than data: the mesh's state
+/// directory (or `/` and the folders that hold it), or a part of the host that gives its holder
+/// the host ([`HOST_PARTS`]) — except a file the node declares (in `declared`), or the folder a
+/// declared file is in, below the top of such a part (`/etc/caddy` for a declared
+/// `/etc/caddy/Caddyfile`; never `/etc` itself).
+pub fn host_mount(source: &str, declared: &std::collections::BTreeSet<&str>) -> Option<HostMount> {
+    let path = lexical(source);
+    let under = |top: &str| path == top || path.starts_with(&format!("{top}/"));
+    if under(STORE_ROOT) {
+        return Some(HostMount::StateDir);
+    }
+    if path == "/" || STORE_ROOT.starts_with(&format!("{path}/")) {
+        return Some(HostMount::Host(
+            "the whole host, the mesh's state directory with it",
+        ));
+    }
+    let (top, what) = HOST_PARTS.iter().find(|(top, _)| under(top))?;
+    let folder_of = |file: &str| file.rsplit_once('/').map(|(folder, _)| folder == path);
+    let declared_here = declared.contains(path.as_str())
+        || (path != *top && declared.iter().any(|d| folder_of(d) == Some(true)));
+    (!declared_here).then_some(HostMount::Host(what))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +271,52 @@ mod tests {
         assert!(err.contains("`/etc/a\\nb`"), "{err}");
         assert!(err.contains("U+000A (newline)"), "{err}");
         assert!(!err.contains('\n'));
+    }
+
+    /// A bind mount reaching the state directory is refused; one reaching the host needs the
+    /// volume's consent, unless it is a declared file or a declared file's folder.
+    #[test]
+    fn host_mounts_are_named() {
+        use std::collections::BTreeSet;
+        let declared: BTreeSet<&str> = ["/etc/caddy/Caddyfile", "/srv/app/app.env"].into();
+        let host = |s: &str| host_mount(s, &declared);
+        assert_eq!(host("/var/lib/mesh"), Some(HostMount::StateDir));
+        assert_eq!(host("/var/lib/mesh/store/x"), Some(HostMount::StateDir));
+        assert_eq!(
+            host("/var/lib/./docker/../mesh/"),
+            Some(HostMount::StateDir)
+        );
+        for whole in ["/", "//", "/var", "/var/lib/", "/etc/.."] {
+            assert!(matches!(host(whole), Some(HostMount::Host(_))), "{whole}");
+        }
+        for part in [
+            "/var/run/docker.sock",
+            "/run/docker.sock",
+            "/etc",
+            "/etc/shadow",
+            "/etc/caddy/../shadow",
+            "/proc",
+            "/sys/fs/cgroup",
+            "/dev/sda",
+            "/root/.ssh",
+            "/usr/bin",
+            "/var/lib/docker/volumes",
+        ] {
+            assert!(matches!(host(part), Some(HostMount::Host(_))), "{part}");
+        }
+        for fine in [
+            "/etc/caddy/Caddyfile",
+            "/etc/caddy",
+            "/etc/caddy/",
+            "/srv/app",
+            "/srv/data",
+            "/var/lib/meshy",
+            "/var/lib/postgresql/data",
+            "/home/app",
+        ] {
+            assert_eq!(host(fine), None, "{fine}");
+        }
+        assert_eq!(lexical("/a/./b//../c/"), "/a/c");
+        assert_eq!(lexical("/../.."), "/");
     }
 }

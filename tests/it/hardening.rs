@@ -303,6 +303,73 @@ fn a_special_mode_needs_its_opt_in() {
     );
 }
 
+/// A container's bind mount is a way into the host: a volume whose source is `/`, the engine's
+/// socket, /etc, /proc, /dev, root's home… is refused with its span unless the volume says
+/// `host_access = true`; one reaching the mesh's state directory is refused even then; a file
+/// the node declares, and its folder, mount as before.
+#[test]
+fn a_host_mount_needs_its_opt_in() {
+    let container = |source: &str, extra: &str| {
+        format!(
+            r#"containers = [{{ name = "agent", image = "example/agent:1", volumes = [{{ source = "{source}", target = "/host"{extra} }}] }}]"#
+        )
+    };
+    for (source, says) in [
+        ("/var/run/docker.sock", "runtime sockets"),
+        ("/", "the whole host"),
+        ("/var/lib/../lib", "the whole host"),
+        ("/etc", "configuration and secrets"),
+        ("/proc", "kernel interfaces"),
+        ("/root/.ssh", "home of the host's root"),
+    ] {
+        let ran = rejected(&node(PORTS, &module("m", &container(source, ""))), None);
+        assert_says(
+            &ran,
+            &[
+                &format!("volume source `{source}` hands the container the"),
+                says,
+                "bad-node.ncl:9:",
+                "host_access = true",
+            ],
+        );
+    }
+    for source in [
+        "/var/lib/mesh",
+        "/var/lib/mesh/store",
+        "/var/lib/docker/../mesh/",
+    ] {
+        let ran = rejected(
+            &node(
+                PORTS,
+                &module("m", &container(source, ", host_access = true")),
+            ),
+            None,
+        );
+        assert_says(
+            &ran,
+            &["reaches the mesh's state directory", "bad-node.ncl:9:"],
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let decl = dir.path().join("n.ncl");
+    for body in [
+        container(
+            "/var/run/docker.sock",
+            ", host_access = true, read_only = true",
+        ),
+        format!(
+            r#"files = [{{ path = "/etc/agent/agent.conf", content = "x" }}], {}"#,
+            container("/etc/agent", "")
+        ),
+        container("/srv/agent/data", ""),
+    ] {
+        std::fs::write(&decl, node(PORTS, &module("m", &body))).unwrap();
+        let built = build_json(state.path(), &decl, None);
+        assert!(built["id"].is_string(), "{body}: {built}");
+    }
+}
+
 /// Item 6, siblings: owner and group names and a container's printed strings hold no control
 /// character (they are printed in plans and `mesh show`); each refusal points at the value.
 #[test]
