@@ -209,7 +209,20 @@ impl Systemd for Bus {
                 .list_units_by_names(names(list))
                 .await
         })?;
+        // One row per name asked, in order; a row names the unit by its own name, not by the
+        // alias it was asked by (`sshd.service` answers as `ssh.service`), so each row is the
+        // answer for the name at its place.
         let mut out = BTreeMap::new();
+        if rows.len() == list.len() {
+            for (name, row) in list.iter().zip(rows) {
+                let now = UnitNow {
+                    load: row.2,
+                    active: row.3,
+                };
+                out.insert((*name).clone(), now);
+            }
+            return Ok(out);
+        }
         for row in rows {
             if let Ok(name) = UnitName::new(&row.0) {
                 out.insert(

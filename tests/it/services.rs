@@ -114,6 +114,39 @@ fn a_changed_file_reloads_its_unit_and_a_no_op_asks_nothing() {
     assert_eq!(node.property("pred.service", "ActiveState"), "active");
 }
 
+/// A file may name a unit by one of its aliases (Debian's `sshd.service` is `ssh.service`):
+/// systemd answers for the unit it is, and the reload reaches it.
+#[test]
+fn a_unit_named_by_its_alias_is_reloaded() {
+    if !tools() {
+        return;
+    }
+    let node = SystemdNode::boot("alias");
+    let text = counting_unit("real", "pred", "multi-user.target\nAlias=nick.service");
+    std::fs::write(node.here("real.unit"), text).unwrap();
+    node.ok_sh(
+        "cp /srv/t/real.unit /etc/systemd/system/real.service && systemctl enable --now real.service",
+    );
+    let module = |content: &str| {
+        decl(&format!(
+            r#"    {{ name = "conf", config = fun s => {{ files = [{{ path = "/etc/real/real.conf", content = "{content}", reloads = ["nick.service"] }}] }} }},"#
+        ))
+    };
+    let v1 = node.declare("v1.ncl", &module("one\n"));
+    let ran = node.ok(&["switch", &v1]);
+    assert!(
+        ran.stdout
+            .contains("reload   nick.service: /etc/real/real.conf created"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(node.count("real-reloads"), 1);
+    let v2 = node.declare("v2.ncl", &module("two\n"));
+    node.ok(&["switch", &v2]);
+    assert_eq!(node.count("real-reloads"), 2);
+    assert_eq!(node.count("real-starts"), 1, "reloaded, never restarted");
+}
+
 /// A declared unit: written, enabled, started; restarted when its file changes outside
 /// `[Install]`, enabled anew (not restarted) when only `[Install]` changes, reloaded when it
 /// asks for that; stopped, disabled and its file removed when no longer declared.
