@@ -49,12 +49,7 @@ fn main() {
         .map(|i| format!("{{ name = \"m{i}\", config = fun s => {{ containers = [{{ name = \"{prefix}-c{i}\", image = \"{image}\", command = {cmd} }}] }} }},\n"))
         .collect();
     let dir = tempfile::tempdir().unwrap();
-    let decl = dir.path().join("node.ncl");
-    std::fs::write(
-        &decl,
-        format!("let mesh = import \"mesh.ncl\" in\nmesh.node {{ name = \"c60\", settings = {{ ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }}, private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.1\" }} }}, modules = [\n{modules}] }}\n"),
-    )
-    .unwrap();
+    let decl = common::container_node(dir.path(), &modules);
     let ns = format!("{prefix}-ns");
     let _ns = common::Netns::add(ns.clone());
     let mesh = |args: &[&str]| common::mesh(&dir.path().join("state"), dir.path(), Some(&ns), args);

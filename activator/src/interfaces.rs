@@ -285,36 +285,52 @@ impl Interfaces {
 }
 
 #[cfg(test)]
+impl Interfaces {
+    /// Interfaces for a test: `(interface, address/prefix)` and `(interface, destination)`, every
+    /// route in the main table and delivering.
+    pub(crate) fn of(addresses: &[(&str, &str)], routes: &[(&str, &str)]) -> Self {
+        Self {
+            addresses: addresses
+                .iter()
+                .map(|(i, n)| Address {
+                    interface: (*i).into(),
+                    net: n.parse().unwrap(),
+                })
+                .collect(),
+            routes: routes
+                .iter()
+                .map(|(i, d)| Route {
+                    interface: Some((*i).into()),
+                    destination: d.parse().unwrap(),
+                    table: 254,
+                    delivers: true,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     fn lab() -> Interfaces {
-        let a = |i: &str, n: &str| Address {
-            interface: i.into(),
-            net: n.parse().unwrap(),
-        };
-        let r = |i: &str, d: &str| Route {
-            interface: Some(i.into()),
-            destination: d.parse().unwrap(),
-            table: 254,
-            delivers: true,
-        };
-        Interfaces {
-            addresses: vec![
-                a("lo", "127.0.0.1/8"),
-                a("eth0", "192.0.2.1/24"),
-                a("wg0", "10.77.0.1/24"),
-                a("docker0", "172.17.0.1/16"),
-                a("tun-old", "10.77.0.200/32"),
+        Interfaces::of(
+            &[
+                ("lo", "127.0.0.1/8"),
+                ("eth0", "192.0.2.1/24"),
+                ("wg0", "10.77.0.1/24"),
+                ("docker0", "172.17.0.1/16"),
+                ("tun-old", "10.77.0.200/32"),
             ],
-            routes: vec![
-                r("eth0", "0.0.0.0/0"),
-                r("eth0", "192.0.2.0/24"),
-                r("wg0", "10.77.0.0/24"),
-                r("docker0", "172.17.0.0/16"),
-                r("tun-old", "10.0.0.0/8"),
+            &[
+                ("eth0", "0.0.0.0/0"),
+                ("eth0", "192.0.2.0/24"),
+                ("wg0", "10.77.0.0/24"),
+                ("docker0", "172.17.0.0/16"),
+                ("tun-old", "10.0.0.0/8"),
             ],
-        }
+        )
     }
 
     /// The private network's own interface is no collision; a tunnel's address in the range

@@ -211,30 +211,24 @@ impl Systemd for Bus {
         })?;
         // One row per name asked, in order; a row names the unit by its own name, not by the
         // alias it was asked by (`sshd.service` answers as `ssh.service`), so each row is the
-        // answer for the name at its place.
-        let mut out = BTreeMap::new();
-        if rows.len() == list.len() {
-            for (name, row) in list.iter().zip(rows) {
+        // answer for the name at its place (by its own name only if systemd ever answered
+        // otherwise).
+        let by_place = rows.len() == list.len();
+        Ok(rows
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, row)| {
+                let name = match by_place {
+                    true => list[i].clone(),
+                    false => UnitName::new(&row.0).ok()?,
+                };
                 let now = UnitNow {
                     load: row.2,
                     active: row.3,
                 };
-                out.insert((*name).clone(), now);
-            }
-            return Ok(out);
-        }
-        for row in rows {
-            if let Ok(name) = UnitName::new(&row.0) {
-                out.insert(
-                    name,
-                    UnitNow {
-                        load: row.2,
-                        active: row.3,
-                    },
-                );
-            }
-        }
-        Ok(out)
+                Some((name, now))
+            })
+            .collect())
     }
 
     fn known(&self, name: &UnitName) -> Result<Option<Known>, SystemdError> {

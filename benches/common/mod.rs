@@ -89,6 +89,18 @@ pub fn docker_here() -> bool {
     ok
 }
 
+/// Writes `DIR/node.ncl`: the node of the container benches, with `modules` (Nickel module
+/// records, each followed by a comma); its path.
+pub fn container_node(dir: &Path, modules: &str) -> std::path::PathBuf {
+    let decl = dir.join("node.ncl");
+    std::fs::write(
+        &decl,
+        format!("let mesh = import \"mesh.ncl\" in\nmesh.node {{ name = \"c60\", settings = {{ ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }}, private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.1\" }} }}, modules = [\n{modules}] }}\n"),
+    )
+    .unwrap();
+    decl
+}
+
 /// Imports `image`: a root of busybox alone, made with `docker import`.
 pub fn import_busybox(image: &str) {
     let root = tempfile::tempdir().unwrap();

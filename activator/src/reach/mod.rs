@@ -817,32 +817,22 @@ mod tests {
     }
 
     fn net() -> Interfaces {
-        let a = |i: &str, n: &str| Address {
-            interface: i.into(),
-            net: n.parse().unwrap(),
-        };
-        let r = |i: &str, d: &str| Route {
-            interface: Some(i.into()),
-            destination: d.parse().unwrap(),
-            table: 254,
-            delivers: true,
-        };
-        Interfaces {
-            addresses: vec![
-                a("lo", "127.0.0.1/8"),
-                a("lo", "::1/128"),
-                a("eth0", "192.0.2.1/24"),
-                a("eth0", "2001:db8:1::1/64"),
-                a("wg0", "10.77.0.1/24"),
-                a("br-x", "172.30.0.1/24"),
+        Interfaces::of(
+            &[
+                ("lo", "127.0.0.1/8"),
+                ("lo", "::1/128"),
+                ("eth0", "192.0.2.1/24"),
+                ("eth0", "2001:db8:1::1/64"),
+                ("wg0", "10.77.0.1/24"),
+                ("br-x", "172.30.0.1/24"),
             ],
-            routes: vec![
-                r("eth0", "192.0.2.0/24"),
-                r("eth0", "2001:db8:1::/64"),
-                r("wg0", "10.77.0.0/24"),
-                r("br-x", "172.30.0.0/24"),
+            &[
+                ("eth0", "192.0.2.0/24"),
+                ("eth0", "2001:db8:1::/64"),
+                ("wg0", "10.77.0.0/24"),
+                ("br-x", "172.30.0.0/24"),
             ],
-        }
+        )
     }
 
     fn socket(address: &str, port: u16, v6only: Option<bool>) -> Listening {
