@@ -20,6 +20,9 @@ command -v dbus-daemon >/dev/null || need+=(dbus)
 # Real OpenSSH servers, one per network namespace, for the fleet's tests.
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
+# Each node's sshd runs in a mount namespace of its own (unshare, mount).
+command -v unshare >/dev/null || need+=(util-linux)
+command -v mount >/dev/null || need+=(mount)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing: ${need[*]}"
