@@ -63,14 +63,17 @@ pub struct Deploy {
     /// What the switch changed, in a few counts (files, firewall, units, containers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed: Option<serde_json::Value>,
-    /// When it was armed and when it last changed (RFC 3339, UTC).
+    /// When it was armed and when it last changed (RFC 3339, UTC, to the microsecond).
     pub armed: String,
     /// When it last changed.
     pub updated: String,
 }
 
+/// Now, to the microsecond: two deploys armed within one second (a deploy and the next, on a
+/// fast link) still sort by when they were armed. The text has a fixed width, so it sorts as
+/// the time does.
 fn now() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
 }
 
 /// The folder of the deploys' records.
@@ -225,5 +228,25 @@ mod tests {
             DeployState::Confirmed
         );
         assert!(Deploy::load(dir.path(), "../../etc/passwd").is_err());
+    }
+
+    /// Deploys armed within the same second are listed newest first, whatever their random
+    /// tokens: `mesh status` shows the last one.
+    #[test]
+    fn the_newest_is_first_within_a_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut armed = Vec::new();
+        for n in 0..8u8 {
+            let d = Deploy::arm(dir.path(), GenerationId::of(&[n]), None, 30).unwrap();
+            armed.push(d.token);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let listed: Vec<String> = Deploy::all(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|d| d.token)
+            .collect();
+        armed.reverse();
+        assert_eq!(listed, armed);
     }
 }
