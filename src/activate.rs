@@ -74,14 +74,14 @@ fn switch_declaration(
     })?;
     let mut built = build_with(state, &decl, record.as_ref())?;
     if let Some(r) = record.as_mut() {
-        if node.record_found(&built.generation, r)? > 0 {
+        if node.record_found(built.generation()?, r)? > 0 {
             if !dry_run {
                 node.save_record(r)?;
             }
             built = build_with(state, &decl, Some(r))?;
         }
     }
-    Ok(node.switch(built.id, &built.generation, trigger, Some(&decl), dry_run)?)
+    Ok(node.switch(built.id, built.generation()?, trigger, Some(&decl), dry_run)?)
 }
 
 fn report(switched: &Switched, json_out: bool) {
@@ -251,7 +251,7 @@ pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
         None => {
             // The record is named after the node: learn its name from a build with none.
             let built = build_with(state, &args.node, None)?;
-            NodeRecord::managed(built.generation.node.clone())
+            NodeRecord::managed(built.summary.node.clone())
         }
     };
     record.mode = Mode::Adopted;
@@ -336,9 +336,10 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
     // A module the declaration does not assign is the declaration's to fix (or a typo in the
     // module's name): say so, rather than let the build blame the record the take would write.
     let assigned = build_with(state, &decl, Some(&record))?;
+    let assigned_modules = &assigned.generation()?.modules;
     let missing: Vec<&str> = modules
         .iter()
-        .filter(|m| !assigned.generation.modules.contains_key(*m))
+        .filter(|m| !assigned_modules.contains_key(*m))
         .map(ModuleName::as_str)
         .collect();
     if !missing.is_empty() {
@@ -350,9 +351,7 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
                 more => format!("modules {}", more.join(", ")),
             },
             record.node,
-            assigned
-                .generation
-                .modules
+            assigned_modules
                 .keys()
                 .map(ModuleName::as_str)
                 .collect::<Vec<_>>()
@@ -650,7 +649,7 @@ fn preview_flip(machine: &Machine, args: &FlipArgs) -> Result<(), Failure> {
         Ok(engine) => engine.published().unwrap_or_default(),
         Err(_) => Vec::new(),
     };
-    let preview = node.preview_flip(&built.generation, published)?;
+    let preview = node.preview_flip(built.generation()?, published)?;
     let not_taken: Vec<String> = current
         .modules
         .iter()
@@ -730,7 +729,7 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
     let node = machine.open()?;
     let mut record = match node.record()? {
         Some(r) => r,
-        None => NodeRecord::managed(build_with(state, &args.node, None)?.generation.node.clone()),
+        None => NodeRecord::managed(build_with(state, &args.node, None)?.summary.node),
     };
     // The declaration's ports: built without the pins when repinning.
     let mut unpinned = record.clone();
@@ -738,7 +737,7 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
         unpinned.pinned.clear();
     }
     let built = build_with(state, &args.node, Some(&unpinned))?;
-    let settings = &built.generation.settings;
+    let settings = &built.generation()?.settings;
     // The private network's range must be clear of every network already on the node (the
     // predecessor's tunnel, a runtime's bridges, the uplink); the mesh's own hub interface,
     // once up, carries the node's address with the range and is not in the way.

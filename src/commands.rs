@@ -153,18 +153,17 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
         None => None,
     };
     let built = build_node(state, &args.node, args.record.as_deref(), !args.no_cache)?;
-    let g = &built.generation;
+    let g = &built.summary;
     if args.json {
-        let (managed, staged, held) = g.file_counts();
         let out = json!({
             "id": built.id,
             "node": g.node,
             "mode": g.mode,
             "cached": built.cached,
             "modules_evaluated": built.evaluated,
-            "files": { "managed": managed, "staged": staged, "held": held },
-            "containers": g.containers.len(),
-            "openings": g.openings.len(),
+            "files": g.files,
+            "containers": g.containers.managed + g.containers.staged + g.containers.held,
+            "openings": g.openings,
             "check": expected.map(|e| e == built.id),
         });
         say!("{out}");
@@ -193,7 +192,7 @@ fn show_cmd(state: &Path, args: ShowArgs) -> Result<(), Failure> {
     let as_path = Path::new(&args.what);
     let (id, generation) = if args.what.ends_with(".ncl") || as_path.is_file() {
         let built = build_node(state, as_path, args.record.as_deref(), true)?;
-        (built.id, built.generation)
+        (built.id, built.generation()?.clone())
     } else {
         let store = Store::open(state)?;
         let id = store.resolve_generation(&args.what)?;

@@ -102,7 +102,10 @@ impl From<BuildError> for Failure {
             BuildError::Bounded(mesh_compiler::bounded::BoundedError::Exceeded { .. }) => {
                 Exit::User
             }
-            BuildError::Store(_) | BuildError::Io { .. } | BuildError::Bounded(_) => Exit::System,
+            BuildError::Store(_)
+            | BuildError::Io { .. }
+            | BuildError::Bounded(_)
+            | BuildError::NotKept(_) => Exit::System,
         };
         match e {
             // Spans and help, each part escaped by the diagnostic itself; a limit's help.

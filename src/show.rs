@@ -3,31 +3,26 @@
 use std::fmt::Write as _;
 
 use mesh_lib::firewall::render_nft;
-use mesh_lib::model::{ContainerState, FileState, Mode, Source, TrafficPath};
+use mesh_lib::model::{FileState, Mode, Source, Summary, TrafficPath};
 use mesh_lib::{Generation, GenerationId};
 
 /// Two lines about a build.
-pub fn summary(id: &GenerationId, g: &Generation, cached: bool) -> String {
-    let (managed, staged, held) = g.file_counts();
-    let containers = g.containers.values().fold((0, 0, 0), |mut acc, c| {
-        match c.state {
-            ContainerState::Managed => acc.0 += 1,
-            ContainerState::Staged => acc.1 += 1,
-            ContainerState::Held { .. } => acc.2 += 1,
-        }
-        acc
-    });
+pub fn summary(id: &GenerationId, g: &Summary, cached: bool) -> String {
+    let (files, containers) = (g.files, g.containers);
     format!(
-        "built generation {} of node {} ({}){}\n  {} modules; files: {managed} managed, {staged} staged, {held} held; containers: {} managed, {} staged, {} held; {} openings",
+        "built generation {} of node {} ({}){}\n  {} modules; files: {} managed, {} staged, {} held; containers: {} managed, {} staged, {} held; {} openings",
         id.short(),
         g.node,
         g.mode,
         if cached { ", from the evaluation cache" } else { "" },
-        g.modules.len(),
-        containers.0,
-        containers.1,
-        containers.2,
-        g.openings.len()
+        g.modules,
+        files.managed,
+        files.staged,
+        files.held,
+        containers.managed,
+        containers.staged,
+        containers.held,
+        g.openings
     )
 }
 

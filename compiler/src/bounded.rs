@@ -12,12 +12,13 @@
 //!
 //! The child does all of the work that needs Nickel's values: the walk of the imports
 //! ([`crate::imports`]), the evaluation, and the assembly (whose rejections point into the
-//! sources); it answers with the generation, its blobs and the sources it read, or with the
-//! rejection, spans included. The mesh writes the store and the evaluation cache; a build the
-//! cache answers starts no child.
+//! sources). It keeps what it built ([`crate::keep`]: the blobs, the generation, the cache
+//! entries, in the state directory it was given) and answers with the generation's id and
+//! summary, or with the rejection, spans included: a large node's generation is not encoded
+//! for the mesh to decode again. A build the cache answers starts no child.
 //!
-//! The answer on the child's stdout: a little-endian `u64` length, that many bytes of JSON
-//! ([`Answer`]), then the blobs' bytes, concatenated in the order the JSON lists them.
+//! The answer on the child's stdout: a little-endian `u64` length, then that many bytes of JSON
+//! ([`Answer`]).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -25,10 +26,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use mesh_lib::{BlobHash, Generation, NodeRecord};
+use mesh_lib::model::Summary;
+use mesh_lib::{GenerationId, NodeRecord};
 use serde::{Deserialize, Serialize};
 
-use crate::assemble::{Assembled, NewBlob, RecordSource};
+use crate::assemble::{Assembled, RecordSource};
 use crate::diagnostic::MeshDiagnostic;
 use crate::eval::ReadSource;
 use crate::imports::Tree;
@@ -152,6 +154,11 @@ pub(crate) struct Request {
     /// The state directory whose per-module cache is read (`None`: none is).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
+    /// The state directory whose store keeps the generation.
+    pub state_dir: PathBuf,
+    /// The key of the evaluation cache's entry to write (`None`: no cache is written).
+    #[serde(default)]
+    pub cache_key: Option<[u8; 32]>,
     /// The program that evaluates chunks of modules, one process each (`None`: they are
     /// evaluated here, one after another).
     #[serde(default)]
@@ -164,26 +171,16 @@ pub(crate) struct Request {
 }
 
 #[derive(Serialize, Deserialize)]
-struct BlobHeader {
-    hash: BlobHash,
-    private: bool,
-    len: u64,
-}
-
-#[derive(Serialize, Deserialize)]
 enum Answer {
-    Built {
-        generation: Box<Generation>,
-        blobs: Vec<BlobHeader>,
-        sources: Vec<(PathBuf, String)>,
-        #[serde(default)]
-        entries: Vec<crate::cache::modules::Entry>,
-        #[serde(default)]
+    /// Built and kept in the store.
+    Kept {
+        id: GenerationId,
+        summary: Summary,
         evaluated: Option<usize>,
-        #[serde(default)]
-        parsed: Option<crate::imports::Parsed>,
     },
     Rejected(Box<MeshDiagnostic>),
+    /// What was built could not be kept: the store failed.
+    NotKept(String),
     /// A chunk's value, and the files it read.
     Chunk {
         value: serde_json::Value,
@@ -216,6 +213,13 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
         (Some(dir), true) => crate::cache::modules::load_parsed(dir, &request.node),
         _ => crate::imports::Parsed::new(),
     };
+    // A node built before here: most likely a few of its modules changed, to be evaluated
+    // here, so the evaluator loads its standard library while the walk goes on. (Not for a
+    // first build: its modules are evaluated in processes of their own, and the walk parses
+    // on every core.)
+    let warm = (!known.is_empty())
+        .then(|| crate::eval::Warm::start(&request.node, &request.library, &request.pinned, &tree))
+        .flatten();
     let (graph, parsed) = crate::imports::walk_with(
         &request.node,
         std::slice::from_ref(&request.library),
@@ -245,6 +249,7 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
             graph: &graph,
             record: source.as_ref(),
             cache: request.cache_dir.as_deref(),
+            warm: std::cell::Cell::new(warm),
             threads: if request.program.is_some() {
                 processes()
             } else {
@@ -261,7 +266,8 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
                 request,
             }),
         };
-        if let Some(answer) = crate::incremental::evaluate(&inputs) {
+        let answer = crate::incremental::evaluate(&inputs);
+        if let Some(answer) = answer {
             return Ok(Evaluated {
                 assembled: answer.assembled,
                 sources: answer.sources,
@@ -312,6 +318,8 @@ impl Chunks<'_> {
             time_seconds: self.request.time_seconds,
             per_module: false,
             cache_dir: None,
+            state_dir: self.request.state_dir.clone(),
+            cache_key: None,
             program: None,
             chunk: Some(text),
         };
@@ -369,7 +377,7 @@ pub(crate) fn evaluate_in_child(
     program: &Path,
     limits: Limits,
     request: &Request,
-) -> Result<Result<Evaluated, MeshDiagnostic>, BoundedError> {
+) -> Result<Result<crate::Kept, crate::BuildError>, BoundedError> {
     let input = serde_json::to_vec(request).map_err(|e| BoundedError::Failed {
         node: request.node.clone(),
         reason: e.to_string(),
@@ -471,117 +479,60 @@ fn run_child(
     Ok(output)
 }
 
-fn decode(output: &[u8]) -> Result<Result<Evaluated, MeshDiagnostic>, String> {
+fn decode(output: &[u8]) -> Result<Result<crate::Kept, crate::BuildError>, String> {
     let (len, rest) = output.split_first_chunk::<8>().ok_or("it is cut short")?;
     let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|e| e.to_string())?;
-    if rest.len() < len {
-        return Err("it is cut short".into());
-    }
-    let (json, mut data) = rest.split_at(len);
+    let json = rest.get(..len).ok_or("it is cut short")?;
     match serde_json::from_slice(json).map_err(|e| e.to_string())? {
-        Answer::Rejected(d) => Ok(Err(*d)),
+        Answer::Rejected(d) => Ok(Err((*d).into())),
+        Answer::NotKept(reason) => Ok(Err(crate::BuildError::NotKept(reason))),
         Answer::Chunk { .. } => Err("a chunk's answer, not a node's".into()),
-        Answer::Built {
-            generation,
-            blobs: headers,
-            sources,
-            entries,
+        Answer::Kept {
+            id,
+            summary,
             evaluated,
-            parsed,
-        } => {
-            let mut blobs = Vec::with_capacity(headers.len());
-            for h in headers {
-                let len = usize::try_from(h.len).map_err(|e| e.to_string())?;
-                if data.len() < len {
-                    return Err("a blob is cut short".into());
-                }
-                let (bytes, more) = data.split_at(len);
-                data = more;
-                if BlobHash::of(bytes) != h.hash {
-                    return Err(format!("blob {} does not match its name", h.hash));
-                }
-                blobs.push(NewBlob {
-                    hash: h.hash,
-                    bytes: bytes.to_vec(),
-                    private: h.private,
-                });
-            }
-            let sources = decode_sources(sources)?;
-            Ok(Ok(Evaluated {
-                assembled: Assembled {
-                    generation: *generation,
-                    blobs,
-                },
-                sources,
-                entries,
-                evaluated,
-                parsed,
-            }))
-        }
+        } => Ok(Ok(crate::Kept {
+            id,
+            summary,
+            evaluated,
+            generation: None,
+        })),
     }
 }
 
-fn encode(result: Result<Evaluated, MeshDiagnostic>) -> Result<Vec<u8>, serde_json::Error> {
-    frame(answer_of(result))
+fn encode(result: Result<crate::Kept, crate::BuildError>) -> Result<Vec<u8>, String> {
+    frame(match result {
+        Ok(kept) => Answer::Kept {
+            id: kept.id,
+            summary: kept.summary,
+            evaluated: kept.evaluated,
+        },
+        Err(crate::BuildError::Rejected(d)) => Answer::Rejected(Box::new(d)),
+        Err(e) => Answer::NotKept(e.to_string()),
+    })
+    .map_err(|e| e.to_string())
 }
 
 fn encode_chunk(
     result: Result<(serde_json::Value, Vec<ReadSource>), MeshDiagnostic>,
-) -> Result<Vec<u8>, serde_json::Error> {
+) -> Result<Vec<u8>, String> {
     frame(match result {
-        Ok((value, sources)) => (
-            Answer::Chunk {
-                value,
-                sources: encode_sources(sources),
-            },
-            Vec::new(),
-        ),
-        Err(d) => (Answer::Rejected(Box::new(d)), Vec::new()),
+        Ok((value, sources)) => Answer::Chunk {
+            value,
+            sources: encode_sources(sources),
+        },
+        Err(d) => Answer::Rejected(Box::new(d)),
     })
+    .map_err(|e| e.to_string())
 }
 
-/// The answer: its JSON's length, its JSON, the blobs' bytes.
-fn frame((answer, data): (Answer, Vec<u8>)) -> Result<Vec<u8>, serde_json::Error> {
+/// The answer: its JSON's length, then its JSON.
+fn frame(answer: Answer) -> Result<Vec<u8>, serde_json::Error> {
     let json = serde_json::to_vec(&answer)?;
-    let mut out = Vec::with_capacity(8 + json.len() + data.len());
+    let mut out = Vec::with_capacity(8 + json.len());
     out.extend_from_slice(&(json.len() as u64).to_le_bytes());
     out.extend_from_slice(&json);
-    out.extend_from_slice(&data);
     Ok(out)
-}
-
-fn answer_of(result: Result<Evaluated, MeshDiagnostic>) -> (Answer, Vec<u8>) {
-    match result {
-        Err(d) => (Answer::Rejected(Box::new(d)), Vec::new()),
-        Ok(e) => {
-            let mut data = Vec::new();
-            let blobs = e
-                .assembled
-                .blobs
-                .into_iter()
-                .map(|b| {
-                    data.extend_from_slice(&b.bytes);
-                    BlobHeader {
-                        hash: b.hash,
-                        private: b.private,
-                        len: b.bytes.len() as u64,
-                    }
-                })
-                .collect();
-            let sources = encode_sources(e.sources);
-            (
-                Answer::Built {
-                    generation: Box::new(e.assembled.generation),
-                    blobs,
-                    sources,
-                    entries: e.entries,
-                    evaluated: e.evaluated,
-                    parsed: e.parsed,
-                },
-                data,
-            )
-        }
-    }
 }
 
 /// The child's side: reads the request on stdin, limits its own address space, evaluates,
@@ -630,7 +581,11 @@ pub fn serve() -> u8 {
     }
     let answer = match request.chunk.clone() {
         Some(text) => encode_chunk(evaluate_chunk_here(&request, text)),
-        None => encode(evaluate_here(&request)),
+        None => encode(
+            evaluate_here(&request)
+                .map_err(crate::BuildError::from)
+                .and_then(|evaluated| crate::keep(&request, evaluated)),
+        ),
     };
     let answer = match answer {
         Ok(a) => a,

@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use mesh_lib::model::Summary;
 use mesh_lib::{atomic, GenerationId};
 use serde::{Deserialize, Serialize};
 
@@ -35,11 +36,24 @@ impl CacheKey {
         };
         Self(h.finalize())
     }
+
+    /// The key's bytes, to hand it to an evaluating child.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        self.0.as_bytes()
+    }
+
+    /// The key whose bytes these are.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(blake3::Hash::from_bytes(bytes))
+    }
 }
 
 #[derive(Serialize, Deserialize)]
 struct Entry {
     generation: GenerationId,
+    /// What a build reports of it (absent in entries of older builds).
+    #[serde(default)]
+    summary: Option<Summary>,
     sources: Vec<(PathBuf, String)>,
 }
 
@@ -50,13 +64,14 @@ fn entry_path(state_dir: &Path, key: &CacheKey) -> PathBuf {
         .join(key.0.to_hex().as_str())
 }
 
-/// The generation a previous evaluation with the same key and unchanged sources produced, if
-/// every source is still one the evaluation may read (`allowed`).
+/// The generation a previous evaluation with the same key and unchanged sources produced, and
+/// its summary where the entry has it, if every source is still one the evaluation may read
+/// (`allowed`).
 pub fn lookup(
     state_dir: &Path,
     key: &CacheKey,
     allowed: impl Fn(&Path) -> bool,
-) -> Option<GenerationId> {
+) -> Option<(GenerationId, Option<Summary>)> {
     let bytes = std::fs::read(entry_path(state_dir, key)).ok()?;
     let entry: Entry = serde_json::from_slice(&bytes).ok()?;
     for (path, digest) in &entry.sources {
@@ -68,13 +83,20 @@ pub fn lookup(
             return None;
         }
     }
-    Some(entry.generation)
+    Some((entry.generation, entry.summary))
 }
 
 /// Records what an evaluation read and produced. Failing to write the cache fails nothing.
-pub fn store(state_dir: &Path, key: &CacheKey, generation: GenerationId, sources: &[ReadSource]) {
+pub fn store(
+    state_dir: &Path,
+    key: &CacheKey,
+    generation: GenerationId,
+    summary: &Summary,
+    sources: &[ReadSource],
+) {
     let entry = Entry {
         generation,
+        summary: Some(summary.clone()),
         sources: sources
             .iter()
             .map(|(p, d)| (p.clone(), blake3::Hash::from_bytes(*d).to_hex().to_string()))
@@ -86,7 +108,8 @@ pub fn store(state_dir: &Path, key: &CacheKey, generation: GenerationId, sources
     };
     if let Some(dir) = path.parent() {
         if atomic::create_dir_all(dir).is_ok() {
-            let _ignored_cache_write_failure = atomic::write_file(&path, &bytes, 0o600);
+            // Not waited for, like the generation it names: a torn entry is a miss.
+            let _ignored_cache_write_failure = atomic::write_file_unsynced(&path, &bytes, 0o600);
         }
     }
 }
@@ -162,22 +185,21 @@ pub mod modules {
     }
 
     /// Hashes each file's path and digest; the declaration itself, when `outside` is given, by
-    /// its text around the `modules` array. `None` if a file's digest is unknown.
+    /// the digest of its text around the `modules` array ([`outside_digest`]). `None` if a
+    /// file's digest is unknown.
     fn files(
         h: &mut blake3::Hasher,
         graph: &Graph,
         set: &BTreeSet<PathBuf>,
         node: &Path,
-        outside: Option<[&str; 2]>,
+        outside: Option<&blake3::Hash>,
     ) -> Option<()> {
         for f in set {
             path(h, f);
             match outside {
-                Some([before, after]) if f == node => {
+                Some(digest) if f == node => {
                     h.update(b"outside modules\0");
-                    h.update(&(before.len() as u64).to_le_bytes());
-                    h.update(before.as_bytes());
-                    h.update(after.as_bytes());
+                    h.update(digest.as_bytes());
                 }
                 _ => {
                     h.update(graph.digests.get(f)?);
@@ -187,10 +209,22 @@ pub mod modules {
         Some(())
     }
 
+    /// The digest of the declaration's text around its `modules` array: hashed once, not once
+    /// per module (a node of hundreds of modules has a long declaration).
+    fn outside_digest(spine: &Spine) -> blake3::Hash {
+        let [before, after] = spine.outside_modules();
+        let mut h = blake3::Hasher::new();
+        h.update(&(before.len() as u64).to_le_bytes());
+        h.update(before.as_bytes());
+        h.update(after.as_bytes());
+        h.finalize()
+    }
+
     /// The keys of `spine`'s head and modules, with `pinned` ports overriding the settings.
     pub fn keys(spine: &Spine, graph: &Graph, pinned: &BTreeMap<String, u16>) -> Keys {
         let node = &spine.node;
         let all = graph.files();
+        let outside = outside_digest(spine);
         let head = (|| {
             let mut h = start(b"mesh-cache-head\0");
             path(&mut h, node);
@@ -201,7 +235,7 @@ pub mod modules {
                 h.update(b"\n");
             }
             match &spine.head {
-                Some(reads) => files(&mut h, graph, reads, node, Some(spine.outside_modules()))?,
+                Some(reads) => files(&mut h, graph, reads, node, Some(&outside))?,
                 None => {
                     h.update(b"every file\0");
                     files(&mut h, graph, &all, node, None)?
@@ -228,7 +262,7 @@ pub mod modules {
                         h.update(&(p.range.start as u64).to_le_bytes());
                         h.update(&(p.range.end as u64).to_le_bytes());
                         let closure = graph.closure(&p.file);
-                        let outside = (!closure.contains(node)).then(|| spine.outside_modules());
+                        let outside = (!closure.contains(node)).then_some(&outside);
                         let set: BTreeSet<PathBuf> = p.traversed.union(&closure).cloned().collect();
                         files(&mut h, graph, &set, node, outside)?;
                     }
@@ -256,8 +290,20 @@ pub mod modules {
             .join(key)
     }
 
-    /// The value cached under `key`, if any.
-    pub fn lookup(state_dir: &Path, kind: Kind, key: &str) -> Option<serde_json::Value> {
+    /// Whether an entry is under `key` (read with [`lookup`]).
+    pub fn exists(state_dir: &Path, kind: Kind, key: &str) -> bool {
+        key.len() >= 3
+            && key.bytes().all(|b| b.is_ascii_hexdigit())
+            && entry_path(state_dir, kind, key).is_file()
+    }
+
+    /// The value cached under `key`, read as a `T` (the evaluated JSON itself, or what the
+    /// assembly reads of it), if any.
+    pub fn lookup<T: serde::de::DeserializeOwned>(
+        state_dir: &Path,
+        kind: Kind,
+        key: &str,
+    ) -> Option<T> {
         if key.len() < 3 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }

@@ -162,34 +162,13 @@ impl Evaluation {
     /// The value as JSON, the way Nickel exports it (an enum tag is its name as a string):
     /// what the per-module cache keeps of a module.
     pub fn to_json(&self) -> Result<serde_json::Value, String> {
-        let text = nickel_lang_core::serialize::to_string(
-            nickel_lang_core::serialize::ExportFormat::Json,
-            &self.value,
-        )
-        .map_err(|e| format!("{e:?}"))?;
-        serde_json::from_str(&text).map_err(|e| e.to_string())
+        json_of(&self.value)
     }
 
     /// Every file on disk the evaluation read (the declaration, its imports, the library, text
     /// imports), with the blake3 of exactly the text that was evaluated.
     pub fn read_sources(&self) -> Vec<ReadSource> {
-        let files = self.program.files();
-        let count = files.filenames().count();
-        let first = files.stdlib_modules().count();
-        let mut out = Vec::new();
-        for index in first..count {
-            let Some(id) = file_id(index) else { continue };
-            let name = Path::new(files.name(id));
-            if name.is_absolute() && name.is_file() {
-                out.push((
-                    name.to_owned(),
-                    *blake3::hash(files.source(id).as_bytes()).as_bytes(),
-                ));
-            }
-        }
-        out.sort();
-        out.dedup();
-        out
+        sources_read(&self.program.files())
     }
 
     /// The source span of the value at `pointer`, if Nickel kept one.
@@ -216,6 +195,36 @@ impl Evaluation {
             label: label.into(),
         })
     }
+}
+
+/// A value as JSON, the way Nickel exports it.
+fn json_of(value: &NickelValue) -> Result<serde_json::Value, String> {
+    let text = nickel_lang_core::serialize::to_string(
+        nickel_lang_core::serialize::ExportFormat::Json,
+        value,
+    )
+    .map_err(|e| format!("{e:?}"))?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// Every file on disk in `files` past the standard library, with the blake3 of its text.
+fn sources_read(files: &Files) -> Vec<ReadSource> {
+    let count = files.filenames().count();
+    let first = files.stdlib_modules().count();
+    let mut out = Vec::new();
+    for index in first..count {
+        let Some(id) = file_id(index) else { continue };
+        let name = Path::new(files.name(id));
+        if name.is_absolute() && name.is_file() {
+            out.push((
+                name.to_owned(),
+                *blake3::hash(files.source(id).as_bytes()).as_bytes(),
+            ));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `FileId` has no public constructor; it is serde-deserialisable from its index.
@@ -264,4 +273,106 @@ fn nickel_to_mesh(files: &Files, diagnostics: Vec<Diagnostic<FileId>>) -> MeshDi
         }
     }
     out.unwrap_or_else(|| MeshDiagnostic::new("the declaration does not evaluate"))
+}
+
+/// An evaluator whose standard library is loaded before it is given the declaration: loading
+/// Nickel's standard library is more than half of evaluating one module, and a build that
+/// evaluates one module changed can have it loaded while it walks the declaration and reads its
+/// caches. It lives on a thread of its own (Nickel's evaluator is not `Send`), which waits for
+/// the text to evaluate.
+pub(crate) struct Warm {
+    ask: std::sync::mpsc::Sender<String>,
+    answer: std::sync::mpsc::Receiver<Option<(serde_json::Value, Vec<ReadSource>)>>,
+}
+
+/// The evaluator thread's stack: Nickel recurses as deep as the declaration nests, and on the
+/// main thread it has the process's whole stack.
+const WARM_STACK: usize = 64 << 20;
+
+impl Warm {
+    /// Starts loading the standard library, for one evaluation of a text as if it were the file
+    /// `node` ([`Warm::evaluate`]), with `library_dir` on the import path, `pinned` ports
+    /// overriding the declaration's, every file read confined to `tree`.
+    pub(crate) fn start(
+        node: &Path,
+        library_dir: &Path,
+        pinned: &BTreeMap<String, u16>,
+        tree: &crate::imports::Tree,
+    ) -> Option<Self> {
+        let (ask, asked) = std::sync::mpsc::channel::<String>();
+        let (answered, answer) = std::sync::mpsc::channel();
+        let (node, library_dir, pinned, tree) = (
+            node.to_owned(),
+            library_dir.to_owned(),
+            pinned.clone(),
+            tree.clone(),
+        );
+        std::thread::Builder::new()
+            .name("mesh-evaluator".into())
+            .stack_size(WARM_STACK)
+            .spawn(move || {
+                use nickel_lang_core::cache::{CacheHub, ImportResolver, InputFormat, SourcePath};
+                use nickel_lang_core::eval::{VirtualMachine, VmContext};
+                let mut vm: VmContext<CacheHub, CacheImpl> = VmContext::new(
+                    CacheHub::new(),
+                    std::io::sink(),
+                    nickel_lang_core::error::NullReporter {},
+                );
+                vm.import_resolver
+                    .sources
+                    .add_import_paths(std::iter::once(library_dir));
+                let loaded = vm.import_resolver.prepare_stdlib(&mut vm.pos_table).is_ok();
+                // No text: the build needed no evaluation here.
+                let Ok(text) = asked.recv() else { return };
+                let result = loaded.then(|| {
+                    let id = vm.import_resolver.sources.add_string(
+                        SourcePath::Path(node.clone(), InputFormat::Nickel),
+                        with_pins(&text, &pinned),
+                    );
+                    let body = vm.prepare_eval(id).ok()?;
+                    let value = VirtualMachine::new(&mut vm)
+                        .eval_full_for_export_closure(body.into())
+                        .ok()?;
+                    let files = vm.import_resolver.files().clone();
+                    let paths = read_paths(&files);
+                    crate::imports::check_read(paths.iter().map(PathBuf::as_path), &tree).ok()?;
+                    // The declaration read is the text given, before the pins.
+                    let mut read = sources_read(&files);
+                    for (path, digest) in &mut read {
+                        if *path == node {
+                            *digest = *blake3::hash(text.as_bytes()).as_bytes();
+                        }
+                    }
+                    Some((json_of(&value).ok()?, read))
+                });
+                let _gone = answered.send(result.flatten());
+            })
+            .ok()?;
+        Some(Warm { ask, answer })
+    }
+
+    /// Evaluates `text` as [`evaluate_text_in`] would: its exported value as JSON and the files
+    /// it read; `None` if anything failed (the caller then evaluates the way that reports it).
+    pub(crate) fn evaluate(self, text: String) -> Option<(serde_json::Value, Vec<ReadSource>)> {
+        self.ask.send(text).ok()?;
+        self.answer.recv().ok()?
+    }
+}
+
+/// `text` with the `pinned` ports merged over its value at the highest priority: what
+/// evaluating it with the ports as overrides of `settings.ports.NAME` gives.
+fn with_pins(text: &str, pinned: &BTreeMap<String, u16>) -> String {
+    if pinned.is_empty() {
+        return text.to_owned();
+    }
+    let quote = |name: &str| {
+        name.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('%', "\\%")
+    };
+    let fields: Vec<String> = pinned
+        .iter()
+        .map(|(name, port)| format!("settings.ports.\"{}\" | force = {port}", quote(name)))
+        .collect();
+    format!("(\n{text}\n) & {{ {} }}", fields.join(", "))
 }

@@ -233,6 +233,8 @@ pub fn walk_with(
     }
     let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
     let mut queue = vec![node.to_owned()];
+    // Texts parsed ahead, across the cores, while the walk goes on in its own order.
+    let mut ahead = Parsed::new();
     while let Some(file) = queue.pop() {
         if !seen.insert(file.clone()) {
             continue;
@@ -246,16 +248,12 @@ pub fn walk_with(
             continue;
         };
         let hex = digest.to_hex().to_string();
-        let written = match known.get(&hex) {
+        if !known.contains_key(&hex) && !ahead.contains_key(&hex) && queue.len() > 1 {
+            ahead.extend(parse_ahead(&queue, &seen, known));
+        }
+        let written = match known.get(&hex).or_else(|| ahead.get(&hex)) {
             Some(w) => w.clone(),
-            None => imports_of(&text)
-                .into_iter()
-                .map(|f| Written {
-                    path: f.path,
-                    nickel: f.format == InputFormat::Nickel,
-                    range: f.range,
-                })
-                .collect(),
+            None => written_in(&text),
         };
         let mut edges = Vec::new();
         for import in &written {
@@ -293,6 +291,54 @@ pub fn walk_with(
         parsed.insert(hex, written);
     }
     Ok((graph, parsed))
+}
+
+/// The imports written in `text`.
+fn written_in(text: &str) -> Vec<Written> {
+    imports_of(text)
+        .into_iter()
+        .map(|f| Written {
+            path: f.path,
+            nickel: f.format == InputFormat::Nickel,
+            range: f.range,
+        })
+        .collect()
+}
+
+/// The imports of the texts `queue` holds that are neither `seen` nor `known`, parsed on every
+/// core (a cold walk of hundreds of module files is mostly parsing), by the digest of each
+/// text. What the walk does with them, and in which order, is its own: a file read again
+/// later with other bytes is parsed again then.
+fn parse_ahead(queue: &[PathBuf], seen: &BTreeSet<PathBuf>, known: &Parsed) -> Parsed {
+    let todo: BTreeSet<&PathBuf> = queue.iter().filter(|f| !seen.contains(*f)).collect();
+    let todo: Vec<&PathBuf> = todo.into_iter().collect();
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let per = todo.len().div_ceil(cores).max(1);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = todo
+            .chunks(per)
+            .map(|part| {
+                scope.spawn(move || {
+                    let mut out = Parsed::new();
+                    for file in part {
+                        let Ok(text) = std::fs::read_to_string(file) else {
+                            continue;
+                        };
+                        let hex = blake3::hash(text.as_bytes()).to_hex().to_string();
+                        if !known.contains_key(&hex) {
+                            out.insert(hex, written_in(&text));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .filter_map(|p| p.join().ok())
+            .flatten()
+            .collect()
+    })
 }
 
 /// Checks every file an evaluation read (absolute paths, as Nickel named them): the first that

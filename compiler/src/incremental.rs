@@ -18,7 +18,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::assemble::{Assembled, NodeOut, RecordSource};
+use serde::Deserialize;
+
+use crate::assemble::{Assembled, ModuleOut, NodeOut, RecordSource, SettingsOut};
 use crate::cache::modules::{self, Entry, Kind};
 use crate::eval::ReadSource;
 use crate::imports::{Graph, Tree};
@@ -38,6 +40,8 @@ pub(crate) struct Inputs<'a> {
     pub record: Option<&'a RecordSource<'a>>,
     /// The state directory whose cache is read (`None`: nothing is read from a cache).
     pub cache: Option<&'a Path>,
+    /// An evaluator already loading the standard library, for modules evaluated here.
+    pub warm: std::cell::Cell<Option<crate::eval::Warm>>,
     /// How many processes may evaluate at once.
     pub threads: usize,
     /// Where chunks of modules are evaluated, when in processes of their own.
@@ -55,6 +59,13 @@ pub(crate) struct Answer {
     pub evaluated: usize,
 }
 
+/// A node's head as the assembly reads it: its name and settings.
+#[derive(Deserialize)]
+struct HeadOut {
+    name: String,
+    settings: SettingsOut,
+}
+
 /// The evaluated part of one wrapper: the head and the chosen modules' values.
 struct Evaluated {
     head: Value,
@@ -68,53 +79,92 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
     let import_paths = [inputs.library.to_owned()];
     let spine = Spine::of(inputs.node, inputs.library, &import_paths, inputs.graph)?;
     let keys = modules::keys(&spine, inputs.graph, inputs.pinned);
-    let look = |kind, key: &Option<String>| {
-        let (dir, key) = (inputs.cache?, key.as_ref()?);
-        modules::lookup(dir, kind, key)
+    fn cache<'a>(dir: Option<&'a Path>, key: &'a Option<String>) -> Option<(&'a Path, &'a str)> {
+        Some((dir?, key.as_deref()?))
+    }
+    let cache_dir = inputs.cache;
+    let cache = |key| cache(cache_dir, key);
+    let mut head: Option<Value> =
+        cache(&keys.head).and_then(|(dir, key)| modules::lookup(dir, Kind::Head, key));
+    // Which modules the cache holds is told by their entries being there; the entries are read
+    // (straight into what the assembly reads) beside the evaluation of the others, which takes
+    // one core. An entry there but unreadable is evaluated after.
+    let present: Vec<bool> = keys
+        .modules
+        .iter()
+        .map(|k| cache(k).is_some_and(|(dir, key)| modules::exists(dir, Kind::Module, key)))
+        .collect();
+    let read = || -> Vec<Option<ModuleOut>> {
+        keys.modules
+            .iter()
+            .zip(&present)
+            .map(|(k, there)| {
+                let (dir, key) = cache(k).filter(|_| *there)?;
+                modules::lookup(dir, Kind::Module, key)
+            })
+            .collect()
     };
-    let mut head = look(Kind::Head, &keys.head);
-    let mut values: Vec<Option<Value>> =
-        keys.modules.iter().map(|k| look(Kind::Module, k)).collect();
-    let misses: Vec<usize> = (0..values.len()).filter(|k| values[*k].is_none()).collect();
+    let head_cached = head.is_some();
+    let mut values: Vec<Option<ModuleOut>> = Vec::new();
     let mut entries = Vec::new();
-    if !misses.is_empty() || head.is_none() {
-        let threads = inputs.threads.min(misses.len() / MIN_PER_PROCESS).max(1);
-        let chunks: Vec<Vec<usize>> = (0..threads)
-            .map(|t| misses.iter().copied().skip(t).step_by(threads).collect())
-            .collect();
-        let results = run_chunks(inputs, &spine, &chunks)?;
-        for (chunk, evaluated) in chunks.iter().zip(results) {
+    let mut misses: Vec<usize> = (0..present.len()).filter(|k| !present[*k]).collect();
+    loop {
+        let (evaluated, read) = std::thread::scope(|scope| {
+            let reading = values.is_empty().then(|| scope.spawn(read));
+            let evaluated = if misses.is_empty() && head.is_some() {
+                Some(Vec::new())
+            } else {
+                let threads = inputs.threads.min(misses.len() / MIN_PER_PROCESS).max(1);
+                let chunks: Vec<Vec<usize>> = (0..threads)
+                    .map(|t| misses.iter().copied().skip(t).step_by(threads).collect())
+                    .collect();
+                run_chunks(inputs, &spine, &chunks)
+                    .map(|results| chunks.into_iter().zip(results).collect::<Vec<_>>())
+            };
+            (evaluated, reading.map(|r| r.join()))
+        });
+        if let Some(read) = read {
+            values = read.ok()?;
+        }
+        for (chunk, evaluated) in evaluated? {
             if evaluated.changed {
                 return None;
             }
             head.get_or_insert(evaluated.head);
             for (k, value) in chunk.iter().zip(evaluated.modules) {
+                values[*k] = Some(ModuleOut::deserialize(&value).ok()?);
                 if let Some(key) = &keys.modules[*k] {
                     entries.push(Entry {
                         kind: Kind::Module,
                         key: key.clone(),
-                        value: value.clone(),
+                        value,
                     });
                 }
-                values[*k] = Some(value);
             }
         }
-        if let (Some(key), Some(h)) = (&keys.head, &head) {
-            entries.push(Entry {
-                kind: Kind::Head,
-                key: key.clone(),
-                value: h.clone(),
-            });
+        let unread: Vec<usize> = (0..values.len()).filter(|k| values[*k].is_none()).collect();
+        if unread.is_empty() || unread == misses {
+            break;
         }
+        misses = unread;
     }
-    let Value::Object(mut node) = head? else {
+    if let (Some(key), Some(h), false) = (&keys.head, &head, head_cached) {
+        entries.push(Entry {
+            kind: Kind::Head,
+            key: key.clone(),
+            value: h.clone(),
+        });
+    }
+    let head = head?;
+    if !head.is_object() {
         return None;
+    }
+    let head = HeadOut::deserialize(&head).ok()?;
+    let node = NodeOut {
+        name: head.name,
+        settings: head.settings,
+        modules: values.into_iter().collect::<Option<Vec<_>>>()?,
     };
-    node.insert(
-        "modules".into(),
-        Value::Array(values.into_iter().collect::<Option<Vec<_>>>()?),
-    );
-    let node: NodeOut = serde_json::from_value(Value::Object(node)).ok()?;
     let assembled = crate::assemble::assemble_node(&node, None, inputs.record).ok()?;
     let sources = inputs
         .graph
@@ -153,7 +203,10 @@ fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Opti
         return chunks
             .iter()
             .map(|chunk| {
-                let (value, read) = here(chunk)?;
+                let warm = inputs.warm.take();
+                let (value, read) = warm
+                    .and_then(|w| w.evaluate(spine.wrapper(chunk)))
+                    .or_else(|| here(chunk))?;
                 split(inputs, chunk, value, &read)
             })
             .collect();

@@ -9,9 +9,11 @@
 //!   there are two;
 //! - a declaration reads nothing outside the fleet's tree but the mesh's own library
 //!   ([`imports`]), and its evaluation is bounded in time and memory ([`bounded`]);
-//! - the only writes are to the store: blobs first (not waited for: they can be made again), then
-//!   the generation, then the cache entries. A blob a crash lost is detected when read and
-//!   replaced by the next build that needs it;
+//! - the only writes are to the store and its caches: blobs first (not waited for: they can be
+//!   made again), then the generation, then the evaluation cache's entry naming it (the
+//!   per-module entries, which name nothing, are written beside them). A blob a crash lost is
+//!   detected when read and replaced by the next build that needs it, a torn generation is
+//!   built again;
 //! - a node evaluated module by module ([`incremental`]) gives the generation a whole evaluation
 //!   gives, byte for byte; where it cannot, the node is evaluated whole.
 #![deny(missing_docs)]
@@ -28,6 +30,7 @@ pub mod spine;
 
 use std::path::{Path, PathBuf};
 
+use mesh_lib::model::Summary;
 use mesh_lib::store::StoreError;
 use mesh_lib::{Generation, GenerationId, NodeRecord, Store};
 
@@ -57,13 +60,29 @@ pub struct BuildRequest<'a> {
 pub struct Built {
     /// Its id.
     pub id: GenerationId,
-    /// The generation.
-    pub generation: Generation,
+    /// What it holds, in a few numbers.
+    pub summary: Summary,
     /// Whether the evaluation cache answered.
     pub cached: bool,
     /// How many modules were evaluated, when the node was evaluated module by module (the
     /// others came from the per-module cache); `None` when it was evaluated whole or not at all.
     pub evaluated: Option<usize>,
+    /// The state directory whose store holds it.
+    state_dir: PathBuf,
+    /// The generation, once read.
+    generation: std::cell::OnceCell<Generation>,
+}
+
+impl Built {
+    /// The generation: read from the store, and checked against its id, the first time it is
+    /// asked for (a build evaluated in a child has it only there).
+    pub fn generation(&self) -> Result<&Generation, StoreError> {
+        if let Some(g) = self.generation.get() {
+            return Ok(g);
+        }
+        let g = Store::open(&self.state_dir)?.generation(&self.id)?;
+        Ok(self.generation.get_or_init(|| g))
+    }
 }
 
 /// Why a build failed.
@@ -80,6 +99,9 @@ pub enum BuildError {
     #[error(transparent)]
     #[diagnostic(help("the limits: --eval-timeout SECONDS (MESH_EVAL_TIMEOUT, default {}), --eval-memory MIB (MESH_EVAL_MEMORY, default {})", bounded::DEFAULT_TIME_SECONDS, bounded::DEFAULT_MEMORY_MIB))]
     Bounded(#[from] bounded::BoundedError),
+    /// The evaluating child built the generation but could not keep it in the store.
+    #[error("the generation could not be stored: {0}")]
+    NotKept(String),
     /// Other I/O failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -113,17 +135,28 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
     })?;
     let tree = imports::Tree::of_declaration(&node, &library_dir);
     let key = cache::CacheKey::new(&node, record_bytes.as_deref());
+    let built = |id, summary, cached, evaluated, generation: Option<Generation>| Built {
+        id,
+        summary,
+        cached,
+        evaluated,
+        state_dir: request.state_dir.to_owned(),
+        generation: generation
+            .map(std::cell::OnceCell::from)
+            .unwrap_or_default(),
+    };
     if request.use_cache {
         // An entry whose sources the tree no longer holds (a checkout moved, a link retargeted)
         // is not used: the evaluation below says what is wrong.
-        if let Some(id) = cache::lookup(request.state_dir, &key, |p| tree.allows(p)) {
-            if store.has_generation(&id) {
-                let generation = store.generation(&id)?;
-                return Ok(Built {
-                    id,
-                    generation,
-                    cached: true,
-                    evaluated: None,
+        if let Some((id, summary)) = cache::lookup(request.state_dir, &key, |p| tree.allows(p)) {
+            // A generation a crash left torn is built again (and written whole).
+            if store.has_intact_generation(&id) {
+                return Ok(match summary {
+                    Some(summary) => built(id, summary, true, None, None),
+                    None => {
+                        let generation = store.generation(&id)?;
+                        built(id, generation.summary(), true, None, Some(generation))
+                    }
                 });
             }
         }
@@ -148,11 +181,23 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         time_seconds: 0,
         per_module: request.per_module,
         cache_dir: request.use_cache.then(|| request.state_dir.to_owned()),
+        state_dir: request.state_dir.to_owned(),
+        cache_key: request.use_cache.then(|| *key.as_bytes()),
         program: None,
         chunk: None,
     };
-    let evaluated = match request.evaluator {
-        Evaluator::InProcess => bounded::evaluate_here(&eval_request)?,
+    match request.evaluator {
+        Evaluator::InProcess => {
+            let evaluated = bounded::evaluate_here(&eval_request)?;
+            let kept = keep(&eval_request, evaluated)?;
+            Ok(built(
+                kept.id,
+                kept.summary,
+                false,
+                kept.evaluated,
+                kept.generation,
+            ))
+        }
         Evaluator::Child { program, limits } => {
             let eval_request = bounded::Request {
                 program: Some(program.clone()),
@@ -160,29 +205,61 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
                 time_seconds: limits.time.as_secs_f64().ceil() as u64,
                 ..eval_request
             };
-            bounded::evaluate_in_child(program, *limits, &eval_request)??
+            let kept = bounded::evaluate_in_child(program, *limits, &eval_request)??;
+            Ok(built(kept.id, kept.summary, false, kept.evaluated, None))
         }
-    };
-    let assembled = evaluated.assembled;
-    store.put_blobs_deferred(
-        assembled
-            .blobs
-            .iter()
-            .map(|b| (b.bytes.as_slice(), b.private)),
-    )?;
-    let id = store.put_generation(&assembled.generation)?;
-    if request.use_cache {
-        cache::modules::store(request.state_dir, &evaluated.entries);
-        if let Some(parsed) = &evaluated.parsed {
-            cache::modules::store_parsed(request.state_dir, &node, parsed);
-        }
-        cache::store(request.state_dir, &key, id, &evaluated.sources);
     }
-    Ok(Built {
+}
+
+/// A generation evaluated and kept in the store.
+pub(crate) struct Kept {
+    pub id: GenerationId,
+    pub summary: Summary,
+    pub evaluated: Option<usize>,
+    /// The generation, where it was kept in this process.
+    pub generation: Option<Generation>,
+}
+
+/// Keeps what `request` evaluated to: its blobs (not waited for: they can be made again), the
+/// generation, then the cache entries. Done where the evaluation was — in the evaluating child,
+/// which sends back only the id and the summary, not a large node's generation to decode again.
+pub(crate) fn keep(
+    request: &bounded::Request,
+    evaluated: bounded::Evaluated,
+) -> Result<Kept, BuildError> {
+    let store = Store::open(&request.state_dir)?;
+    let assembled = evaluated.assembled;
+    // The per-module entries (hundreds of small files after a cold build) are written beside
+    // the store's writes; they do not depend on them.
+    let id = std::thread::scope(|scope| {
+        if request.cache_key.is_some() {
+            let (dir, entries, parsed) =
+                (&request.state_dir, &evaluated.entries, &evaluated.parsed);
+            scope.spawn(move || {
+                cache::modules::store(dir, entries);
+                if let Some(parsed) = parsed {
+                    cache::modules::store_parsed(dir, &request.node, parsed);
+                }
+            });
+        }
+        store.put_blobs_deferred(
+            assembled
+                .blobs
+                .iter()
+                .map(|b| (b.bytes.as_slice(), b.private)),
+        )?;
+        store.put_generation(&assembled.generation)
+    })?;
+    let summary = assembled.generation.summary();
+    if let Some(key) = &request.cache_key {
+        let key = cache::CacheKey::from_bytes(*key);
+        cache::store(&request.state_dir, &key, id, &summary, &evaluated.sources);
+    }
+    Ok(Kept {
         id,
-        generation: assembled.generation,
-        cached: false,
+        summary,
         evaluated: evaluated.evaluated,
+        generation: Some(assembled.generation),
     })
 }
 

@@ -276,9 +276,16 @@ fn converse(
         }
     };
     row.to = Some(built.id);
+    let generation = match built.generation() {
+        Ok(g) => g,
+        Err(e) => {
+            row.reason = Some(format!("the build cannot be read back: {e}"));
+            return Ok(None);
+        }
+    };
     // The generation and every content it declares; a held original is the node's own.
     let mut objects = vec![Object::Generation(built.id)];
-    let mut blobs: Vec<_> = built.generation.files.values().map(|f| f.blob).collect();
+    let mut blobs: Vec<_> = generation.files.values().map(|f| f.blob).collect();
     blobs.sort();
     blobs.dedup();
     objects.extend(blobs.into_iter().map(Object::Blob));

@@ -98,7 +98,15 @@ macro_rules! digest_type {
 
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
+                // Written in place: a large generation holds ten thousand digests.
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let mut text = [0u8; 67];
+                text[..3].copy_from_slice(DIGEST_PREFIX.as_bytes());
+                for (i, byte) in self.0.iter().enumerate() {
+                    text[3 + 2 * i] = HEX[usize::from(byte >> 4)];
+                    text[4 + 2 * i] = HEX[usize::from(byte & 0xf)];
+                }
+                s.serialize_str(std::str::from_utf8(&text).expect("ASCII"))
             }
         }
 

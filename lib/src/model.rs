@@ -225,9 +225,19 @@ impl<'de> Deserialize<'de> for UnitName {
 }
 
 /// A file mode's permission bits (at most `0o7777`).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(into = "String")]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FileMode(u32);
+
+impl Serialize for FileMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Four octal digits, written in place (a generation holds thousands of modes).
+        let mut text = [0u8; 4];
+        for (i, digit) in text.iter_mut().enumerate() {
+            *digit = b'0' + ((self.0 >> (3 * (3 - i))) & 7) as u8;
+        }
+        s.serialize_str(std::str::from_utf8(&text).expect("ASCII"))
+    }
+}
 
 impl<'de> Deserialize<'de> for FileMode {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -998,6 +1008,59 @@ impl Generation {
         }
         counts
     }
+
+    /// What a build says of the generation.
+    pub fn summary(&self) -> Summary {
+        let (managed, staged, held) = self.file_counts();
+        let mut containers = Counts::default();
+        for c in self.containers.values() {
+            match c.state {
+                ContainerState::Managed => containers.managed += 1,
+                ContainerState::Staged => containers.staged += 1,
+                ContainerState::Held { .. } => containers.held += 1,
+            }
+        }
+        Summary {
+            node: self.node.clone(),
+            mode: self.mode,
+            modules: self.modules.len(),
+            files: Counts {
+                managed,
+                staged,
+                held,
+            },
+            containers,
+            openings: self.openings.len(),
+        }
+    }
+}
+
+/// A generation in a few numbers: what a build reports, without the generation itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The node's name.
+    pub node: NodeName,
+    /// Adopted or managed.
+    pub mode: Mode,
+    /// How many modules are assigned.
+    pub modules: usize,
+    /// The declared files, by state.
+    pub files: Counts,
+    /// The declared containers, by state.
+    pub containers: Counts,
+    /// How many openings.
+    pub openings: usize,
+}
+
+/// How many items are in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Managed.
+    pub managed: usize,
+    /// Staged.
+    pub staged: usize,
+    /// Held.
+    pub held: usize,
 }
 
 #[cfg(test)]

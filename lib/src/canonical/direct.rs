@@ -7,6 +7,7 @@
 //! key given twice keeps its last value, as a JSON tree would. The bytes are those of
 //! [`super::to_canonical_via_tree`], which the tests hold this to.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use serde::ser::{self, Serialize};
@@ -41,9 +42,9 @@ pub(super) struct Object<'a> {
     /// Just past the `{`.
     start: usize,
     /// Each entry's key and where its `"key":value` is (no separating comma included).
-    entries: Vec<(String, Range<usize>)>,
+    entries: Vec<(Cow<'static, str>, Range<usize>)>,
     /// The key of a map entry whose value comes next.
-    key: Option<String>,
+    key: Option<Cow<'static, str>>,
 }
 
 impl<'a> Object<'a> {
@@ -60,7 +61,7 @@ impl<'a> Object<'a> {
 
     fn entry<T: Serialize + ?Sized>(
         &mut self,
-        key: String,
+        key: Cow<'static, str>,
         value: &T,
     ) -> Result<(), CanonicalError> {
         if !self.entries.is_empty() {
@@ -85,7 +86,8 @@ impl<'a> Object<'a> {
             .windows(2)
             .all(|w| w[0].0.as_bytes() < w[1].0.as_bytes());
         if !in_order {
-            let written = out.split_off(start);
+            // The entries in order after what was written, which then goes: no allocation.
+            let end = out.len();
             // Stable: of a key given twice, the last one written is the last of its run.
             entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
             let mut first = true;
@@ -97,8 +99,9 @@ impl<'a> Object<'a> {
                     out.push(b',');
                 }
                 first = false;
-                out.extend_from_slice(&written[range.start - start..range.end - start]);
+                out.extend_from_within(range.clone());
             }
+            out.drain(start..end);
         }
         out.push(b'}');
         Ok(out)
@@ -371,7 +374,7 @@ impl ser::SerializeMap for Object<'_> {
     type Ok = ();
     type Error = CanonicalError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), CanonicalError> {
-        self.key = Some(key.serialize(KeyWriter)?);
+        self.key = Some(Cow::Owned(key.serialize(KeyWriter)?));
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), CanonicalError> {
@@ -394,7 +397,7 @@ impl ser::SerializeStruct for Object<'_> {
         key: &'static str,
         value: &T,
     ) -> Result<(), CanonicalError> {
-        self.entry(key.to_owned(), value)
+        self.entry(Cow::Borrowed(key), value)
     }
     fn end(self) -> Result<(), CanonicalError> {
         Object::end(self).map(drop)
@@ -409,7 +412,7 @@ impl ser::SerializeStructVariant for Variant<Object<'_>> {
         key: &'static str,
         value: &T,
     ) -> Result<(), CanonicalError> {
-        self.0.entry(key.to_owned(), value)
+        self.0.entry(Cow::Borrowed(key), value)
     }
     fn end(self) -> Result<(), CanonicalError> {
         self.0.end()?.push(b'}');
