@@ -164,14 +164,25 @@ impl Ctx<'_> {
     fn span(&self, at: &[Step], label: &str) -> Option<Span> {
         self.eval.and_then(|e| e.span_at(at, label))
     }
+
+    /// The place `more` under `steps`. Where there is no evaluation to point into — a node
+    /// assembled module by module, whose rejections the whole evaluation reports — none is
+    /// built: two thousand files would cost thousands of allocations for nothing.
+    fn at(&self, steps: &[Step], more: &[Step]) -> Pointer {
+        match self.eval {
+            Some(_) => steps.iter().chain(more).cloned().collect(),
+            None => Pointer::new(),
+        }
+    }
 }
 
-fn at(steps: &[Step], more: &[Step]) -> Pointer {
-    steps.iter().chain(more).cloned().collect()
+fn f(name: &'static str) -> Step {
+    Step::Field(std::borrow::Cow::Borrowed(name))
 }
 
-fn f(name: &str) -> Step {
-    Step::Field(name.to_owned())
+/// A field whose name is data, not code.
+fn named(name: &str) -> Step {
+    Step::Field(std::borrow::Cow::Owned(name.to_owned()))
 }
 
 /// Assembles the generation of `eval` for the node `record` describes.
@@ -271,17 +282,17 @@ pub(crate) fn assemble_node(
         let taken = modules[module] == ModuleState::Taken;
 
         for (fi, file) in m.files.iter().enumerate() {
-            let here = at(&base, &[f("files"), Step::Index(fi)]);
+            let here = ctx.at(&base, &[f("files"), Step::Index(fi)]);
             let path = TargetPath::new(&file.path).map_err(|e| {
                 ctx.reject(
-                    &at(&here, &[f("path")]),
+                    &ctx.at(&here, &[f("path")]),
                     format!("module {module}: {e}"),
                     "this path",
                 )
             })?;
             let mode = FileMode::parse(&file.mode).map_err(|e| {
                 ctx.reject(
-                    &at(&here, &[f("mode")]),
+                    &ctx.at(&here, &[f("mode")]),
                     format!("module {module}, {path}: {e}"),
                     "this mode",
                 )
@@ -290,7 +301,7 @@ pub(crate) fn assemble_node(
             if !special.is_empty() && !file.special_mode {
                 return Err(ctx
                     .reject(
-                        &at(&here, &[f("mode")]),
+                        &ctx.at(&here, &[f("mode")]),
                         format!(
                             "module {module}, {path}: mode {mode} is {}, which the mesh writes only when the file asks for it",
                             special.join(", ")
@@ -302,7 +313,7 @@ pub(crate) fn assemble_node(
             for (field, name) in [("owner", &file.owner), ("group", &file.group)] {
                 check_account_name(name).map_err(|e| {
                     ctx.reject(
-                        &at(&here, &[f(field)]),
+                        &ctx.at(&here, &[f(field)]),
                         format!("module {module}, {path}: {e}"),
                         &format!("this {field}"),
                     )
@@ -317,7 +328,7 @@ pub(crate) fn assemble_node(
                 group: &file.group,
                 units,
                 special_mode: file.special_mode,
-                named_at: at(&here, &[f("path")]),
+                named_at: ctx.at(&here, &[f("path")]),
             };
             add_file(
                 &ctx, &mut files, &mut blobs, record, module, taken, declared,
@@ -325,8 +336,8 @@ pub(crate) fn assemble_node(
         }
 
         for (ui, u) in m.units.iter().enumerate() {
-            let here = at(&base, &[f("units"), Step::Index(ui)]);
-            let named_at = at(&here, &[f("name")]);
+            let here = ctx.at(&base, &[f("units"), Step::Index(ui)]);
+            let named_at = ctx.at(&here, &[f("name")]);
             let name = UnitName::new(&u.name)
                 .map_err(|e| ctx.reject(&named_at, format!("module {module}: {e}"), "this name"))?;
             if let Some((first, first_at)) = units.get(&name) {
@@ -386,34 +397,34 @@ pub(crate) fn assemble_node(
         }
 
         for (ci, c) in m.containers.iter().enumerate() {
-            let here = at(&base, &[f("containers"), Step::Index(ci)]);
+            let here = ctx.at(&base, &[f("containers"), Step::Index(ci)]);
             let name = ContainerName::new(&c.name).map_err(|e| {
                 ctx.reject(
-                    &at(&here, &[f("name")]),
+                    &ctx.at(&here, &[f("name")]),
                     format!("module {module}: {e}"),
                     "this name",
                 )
             })?;
             let mut ports = Vec::new();
             for (pi, p) in c.publish.iter().enumerate() {
-                let p_at = at(&here, &[f("publish"), Step::Index(pi)]);
+                let p_at = ctx.at(&here, &[f("publish"), Step::Index(pi)]);
                 let host_port = setting_port(
                     &ctx,
                     &settings,
-                    &at(&p_at, &[f("host_port")]),
+                    &ctx.at(&p_at, &[f("host_port")]),
                     p.host_port,
                     || format!("container {name} of module {module} publishes host port"),
                 )?;
                 let container_port = Port::new(p.container_port).map_err(|e| {
                     ctx.reject(
-                        &at(&p_at, &[f("container_port")]),
+                        &ctx.at(&p_at, &[f("container_port")]),
                         format!("container {name}: {e}"),
                         "this port",
                     )
                 })?;
                 let host_ip: IpAddr = p.host_ip.parse().map_err(|_| {
                     ctx.reject(
-                        &at(&p_at, &[f("host_ip")]),
+                        &ctx.at(&p_at, &[f("host_ip")]),
                         format!("container {name}: `{}` is not an IP address", p.host_ip),
                         "this address",
                     )
@@ -428,7 +439,7 @@ pub(crate) fn assemble_node(
                     host_ports.iter().find(|(q, _, _)| collides(q, &published))
                 {
                     let mut d = ctx.reject(
-                        &at(&p_at, &[f("host_port")]),
+                        &ctx.at(&p_at, &[f("host_port")]),
                         format!(
                             "host port {}/{} is published by modules {other} and {module}",
                             host_port, published.protocol
@@ -436,7 +447,7 @@ pub(crate) fn assemble_node(
                         &format!("published by {module}"),
                     );
                     if let Some(span) = ctx.span(
-                        &at(other_at, &[f("host_port")]),
+                        &ctx.at(other_at, &[f("host_port")]),
                         &format!("published by {other}"),
                     ) {
                         d = d.with_span(span);
@@ -451,7 +462,7 @@ pub(crate) fn assemble_node(
             for (vi, v) in c.volumes.iter().enumerate() {
                 if !v.target.starts_with('/') {
                     return Err(ctx.reject(
-                        &at(&here, &[f("volumes"), Step::Index(vi), f("target")]),
+                        &ctx.at(&here, &[f("volumes"), Step::Index(vi), f("target")]),
                         format!(
                             "container {name}: volume target `{}` is not an absolute path",
                             v.target
@@ -460,7 +471,7 @@ pub(crate) fn assemble_node(
                     ));
                 }
                 if v.source.starts_with('/') {
-                    let source_at = at(&here, &[f("volumes"), Step::Index(vi), f("source")]);
+                    let source_at = ctx.at(&here, &[f("volumes"), Step::Index(vi), f("source")]);
                     match mesh_lib::path::host_mount(&v.source, &declared) {
                         Some(HostMount::StateDir) => {
                             return Err(ctx.reject(
@@ -509,28 +520,28 @@ pub(crate) fn assemble_node(
             };
             // What `mesh show` prints of a container reads as what it is.
             let mut printed: Vec<(&str, &str, Pointer)> =
-                vec![("image", &c.image, at(&here, &[f("image")]))];
+                vec![("image", &c.image, ctx.at(&here, &[f("image")]))];
             for (i, a) in c.command.iter().enumerate() {
                 printed.push((
                     "command argument",
                     a,
-                    at(&here, &[f("command"), Step::Index(i)]),
+                    ctx.at(&here, &[f("command"), Step::Index(i)]),
                 ));
             }
             for k in c.environment.keys() {
                 printed.push((
                     "environment variable",
                     k,
-                    at(&here, &[f("environment"), f(k)]),
+                    ctx.at(&here, &[f("environment"), named(k)]),
                 ));
             }
             for k in c.labels.keys() {
-                printed.push(("label", k, at(&here, &[f("labels"), f(k)])));
+                printed.push(("label", k, ctx.at(&here, &[f("labels"), named(k)])));
             }
             for (vi, v) in c.volumes.iter().enumerate() {
-                let v_at = at(&here, &[f("volumes"), Step::Index(vi)]);
-                printed.push(("volume source", &v.source, at(&v_at, &[f("source")])));
-                printed.push(("volume target", &v.target, at(&v_at, &[f("target")])));
+                let v_at = ctx.at(&here, &[f("volumes"), Step::Index(vi)]);
+                printed.push(("volume source", &v.source, ctx.at(&v_at, &[f("source")])));
+                printed.push(("volume target", &v.target, ctx.at(&v_at, &[f("target")])));
             }
             for (what, text, pointer) in printed {
                 check_printable(what, text).map_err(|e| {
@@ -549,7 +560,7 @@ pub(crate) fn assemble_node(
             };
             if let Some((first, first_at)) = containers.get(&name) {
                 let mut d = ctx.reject(
-                    &at(&here, &[f("name")]),
+                    &ctx.at(&here, &[f("name")]),
                     format!(
                         "container {name} is declared by modules {} and {module}",
                         first.module
@@ -557,7 +568,7 @@ pub(crate) fn assemble_node(
                     &format!("declared by {module}"),
                 );
                 if let Some(span) = ctx.span(
-                    &at(first_at, &[f("name")]),
+                    &ctx.at(first_at, &[f("name")]),
                     &format!("declared by {}", first.module),
                 ) {
                     d = d.with_span(span);
@@ -568,16 +579,20 @@ pub(crate) fn assemble_node(
         }
 
         for (oi, o) in m.openings.iter().enumerate() {
-            let here = at(&base, &[f("openings"), Step::Index(oi)]);
-            let port = setting_port(&ctx, &settings, &at(&here, &[f("port")]), o.port, || {
-                format!("module {module} opens port")
-            })?;
+            let here = ctx.at(&base, &[f("openings"), Step::Index(oi)]);
+            let port = setting_port(
+                &ctx,
+                &settings,
+                &ctx.at(&here, &[f("port")]),
+                o.port,
+                || format!("module {module} opens port"),
+            )?;
             let from = match o.from.as_str() {
                 "anywhere" => From::Anywhere,
                 "private" => From::Private,
                 cidr => From::Range(cidr.parse::<Ipv4Net>().map_err(|_| {
                     ctx.reject(
-                        &at(&here, &[f("from")]),
+                        &ctx.at(&here, &[f("from")]),
                         format!("module {module}: `{cidr}` is not \"anywhere\", \"private\" or an IPv4 range"),
                         "this source",
                     )
@@ -585,7 +600,7 @@ pub(crate) fn assemble_node(
             };
             if o.paths.is_empty() {
                 return Err(ctx.reject(
-                    &at(&here, &[f("paths")]),
+                    &ctx.at(&here, &[f("paths")]),
                     format!(
                         "module {module}: an opening needs at least one path (incoming, forwarded)"
                     ),
@@ -721,7 +736,7 @@ fn triggers(
         ("restarts", PickUp::Restart, &file.restarts),
     ] {
         for (i, n) in names.iter().enumerate() {
-            let named_at = at(here, &[f(field), Step::Index(i)]);
+            let named_at = ctx.at(here, &[f(field), Step::Index(i)]);
             let unit = UnitName::new(n).map_err(|e| {
                 ctx.reject(
                     &named_at,
@@ -754,7 +769,7 @@ fn triggers(
 fn settings(ctx: &Ctx<'_>, s: &SettingsOut) -> Result<Settings, MeshDiagnostic> {
     let mut ports = BTreeMap::new();
     for (name, n) in &s.ports {
-        let here = [f("settings"), f("ports"), f(name)];
+        let here = [f("settings"), f("ports"), named(name)];
         check_setting_name(name).map_err(|e| ctx.reject(&here, e, "this setting"))?;
         let port = Port::new(*n)
             .map_err(|e| ctx.reject(&here, format!("setting ports.{name}: {e}"), "this port"))?;
@@ -772,7 +787,7 @@ fn settings(ctx: &Ctx<'_>, s: &SettingsOut) -> Result<Settings, MeshDiagnostic> 
     let net_at = [f("settings"), f("private_network")];
     let range: Ipv4Net = s.private_network.range.parse().map_err(|_| {
         ctx.reject(
-            &at(&net_at, &[f("range")]),
+            &ctx.at(&net_at, &[f("range")]),
             format!(
                 "private_network.range `{}` is not an IPv4 range like 10.77.0.0/24",
                 s.private_network.range
@@ -782,7 +797,7 @@ fn settings(ctx: &Ctx<'_>, s: &SettingsOut) -> Result<Settings, MeshDiagnostic> 
     })?;
     let address: Ipv4Addr = s.private_network.address.parse().map_err(|_| {
         ctx.reject(
-            &at(&net_at, &[f("address")]),
+            &ctx.at(&net_at, &[f("address")]),
             format!(
                 "private_network.address `{}` is not an IPv4 address",
                 s.private_network.address
@@ -792,7 +807,7 @@ fn settings(ctx: &Ctx<'_>, s: &SettingsOut) -> Result<Settings, MeshDiagnostic> 
     })?;
     if !range.contains(&address) {
         return Err(ctx.reject(
-            &at(&net_at, &[f("address")]),
+            &ctx.at(&net_at, &[f("address")]),
             format!(
                 "private_network.address {address} is not in the private network's range {range}"
             ),

@@ -23,8 +23,8 @@ use crate::diagnostic::{display_name, MeshDiagnostic, Source, Span};
 /// One step into an evaluated value: a field or an array index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// A record field.
-    Field(String),
+    /// A record field (most are named in the code: they cost no allocation).
+    Field(std::borrow::Cow<'static, str>),
     /// An array element.
     Index(usize),
 }
@@ -180,7 +180,7 @@ impl Evaluation {
                     let record = v.as_record()?.into_opt()?;
                     record
                         .fields
-                        .get(&LocIdent::from(f.as_str()))?
+                        .get(&LocIdent::from(f.as_ref()))?
                         .value
                         .as_ref()?
                 }

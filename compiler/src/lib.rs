@@ -242,13 +242,20 @@ pub(crate) fn keep(
                 }
             });
         }
-        store.put_blobs_deferred(
-            assembled
-                .blobs
-                .iter()
-                .map(|b| (b.bytes.as_slice(), b.private)),
-        )?;
-        store.put_generation(&assembled.generation)
+        // The generation is encoded while the blobs are written, and written after them.
+        let blobs = scope.spawn(|| {
+            store.put_blobs_deferred(
+                assembled
+                    .blobs
+                    .iter()
+                    .map(|b| (b.bytes.as_slice(), b.private)),
+            )
+        });
+        let encoded = assembled.generation.canonical_bytes();
+        blobs
+            .join()
+            .map_err(|_| BuildError::NotKept("writing the blobs panicked".into()))??;
+        Ok::<_, BuildError>(store.put_generation_canonical(&encoded.map_err(StoreError::Encode)?)?)
     })?;
     let summary = assembled.generation.summary();
     if let Some(key) = &request.cache_key {

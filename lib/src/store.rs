@@ -348,8 +348,14 @@ impl Store {
 
     /// Adds a generation (not waited for); returns its id.
     pub fn put_generation(&self, generation: &Generation) -> Result<GenerationId, StoreError> {
-        let bytes = generation.canonical_bytes()?;
-        let id = GenerationId::of(&bytes);
+        self.put_generation_canonical(&generation.canonical_bytes()?)
+    }
+
+    /// Adds a generation given as its canonical bytes, exactly as
+    /// [`Generation::canonical_bytes`] gives them (encoded while something else was done), not
+    /// waited for; returns its id.
+    pub fn put_generation_canonical(&self, bytes: &[u8]) -> Result<GenerationId, StoreError> {
+        let id = GenerationId::of(bytes);
         let path = self.generation_path(&id);
         if let Ok(existing) = fs::read(&path) {
             if GenerationId::of(&existing) == id {
@@ -358,8 +364,7 @@ impl Store {
         }
         // Not waited for, like a build's blobs: a generation can be built again. A switch makes
         // what it activates durable ([`Store::sync`]) before it commits.
-        atomic::write_file_unsynced(&path, &bytes, OBJECT_MODE)
-            .map_err(io_err("writing", &path))?;
+        atomic::write_file_unsynced(&path, bytes, OBJECT_MODE).map_err(io_err("writing", &path))?;
         Ok(id)
     }
 
