@@ -128,6 +128,11 @@ pub type Parsed = std::collections::BTreeMap<String, Vec<Written>>;
 /// The path imports of `text`, parsed by Nickel's own parser. A source that does not parse is
 /// Nickel's to report: it has no imports to walk (Nickel does not resolve them either).
 fn imports_of(text: &str) -> Vec<Found> {
+    // An import is written with the keyword `import`: a text without the word has none, and
+    // most module files are such texts. Parsing is most of a walk.
+    if !text.contains("import") {
+        return Vec::new();
+    }
     let alloc = AstAlloc::new();
     let mut files = Files::empty();
     let id = files.add("source", text);
@@ -361,6 +366,15 @@ pub fn check_read<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A text without the word has no import, unparsed; with the word only in a comment or a
+    /// string it is parsed, and has none either.
+    #[test]
+    fn the_word_import_is_needed_for_an_import() {
+        assert!(imports_of("{ a = 1, b = \"x\" }").is_empty());
+        assert!(imports_of("# import \"a.ncl\"\n{ a = \"import b.ncl\" }").is_empty());
+        assert_eq!(imports_of("{ a = import \"a.ncl\" }").len(), 1);
+    }
 
     /// Imports are found wherever they are, with their format and the span of the import.
     #[test]
