@@ -18,7 +18,9 @@
 //! for the mesh to decode again. A build the cache answers starts no child.
 //!
 //! The answer on the child's stdout: a little-endian `u64` length, then that many bytes of JSON
-//! ([`Answer`]).
+//! ([`Answer`]). The child closes its stdout once it has answered, so the mesh goes on while the
+//! child gives its memory back (and reaps it on the side). A child building a node built before
+//! is told so ([`WARM_ARG`]) and loads Nickel's standard library as it starts.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -38,6 +40,10 @@ use crate::imports::Tree;
 /// The first argument that makes the mesh's binary (or any binary that calls [`serve`] for
 /// it) an evaluating child.
 pub const CHILD_ARG: &str = "__mesh-evaluate";
+
+/// The argument after [`CHILD_ARG`] that has the child load Nickel's standard library as it
+/// starts: a node built before, most likely with a few modules to evaluate in that process.
+const WARM_ARG: &str = "--warm";
 
 /// The default time limit, in seconds.
 pub const DEFAULT_TIME_SECONDS: u64 = 60;
@@ -203,7 +209,11 @@ pub(crate) struct Evaluated {
 
 /// Evaluates and assembles in this process: what the child does, and what
 /// [`Evaluator::InProcess`] does.
-pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnostic> {
+/// `warm`: an evaluator already loading the standard library, if one was started.
+pub(crate) fn evaluate_here(
+    request: &Request,
+    warm: Option<crate::eval::Warm>,
+) -> Result<Evaluated, MeshDiagnostic> {
     let tree = Tree {
         root: request.tree_root.clone(),
         library: std::fs::canonicalize(&request.library)
@@ -217,9 +227,7 @@ pub(crate) fn evaluate_here(request: &Request) -> Result<Evaluated, MeshDiagnost
     // here, so the evaluator loads its standard library while the walk goes on. (Not for a
     // first build: its modules are evaluated in processes of their own, and the walk parses
     // on every core.)
-    let warm = (!known.is_empty())
-        .then(|| crate::eval::Warm::start(&request.node, &request.library, &request.pinned, &tree))
-        .flatten();
+    let warm = warm.or_else(|| (!known.is_empty()).then(crate::eval::Warm::start).flatten());
     let (graph, parsed) = crate::imports::walk_with(
         &request.node,
         std::slice::from_ref(&request.library),
@@ -324,7 +332,7 @@ impl Chunks<'_> {
             chunk: Some(text),
         };
         let input = serde_json::to_vec(&request).ok()?;
-        let output = run_child(&self.program, self.limits, &request.node, &input).ok()?;
+        let output = run_child(&self.program, self.limits, &request.node, &input, false).ok()?;
         let (len, rest) = output.split_first_chunk::<8>()?;
         let json = rest.get(..usize::try_from(u64::from_le_bytes(*len)).ok()?)?;
         match serde_json::from_slice(json).ok()? {
@@ -382,7 +390,12 @@ pub(crate) fn evaluate_in_child(
         node: request.node.clone(),
         reason: e.to_string(),
     })?;
-    let output = run_child(program, limits, &request.node, &input)?;
+    let warm = request.per_module
+        && request
+            .cache_dir
+            .as_deref()
+            .is_some_and(|dir| crate::cache::modules::has_parsed(dir, &request.node));
+    let output = run_child(program, limits, &request.node, &input, warm)?;
     decode(&output).map_err(|e| BoundedError::Failed {
         node: request.node.clone(),
         reason: format!("its answer cannot be read: {e}"),
@@ -396,6 +409,7 @@ fn run_child(
     limits: Limits,
     node: &Path,
     input: &[u8],
+    warm: bool,
 ) -> Result<Vec<u8>, BoundedError> {
     let failed = |reason: String| BoundedError::Failed {
         node: node.to_owned(),
@@ -403,6 +417,7 @@ fn run_child(
     };
     let mut child = Command::new(program)
         .arg(CHILD_ARG)
+        .args(warm.then_some(WARM_ARG))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -434,11 +449,56 @@ fn run_child(
     if timed_out {
         // Not reaped yet, so the pid is still the child's.
         let _already_gone = child.kill();
+    } else if matches!(child.try_wait(), Ok(None)) {
+        // The child closes its output once it has answered, and may still be going away (a
+        // large evaluation's memory takes a while to give back): a whole answer needs no
+        // status, and the child is reaped on the side.
+        let output = reader.join().map_err(drop);
+        if let Ok(Ok(whole)) = &output {
+            if is_whole_answer(whole) {
+                let output = output.and_then(|o| o.map_err(drop)).unwrap_or_default();
+                std::thread::spawn(move || {
+                    let _status = child.wait();
+                    let _stderr = errors.join();
+                });
+                return Ok(output);
+            }
+        }
+        return finish_child(child, output, errors, node, limits, false);
     }
+    finish_child(
+        child,
+        reader.join().map_err(drop),
+        errors,
+        node,
+        limits,
+        timed_out,
+    )
+}
+
+/// Whether `output` is a whole answer: its length, then that many bytes.
+fn is_whole_answer(output: &[u8]) -> bool {
+    output.split_first_chunk::<8>().is_some_and(|(len, rest)| {
+        u64::try_from(rest.len()).is_ok_and(|n| n == u64::from_le_bytes(*len))
+    })
+}
+
+/// Waits for the child, then reads its answer (`output`), or why it gave none.
+fn finish_child(
+    mut child: std::process::Child,
+    output: Result<std::io::Result<Vec<u8>>, ()>,
+    errors: std::thread::JoinHandle<Vec<u8>>,
+    node: &Path,
+    limits: Limits,
+    timed_out: bool,
+) -> Result<Vec<u8>, BoundedError> {
+    let failed = |reason: String| BoundedError::Failed {
+        node: node.to_owned(),
+        reason,
+    };
     let status = child.wait().map_err(|e| failed(e.to_string()))?;
-    let output = reader
-        .join()
-        .map_err(|_| failed("its output could not be read".into()))?
+    let output = output
+        .map_err(|()| failed("its output could not be read".into()))?
         .map_err(|e| failed(format!("reading its answer: {e}")))?;
     let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
     let exceeded = |limit| BoundedError::Exceeded {
@@ -539,6 +599,13 @@ fn frame(answer: Answer) -> Result<Vec<u8>, serde_json::Error> {
 /// writes the answer on stdout. Returns the process's exit code: 0 when it answered (a
 /// rejection is an answer), 3 when it could not.
 pub fn serve() -> u8 {
+    // Told a node built before is to be built: Nickel's standard library is loaded from the
+    // start, beside everything else.
+    let warm = std::env::args_os()
+        .nth(2)
+        .is_some_and(|a| a == WARM_ARG)
+        .then(crate::eval::Warm::start)
+        .flatten();
     let mut input = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut input) {
         eprintln!("mesh evaluator: reading the request: {e}");
@@ -582,7 +649,7 @@ pub fn serve() -> u8 {
     let answer = match request.chunk.clone() {
         Some(text) => encode_chunk(evaluate_chunk_here(&request, text)),
         None => encode(
-            evaluate_here(&request)
+            evaluate_here(&request, warm)
                 .map_err(crate::BuildError::from)
                 .and_then(|evaluated| crate::keep(&request, evaluated)),
         ),
@@ -596,7 +663,13 @@ pub fn serve() -> u8 {
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(&answer).and_then(|()| stdout.flush()) {
-        Ok(()) => 0,
+        Ok(()) => {
+            // The answer is whole: the mesh need not wait for this process to go away.
+            if let Ok(null) = std::fs::File::open("/dev/null") {
+                let _still_open = rustix::stdio::dup2_stdout(&null);
+            }
+            0
+        }
         Err(e) => {
             eprintln!("mesh evaluator: writing the answer: {e}");
             3

@@ -319,6 +319,11 @@ pub mod modules {
             .join(format!("{}.json", &name[..32]))
     }
 
+    /// Whether a walk of `node` was remembered: the node was built before.
+    pub fn has_parsed(state_dir: &Path, node: &Path) -> bool {
+        parsed_path(state_dir, node).is_file()
+    }
+
     /// The imports of the texts the last walk of `node` parsed (by the digest of each text).
     pub fn load_parsed(state_dir: &Path, node: &Path) -> crate::imports::Parsed {
         std::fs::read(parsed_path(state_dir, node))

@@ -281,8 +281,17 @@ fn nickel_to_mesh(files: &Files, diagnostics: Vec<Diagnostic<FileId>>) -> MeshDi
 /// caches. It lives on a thread of its own (Nickel's evaluator is not `Send`), which waits for
 /// the text to evaluate.
 pub(crate) struct Warm {
-    ask: std::sync::mpsc::Sender<String>,
+    ask: std::sync::mpsc::Sender<Job>,
     answer: std::sync::mpsc::Receiver<Option<(serde_json::Value, Vec<ReadSource>)>>,
+}
+
+/// What [`Warm`] is to evaluate.
+struct Job {
+    node: PathBuf,
+    library_dir: PathBuf,
+    pinned: BTreeMap<String, u16>,
+    tree: crate::imports::Tree,
+    text: String,
 }
 
 /// The evaluator thread's stack: Nickel recurses as deep as the declaration nests, and on the
@@ -290,23 +299,10 @@ pub(crate) struct Warm {
 const WARM_STACK: usize = 64 << 20;
 
 impl Warm {
-    /// Starts loading the standard library, for one evaluation of a text as if it were the file
-    /// `node` ([`Warm::evaluate`]), with `library_dir` on the import path, `pinned` ports
-    /// overriding the declaration's, every file read confined to `tree`.
-    pub(crate) fn start(
-        node: &Path,
-        library_dir: &Path,
-        pinned: &BTreeMap<String, u16>,
-        tree: &crate::imports::Tree,
-    ) -> Option<Self> {
-        let (ask, asked) = std::sync::mpsc::channel::<String>();
+    /// Starts loading the standard library, for one evaluation ([`Warm::evaluate`]).
+    pub(crate) fn start() -> Option<Self> {
+        let (ask, asked) = std::sync::mpsc::channel::<Job>();
         let (answered, answer) = std::sync::mpsc::channel();
-        let (node, library_dir, pinned, tree) = (
-            node.to_owned(),
-            library_dir.to_owned(),
-            pinned.clone(),
-            tree.clone(),
-        );
         std::thread::Builder::new()
             .name("mesh-evaluator".into())
             .stack_size(WARM_STACK)
@@ -318,16 +314,16 @@ impl Warm {
                     std::io::sink(),
                     nickel_lang_core::error::NullReporter {},
                 );
-                vm.import_resolver
-                    .sources
-                    .add_import_paths(std::iter::once(library_dir));
                 let loaded = vm.import_resolver.prepare_stdlib(&mut vm.pos_table).is_ok();
-                // No text: the build needed no evaluation here.
-                let Ok(text) = asked.recv() else { return };
+                // No job: the build needed no evaluation here.
+                let Ok(job) = asked.recv() else { return };
                 let result = loaded.then(|| {
+                    vm.import_resolver
+                        .sources
+                        .add_import_paths(std::iter::once(&job.library_dir));
                     let id = vm.import_resolver.sources.add_string(
-                        SourcePath::Path(node.clone(), InputFormat::Nickel),
-                        with_pins(&text, &pinned),
+                        SourcePath::Path(job.node.clone(), InputFormat::Nickel),
+                        with_pins(&job.text, &job.pinned),
                     );
                     let body = vm.prepare_eval(id).ok()?;
                     let value = VirtualMachine::new(&mut vm)
@@ -335,12 +331,13 @@ impl Warm {
                         .ok()?;
                     let files = vm.import_resolver.files().clone();
                     let paths = read_paths(&files);
-                    crate::imports::check_read(paths.iter().map(PathBuf::as_path), &tree).ok()?;
+                    crate::imports::check_read(paths.iter().map(PathBuf::as_path), &job.tree)
+                        .ok()?;
                     // The declaration read is the text given, before the pins.
                     let mut read = sources_read(&files);
                     for (path, digest) in &mut read {
-                        if *path == node {
-                            *digest = *blake3::hash(text.as_bytes()).as_bytes();
+                        if *path == job.node {
+                            *digest = *blake3::hash(job.text.as_bytes()).as_bytes();
                         }
                     }
                     Some((json_of(&value).ok()?, read))
@@ -351,10 +348,27 @@ impl Warm {
         Some(Warm { ask, answer })
     }
 
-    /// Evaluates `text` as [`evaluate_text_in`] would: its exported value as JSON and the files
-    /// it read; `None` if anything failed (the caller then evaluates the way that reports it).
-    pub(crate) fn evaluate(self, text: String) -> Option<(serde_json::Value, Vec<ReadSource>)> {
-        self.ask.send(text).ok()?;
+    /// Evaluates `text` as [`evaluate_text_in`] would, as if it were the file `node`, with
+    /// `library_dir` on the import path, `pinned` ports overriding the declaration's, every
+    /// file read confined to `tree`: its exported value as JSON and the files it read; `None`
+    /// if anything failed (the caller then evaluates the way that reports it).
+    pub(crate) fn evaluate(
+        self,
+        node: &Path,
+        library_dir: &Path,
+        pinned: &BTreeMap<String, u16>,
+        tree: &crate::imports::Tree,
+        text: String,
+    ) -> Option<(serde_json::Value, Vec<ReadSource>)> {
+        self.ask
+            .send(Job {
+                node: node.to_owned(),
+                library_dir: library_dir.to_owned(),
+                pinned: pinned.clone(),
+                tree: tree.clone(),
+                text,
+            })
+            .ok()?;
         self.answer.recv().ok()?
     }
 }

@@ -253,7 +253,9 @@ pub fn walk_with(
             continue;
         };
         let hex = digest.to_hex().to_string();
-        if !known.contains_key(&hex) && !ahead.contains_key(&hex) && queue.len() > 1 {
+        // Only a first walk (nothing known) has many texts to parse: a later one has the few
+        // that changed, not worth reading every queued file twice for.
+        if known.is_empty() && !ahead.contains_key(&hex) && queue.len() > 1 {
             ahead.extend(parse_ahead(&queue, &seen, known));
         }
         let written = match known.get(&hex).or_else(|| ahead.get(&hex)) {

@@ -204,8 +204,17 @@ fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Opti
             .iter()
             .map(|chunk| {
                 let warm = inputs.warm.take();
+                let text = spine.wrapper(chunk);
                 let (value, read) = warm
-                    .and_then(|w| w.evaluate(spine.wrapper(chunk)))
+                    .and_then(|w| {
+                        w.evaluate(
+                            inputs.node,
+                            inputs.library,
+                            inputs.pinned,
+                            inputs.tree,
+                            text,
+                        )
+                    })
                     .or_else(|| here(chunk))?;
                 split(inputs, chunk, value, &read)
             })

@@ -188,7 +188,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
     };
     match request.evaluator {
         Evaluator::InProcess => {
-            let evaluated = bounded::evaluate_here(&eval_request)?;
+            let evaluated = bounded::evaluate_here(&eval_request, None)?;
             let kept = keep(&eval_request, evaluated)?;
             Ok(built(
                 kept.id,
