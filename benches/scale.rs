@@ -241,36 +241,29 @@ fn builds(rows: &mut Vec<Row>, n: usize, runs: usize) {
         t.elapsed()
     };
     whole_once(); // the page cache
-    let whole = median((0..runs).map(|_| whole_once()).collect());
-    let mut ids = Vec::new();
-    let cold = median(
-        (0..runs)
-            .map(|_| {
-                let state = tempfile::tempdir().unwrap();
-                let (d, v) = build(state.path(), &node);
-                assert_eq!(
-                    v["modules_evaluated"], n,
-                    "a cold build evaluates every module"
-                );
-                ids.push(v["id"].clone());
-                d
-            })
-            .collect(),
-    );
     let state = tempfile::tempdir().unwrap();
     build(state.path(), &node);
-    let changed = median(
-        (1..=runs * 2)
-            .map(|edit| {
-                let m = (edit * 37) % n;
-                std::fs::write(dir.path().join(format!("apps/app{m}.ncl")), module(m, edit))
-                    .unwrap();
-                let (d, v) = build(state.path(), &node);
-                assert_eq!(v["modules_evaluated"], 1, "one module evaluated");
-                d
-            })
-            .collect(),
-    );
+    // Side by side, round after round: this machine's speed drifts over a minute, and each
+    // ratio is of times taken in the same rounds.
+    let (mut wholes, mut colds, mut changes) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..runs {
+        wholes.push(whole_once());
+        let fresh = tempfile::tempdir().unwrap();
+        let (d, v) = build(fresh.path(), &node);
+        assert_eq!(
+            v["modules_evaluated"], n,
+            "a cold build evaluates every module"
+        );
+        colds.push(d);
+        for edit in [2 * round + 1, 2 * round + 2] {
+            let m = (edit * 37) % n;
+            std::fs::write(dir.path().join(format!("apps/app{m}.ncl")), module(m, edit)).unwrap();
+            let (d, v) = build(state.path(), &node);
+            assert_eq!(v["modules_evaluated"], 1, "one module evaluated");
+            changes.push(d);
+        }
+    }
+    let (whole, cold, changed) = (median(wholes), median(colds), median(changes));
     rows.push(Row {
         what: format!("build, {n} modules in files of their own: cold"),
         mesh: cold,
