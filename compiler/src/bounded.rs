@@ -333,9 +333,7 @@ impl Chunks<'_> {
         };
         let input = serde_json::to_vec(&request).ok()?;
         let output = run_child(&self.program, self.limits, &request.node, &input, false).ok()?;
-        let (len, rest) = output.split_first_chunk::<8>()?;
-        let json = rest.get(..usize::try_from(u64::from_le_bytes(*len)).ok()?)?;
-        match serde_json::from_slice(json).ok()? {
+        match serde_json::from_slice(unframe(&output)?).ok()? {
             Answer::Chunk { value, sources } => Some((value, decode_sources(sources).ok()?)),
             _ => None,
         }
@@ -476,11 +474,15 @@ fn run_child(
     )
 }
 
+/// The JSON of an answer: `output` is its length, then at least that many bytes.
+fn unframe(output: &[u8]) -> Option<&[u8]> {
+    let (len, rest) = output.split_first_chunk::<8>()?;
+    rest.get(..usize::try_from(u64::from_le_bytes(*len)).ok()?)
+}
+
 /// Whether `output` is a whole answer: its length, then that many bytes.
 fn is_whole_answer(output: &[u8]) -> bool {
-    output.split_first_chunk::<8>().is_some_and(|(len, rest)| {
-        u64::try_from(rest.len()).is_ok_and(|n| n == u64::from_le_bytes(*len))
-    })
+    unframe(output).is_some_and(|json| json.len() + 8 == output.len())
 }
 
 /// Waits for the child, then reads its answer (`output`), or why it gave none.
@@ -540,9 +542,7 @@ fn finish_child(
 }
 
 fn decode(output: &[u8]) -> Result<Result<crate::Kept, crate::BuildError>, String> {
-    let (len, rest) = output.split_first_chunk::<8>().ok_or("it is cut short")?;
-    let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|e| e.to_string())?;
-    let json = rest.get(..len).ok_or("it is cut short")?;
+    let json = unframe(output).ok_or("it is cut short")?;
     match serde_json::from_slice(json).map_err(|e| e.to_string())? {
         Answer::Rejected(d) => Ok(Err((*d).into())),
         Answer::NotKept(reason) => Ok(Err(crate::BuildError::NotKept(reason))),

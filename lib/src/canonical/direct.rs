@@ -147,6 +147,15 @@ fn begin_variant<'a>(
     Ok(out)
 }
 
+/// Serializer methods for integers, each `fn name(self, v: type)` returning `$body`'s value.
+macro_rules! integers {
+    ($ok:ty, |$s:ident, $v:ident| $body:expr; $($name:ident: $t:ty),*) => {$(
+        fn $name($s, $v: $t) -> Result<$ok, CanonicalError> {
+            $body
+        }
+    )*};
+}
+
 impl<'a> ser::Serializer for Writer<'a> {
     type Ok = ();
     type Error = CanonicalError;
@@ -163,44 +172,18 @@ impl<'a> ser::Serializer for Writer<'a> {
             .extend_from_slice(if v { b"true" } else { b"false" });
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), CanonicalError> {
+    integers!((), |self, v| {
         integer(self.out, v);
         Ok(())
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), CanonicalError> {
-        integer(self.out, v);
-        Ok(())
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), CanonicalError> {
-        integer(self.out, v);
-        Ok(())
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), CanonicalError> {
-        integer(self.out, v);
-        Ok(())
-    }
+    }; serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+       serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64);
+
     fn serialize_i128(self, v: i128) -> Result<(), CanonicalError> {
         if i64::try_from(v).is_err() && u64::try_from(v).is_err() {
             return Err(<CanonicalError as ser::Error>::custom(
                 "number out of range",
             ));
         }
-        integer(self.out, v);
-        Ok(())
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), CanonicalError> {
-        integer(self.out, v);
-        Ok(())
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), CanonicalError> {
-        integer(self.out, v);
-        Ok(())
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), CanonicalError> {
-        integer(self.out, v);
-        Ok(())
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), CanonicalError> {
         integer(self.out, v);
         Ok(())
     }
@@ -442,36 +425,11 @@ impl ser::Serializer for KeyWriter {
     fn serialize_bool(self, v: bool) -> Result<String, CanonicalError> {
         Ok(v.to_string())
     }
-    fn serialize_i8(self, v: i8) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i16(self, v: i16) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i32(self, v: i32) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i64(self, v: i64) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_i128(self, v: i128) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u8(self, v: u8) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u16(self, v: u16) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u32(self, v: u32) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u64(self, v: u64) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
-    fn serialize_u128(self, v: u128) -> Result<String, CanonicalError> {
-        Ok(v.to_string())
-    }
+    integers!(String, |self, v| Ok(v.to_string());
+       serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+       serialize_i128: i128, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32,
+       serialize_u64: u64, serialize_u128: u128);
+
     fn serialize_f32(self, v: f32) -> Result<String, CanonicalError> {
         Err(CanonicalError::Float(v.to_string()))
     }
