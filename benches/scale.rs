@@ -5,7 +5,9 @@
 //! SIGTERM with a stop timeout of 2 s, so the sum of the stops (120 s) and their maximum (2 s)
 //! differ visibly. `mesh take` of all 60 modules, `mesh rollback` across it, and forward again
 //! (`mesh rollback --to`), against the docker CLI making the same calls — stop, rename, create,
-//! start; and back: remove, start, rename — 16 containers at a time, and one after another.
+//! start; and back: stop, remove, start, rename — 16 containers at a time, and one after another.
+//! The mesh's containers declare the same 2 s stop timeout: a rollback stops each (SIGTERM, then
+//! its timeout) before it removes it.
 //! Targets: the mesh within 1.2x the CLI 16 at a time, and under 0.2x the CLI one after
 //! another.
 //!
@@ -101,7 +103,7 @@ fn containers(rows: &mut Vec<Row>) {
     let modules: String = (0..N)
         .map(|i| {
             format!(
-                "{{ name = \"app{i}\", config = fun s => {{ containers = [{{ name = \"{}\", image = \"{image}\", command = [\"/bin/busybox\", \"sleep\", \"100000\"], volumes = [{{ source = \"{prefix}-vol{i}\", target = \"/data\" }}] }}] }} }},\n",
+                "{{ name = \"app{i}\", config = fun s => {{ containers = [{{ name = \"{}\", image = \"{image}\", command = [\"/bin/busybox\", \"sleep\", \"100000\"], volumes = [{{ source = \"{prefix}-vol{i}\", target = \"/data\" }}], stop_timeout = 2 }}] }} }},\n",
                 name(i)
             )
         })
@@ -134,6 +136,8 @@ fn containers(rows: &mut Vec<Row>) {
             "create",
             "--name",
             &n,
+            "--stop-timeout",
+            "2",
             "-v",
             &format!("{prefix}-vol{i}:/data"),
             &image,
@@ -145,7 +149,8 @@ fn containers(rows: &mut Vec<Row>) {
     };
     let back_one = |&i: &usize| {
         let n = name(i);
-        docker(&["rm", "-f", &n]);
+        docker(&["stop", &n]);
+        docker(&["rm", &n]);
         docker(&["start", &format!("{n}.found")]);
         docker(&["rename", &format!("{n}.found"), &n]);
     };

@@ -104,6 +104,9 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
                 if v.read_only { " (read-only)" } else { "" }
             );
         }
+        if let Some(t) = c.stop_timeout {
+            let _ = writeln!(o, "             stops   within {t} s of SIGTERM");
+        }
     }
 
     let _ = writeln!(

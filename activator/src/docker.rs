@@ -446,7 +446,8 @@ impl Engine {
             .await
     }
 
-    /// Removes one of the mesh's containers (its volumes stay).
+    /// Removes one of the mesh's containers (its volumes stay), killing it if it still runs: the
+    /// switch stops it first.
     pub fn remove(&self, name: &str) -> Result<(), DockerError> {
         self.runtime.block_on(self.remove_async(name))
     }
@@ -525,6 +526,7 @@ fn create_body(
                 .collect(),
         ),
         labels: Some(labels),
+        stop_timeout: entry.stop_timeout.map(i64::from),
         exposed_ports: Some(bindings.keys().cloned().collect()),
         host_config: Some(HostConfig {
             port_bindings: Some(bindings),
@@ -596,7 +598,7 @@ pub enum Step {
         /// Its name.
         name: String,
     },
-    /// Create (after removing the mesh's container of another spec) and start.
+    /// Create (after stopping and removing the mesh's container of another spec) and start.
     Run {
         /// Its name.
         name: String,
@@ -608,15 +610,15 @@ pub enum Step {
         /// Its name.
         name: String,
     },
-    /// Rollback across a take: the mesh's container goes, the found one comes back under its
-    /// name, started if it ran when it was found.
+    /// Rollback across a take: the mesh's container is stopped and goes, the found one comes
+    /// back under its name, started if it ran when it was found.
     Restore {
         /// Its name.
         name: String,
         /// Whether it ran when found.
         start: bool,
     },
-    /// Remove one of the mesh's containers no longer declared.
+    /// Stop and remove one of the mesh's containers no longer declared.
     Remove {
         /// Its name.
         name: String,
@@ -776,7 +778,7 @@ fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> Vec<Calls> {
             }
             Step::Run { replace, .. } => {
                 if *replace {
-                    c.release.push(Call::Remove(name.clone()));
+                    c.release.extend(stop_and_remove(&name));
                 }
                 c.acquire.push(Call::Create(name.clone()));
                 c.acquire.push(Call::Start(name));
@@ -787,7 +789,7 @@ fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> Vec<Calls> {
             // next run).
             Step::Restore { start, .. } => {
                 if present.get(&name).is_some_and(Present::is_ours) {
-                    c.release.push(Call::Remove(name.clone()));
+                    c.release.extend(stop_and_remove(&name));
                 }
                 let kept = format!("{name}{FOUND_SUFFIX}");
                 if *start {
@@ -795,13 +797,19 @@ fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> Vec<Calls> {
                 }
                 c.acquire.push(Call::Rename(kept, name));
             }
-            Step::Remove { .. } => c.release.push(Call::Remove(name)),
+            Step::Remove { .. } => c.release.extend(stop_and_remove(&name)),
             Step::Stop { .. } => c.release.push(Call::Stop(name)),
             Step::Restart { .. } => c.acquire.push(Call::Restart(name)),
         }
     }
     out.retain(|c| !c.release.is_empty() || !c.acquire.is_empty());
     out
+}
+
+/// The mesh's container goes: stopped first, within the stop timeout its declaration gives (a
+/// database flushes its files on SIGTERM; a removal alone would kill it), then removed.
+fn stop_and_remove(name: &str) -> [Call; 2] {
+    [Call::Stop(name.to_owned()), Call::Remove(name.to_owned())]
 }
 
 /// What one container's calls need to know of the switch.
@@ -997,6 +1005,7 @@ mod tests {
             ports: vec![],
             volumes: vec![],
             labels: BTreeMap::new(),
+            stop_timeout: None,
             state,
         }
     }
@@ -1131,7 +1140,8 @@ mod tests {
 
     /// Each container's calls keep their order; every letting go (stop, removal, rename away)
     /// is in the first wave, every taking (create, start, rename back) in the second; a
-    /// rollback removes the mesh's container only if the listing shows one.
+    /// rollback removes the mesh's container only if the listing shows one, and stops it (within
+    /// its stop timeout) before it removes it.
     #[test]
     fn calls_per_container_let_go_before_they_take() {
         let steps = vec![
@@ -1172,7 +1182,7 @@ mod tests {
             },
             Calls {
                 name: "b".into(),
-                release: vec![Call::Remove("b".into())],
+                release: vec![Call::Stop("b".into()), Call::Remove("b".into())],
                 acquire: vec![
                     Call::Start("b.found".into()),
                     Call::Rename("b.found".into(), "b".into()),
@@ -1185,7 +1195,7 @@ mod tests {
             },
             Calls {
                 name: "d".into(),
-                release: vec![Call::Remove("d".into())],
+                release: vec![Call::Stop("d".into()), Call::Remove("d".into())],
                 acquire: vec![],
             },
             Calls {

@@ -905,6 +905,7 @@ mod tests {
                 read_only: true,
             }],
             labels: BTreeMap::new(),
+            stop_timeout: None,
             state: ContainerState::Managed,
         };
         g.containers.insert(

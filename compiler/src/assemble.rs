@@ -84,6 +84,8 @@ struct ContainerOut {
     publish: Vec<PublishOut>,
     volumes: Vec<VolumeOut>,
     labels: BTreeMap<String, String>,
+    #[serde(default)]
+    stop_timeout: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -508,6 +510,21 @@ pub(crate) fn assemble_node(
                 });
             }
             volumes.sort();
+            let stop_timeout =
+                match c.stop_timeout {
+                    None => None,
+                    Some(t) => Some(u32::try_from(t).ok().filter(|t| *t <= 3600).ok_or_else(
+                        || {
+                            ctx.reject(
+                                &ctx.at(&here, &[f("stop_timeout")]),
+                                format!(
+                                    "container {name}: stop_timeout {t} is not 0 to 3600 seconds"
+                                ),
+                                "this value",
+                            )
+                        },
+                    )?),
+                };
             let state = if taken {
                 ContainerState::Managed
             } else {
@@ -556,6 +573,7 @@ pub(crate) fn assemble_node(
                 ports,
                 volumes,
                 labels: c.labels.clone(),
+                stop_timeout,
                 state,
             };
             if let Some((first, first_at)) = containers.get(&name) {

@@ -318,6 +318,11 @@ fn container_fields(a: &ContainerEntry, b: &ContainerEntry) -> Vec<FieldChange> 
         Some(json(&b.volumes)),
     );
     field(
+        "stop_timeout".into(),
+        a.stop_timeout.map(|t| t.to_string()),
+        b.stop_timeout.map(|t| t.to_string()),
+    );
+    field(
         "module".into(),
         Some(a.module.to_string()),
         Some(b.module.to_string()),
@@ -692,6 +697,7 @@ mod tests {
             ports: vec![],
             volumes: vec![],
             labels: BTreeMap::new(),
+            stop_timeout: None,
             state: ContainerState::Staged,
         };
         let mut b = a.clone();

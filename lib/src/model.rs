@@ -750,6 +750,10 @@ pub struct ContainerEntry {
     pub volumes: Vec<Volume>,
     /// Labels the declaration gives (the mesh adds its own when it creates the container).
     pub labels: BTreeMap<String, String>,
+    /// Seconds it is given to stop after SIGTERM before it is killed; the engine's default when
+    /// not declared (and then not encoded: a generation without one keeps its id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timeout: Option<u32>,
     /// What the mesh does with it here.
     pub state: ContainerState,
 }

@@ -893,6 +893,75 @@ mesh.node {{
     assert_eq!(state(), "running", "taken again: it runs");
 }
 
+/// A rollback across a take stops the mesh's container within the stop timeout its declaration
+/// gives before it removes it: a database flushes on SIGTERM. The mesh's container here writes
+/// `flushed` to its volume on SIGTERM; after the rollback the predecessor's container, back
+/// under its name on the same volume, reads it. (Removed without a stop, it would be killed.)
+#[test]
+fn a_rollback_stops_the_mesh_container_before_it_goes() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("g");
+    let name = format!("{}-db", made.prefix);
+    let volume = format!("{}-vol", made.prefix);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "-v",
+        &format!("{volume}:/data"),
+        &made.image,
+        "/bin/busybox",
+        "sleep",
+        "100000",
+    ]);
+    let decl = format!(
+        r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820 }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
+  }},
+  modules = [
+    {{ name = "db", config = fun s => {{ containers = [{{
+        name = "{name}",
+        image = "{i}",
+        command = ["/bin/busybox", "sh", "-c", "rm -f /data/flushed; trap 'echo flushed > /data/flushed; exit 0' TERM; while true; do sleep 1; done"],
+        volumes = [{{ source = "{volume}", target = "/data" }}],
+        stop_timeout = 7,
+    }}] }} }},
+  ],
+}}
+"#,
+        i = made.image
+    );
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &decl);
+    f.ok(&["adopt", f.decl("n.ncl").to_str().unwrap()]);
+    let found = docker(&["inspect", "-f", "{{.Id}}", &name]);
+    f.ok(&["take", "db"]);
+    assert_ne!(docker(&["inspect", "-f", "{{.Id}}", &name]), found);
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.Config.StopTimeout}}", &name]),
+        "7",
+        "the declared stop timeout is the container's"
+    );
+    // Its shell has set its trap before the rollback sends SIGTERM.
+    std::thread::sleep(Duration::from_millis(500));
+
+    f.ok(&["rollback", "--to", "1"]);
+    assert_eq!(docker(&["inspect", "-f", "{{.Id}}", &name]), found);
+    assert_eq!(
+        docker(&["exec", &name, "/bin/busybox", "cat", "/data/flushed"]),
+        "flushed",
+        "the mesh's container was stopped (SIGTERM), not killed"
+    );
+}
+
 /// The number of staged containers in `mesh status --json` (as `[held, staged, managed]` or,
 /// named, `{ held, staged, managed }`).
 fn staged_count(containers: &serde_json::Value) -> u64 {

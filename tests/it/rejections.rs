@@ -102,6 +102,26 @@ fn same_container_in_two_modules() {
     );
 }
 
+/// A stop timeout out of 0 to 3600 seconds, pointed at; a string is the contract's to refuse.
+#[test]
+fn stop_timeout_out_of_range() {
+    for t in ["-1", "3601"] {
+        let c =
+            format!(r#"containers = [{{ name = "db", image = "busybox", stop_timeout = {t} }}]"#);
+        let ran = rejected(&node(PORTS, &module("db", &c)), None);
+        assert_says(
+            &ran,
+            &[
+                &format!("container db: stop_timeout {t} is not 0 to 3600 seconds"),
+                "bad-node.ncl:9:",
+            ],
+        );
+    }
+    let c = r#"containers = [{ name = "db", image = "busybox", stop_timeout = "5" }]"#;
+    let ran = rejected(&node(PORTS, &module("db", c)), None);
+    assert_says(&ran, &["stop_timeout"]);
+}
+
 /// Two modules publishing one host port.
 #[test]
 fn same_host_port_in_two_modules() {
