@@ -119,9 +119,9 @@ pub fn store(
 /// library (the contracts' version), the node's pinned ports, the text of the declaration
 /// around its `modules` array and of every file the head reads, and, for a module, the files
 /// the walk read through to find it and its source closure — or, for a module the walk could
-/// not follow, every file the declaration reaches. Entries live in `STATE/cache/head/` and
-/// `STATE/cache/module/`, hold the evaluated value as JSON, and are written atomically; a
-/// damaged entry is a miss.
+/// not follow, every file the declaration reaches. Entries hold the evaluated value as JSON: a
+/// head's in `STATE/cache/head/`, the modules' in bundles ([`modules::Bundles`]) in
+/// `STATE/cache/modules/`; all are written atomically, and a damaged entry is a miss.
 pub mod modules {
     use std::collections::{BTreeMap, BTreeSet};
     use std::path::{Path, PathBuf};
@@ -159,7 +159,7 @@ pub mod modules {
         /// The key, hex.
         pub key: String,
         /// The evaluated value, JSON.
-        pub value: serde_json::Value,
+        pub value: Box<serde_json::value::RawValue>,
     }
 
     /// The keys of a node's head and modules; `None` where a file could not be read.
@@ -290,21 +290,13 @@ pub mod modules {
             .join(key)
     }
 
-    /// Whether an entry is under `key` (read with [`lookup`]).
-    pub fn exists(state_dir: &Path, kind: Kind, key: &str) -> bool {
-        key.len() >= 3
-            && key.bytes().all(|b| b.is_ascii_hexdigit())
-            && entry_path(state_dir, kind, key).is_file()
-    }
-
-    /// The value cached under `key`, read as a `T` (the evaluated JSON itself, or what the
-    /// assembly reads of it), if any.
+    /// The head cached under `key`, read as a `T`, if any (modules are in [`Bundles`]).
     pub fn lookup<T: serde::de::DeserializeOwned>(
         state_dir: &Path,
         kind: Kind,
         key: &str,
     ) -> Option<T> {
-        if key.len() < 3 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_key(key) {
             return None;
         }
         let bytes = std::fs::read(entry_path(state_dir, kind, key)).ok()?;
@@ -347,23 +339,241 @@ pub mod modules {
         }
     }
 
-    /// Writes `entries`. Failing to write the cache fails nothing.
+    /// Writes `entries`: a head's in a file of its own, the modules' together in one bundle
+    /// ([`Bundles`]). Failing to write the cache fails nothing.
     pub fn store(state_dir: &Path, entries: &[Entry]) {
+        let mut modules: Vec<(String, Vec<u8>)> = Vec::new();
         for e in entries {
-            if e.key.len() < 3 || !e.key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if !is_key(&e.key) {
                 continue;
             }
-            let path = entry_path(state_dir, e.kind, &e.key);
-            let Ok(bytes) = serde_json::to_vec(&e.value) else {
-                continue;
-            };
-            if let Some(dir) = path.parent() {
-                // Not waited for: an entry a crash lost is evaluated again.
-                if atomic::create_dir_all(dir).is_ok() {
-                    let _ignored_cache_write_failure =
-                        atomic::write_file_unsynced(&path, &bytes, 0o600);
+            let bytes = e.value.get().as_bytes().to_vec();
+            match e.kind {
+                Kind::Module => modules.push((e.key.clone(), bytes)),
+                Kind::Head => {
+                    let path = entry_path(state_dir, e.kind, &e.key);
+                    if let Some(dir) = path.parent() {
+                        // Not waited for: an entry a crash lost is evaluated again.
+                        if atomic::create_dir_all(dir).is_ok() {
+                            let _ignored_cache_write_failure =
+                                atomic::write_file_unsynced(&path, &bytes, 0o600);
+                        }
+                    }
                 }
             }
+        }
+        if !modules.is_empty() {
+            Bundles::add(state_dir, modules);
+        }
+    }
+
+    fn is_key(key: &str) -> bool {
+        key.len() >= 3 && key.bytes().all(|b| b.is_ascii_hexdigit())
+    }
+
+    /// Bundles kept before they are merged into one.
+    const MAX_BUNDLES: usize = 8;
+
+    /// The modules' entries: `STATE/cache/modules/NAME.bundle`, one per build that evaluated
+    /// modules (a cold build of hundreds of modules writes one file, not hundreds). A bundle's
+    /// first line is its index, `{"KEY": [OFFSET, LENGTH], …}` into the rest, the values' JSON
+    /// one after another; NAME is the digest of its bytes. Past [`MAX_BUNDLES`], the next build
+    /// merges them all into its own. A bundle written whole under its name (atomically), so a
+    /// damaged one — an index that does not read, a value that does not — is a miss.
+    pub struct Bundles {
+        /// Each bundle read: its path and bytes.
+        files: Vec<(PathBuf, Vec<u8>)>,
+        /// Each key: which bundle, and where in it.
+        index: std::collections::HashMap<String, (usize, std::ops::Range<usize>)>,
+    }
+
+    fn bundles_dir(state_dir: &Path) -> PathBuf {
+        state_dir.join("cache").join("modules")
+    }
+
+    impl Bundles {
+        /// Reads every bundle in `state_dir` (none, if there is no cache).
+        pub fn load(state_dir: &Path) -> Self {
+            let mut out = Bundles {
+                files: Vec::new(),
+                index: std::collections::HashMap::new(),
+            };
+            let Ok(dir) = std::fs::read_dir(bundles_dir(state_dir)) else {
+                return out;
+            };
+            let mut paths: Vec<PathBuf> = dir
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "bundle"))
+                .collect();
+            paths.sort();
+            for path in paths {
+                let Ok(bytes) = std::fs::read(&path) else {
+                    continue;
+                };
+                let Some(newline) = bytes.iter().position(|b| *b == b'\n') else {
+                    continue;
+                };
+                let Ok(index) =
+                    serde_json::from_slice::<BTreeMap<String, (usize, usize)>>(&bytes[..newline])
+                else {
+                    continue;
+                };
+                let at = out.files.len();
+                let body = newline + 1;
+                for (key, (offset, len)) in index {
+                    let Some(end) = body
+                        .checked_add(offset)
+                        .and_then(|start| start.checked_add(len))
+                        .filter(|end| *end <= bytes.len())
+                    else {
+                        continue;
+                    };
+                    out.index.insert(key, (at, body + offset..end));
+                }
+                out.files.push((path, bytes));
+            }
+            out
+        }
+
+        /// Whether an entry is under `key`.
+        pub fn contains(&self, key: &str) -> bool {
+            self.index.contains_key(key)
+        }
+
+        /// The value under `key`, read as a `T`, if it is there and reads.
+        pub fn lookup<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
+            let (file, range) = self.index.get(key)?;
+            serde_json::from_slice(self.files[*file].1.get(range.clone())?).ok()
+        }
+
+        /// Writes `entries` (key, JSON) as a new bundle; past [`MAX_BUNDLES`], with every
+        /// entry of the others, which then go.
+        fn add(state_dir: &Path, mut entries: Vec<(String, Vec<u8>)>) {
+            let dir = bundles_dir(state_dir);
+            let existing = std::fs::read_dir(&dir).map_or(0, |d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "bundle"))
+                    .count()
+            });
+            let merged = (existing >= MAX_BUNDLES).then(|| Bundles::load(state_dir));
+            if let Some(old) = &merged {
+                let new: BTreeSet<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+                for (key, (file, range)) in &old.index {
+                    if !new.contains(key) {
+                        entries.push((key.clone(), old.files[*file].1[range.clone()].to_vec()));
+                    }
+                }
+            }
+            let mut index = BTreeMap::new();
+            let mut body = Vec::new();
+            for (key, bytes) in &entries {
+                index.insert(key.as_str(), (body.len(), bytes.len()));
+                body.extend_from_slice(bytes);
+            }
+            let Ok(mut bytes) = serde_json::to_vec(&index) else {
+                return;
+            };
+            bytes.push(b'\n');
+            bytes.extend_from_slice(&body);
+            let name = format!("{}.bundle", &blake3::hash(&bytes).to_hex()[..32]);
+            let path = dir.join(name);
+            if atomic::create_dir_all(&dir).is_err()
+                || atomic::write_file_unsynced(&path, &bytes, 0o600).is_err()
+            {
+                return;
+            }
+            // The one-file-per-entry cache of earlier meshes is read no more.
+            let _ignored = std::fs::remove_dir_all(state_dir.join("cache").join("module"));
+            // Every entry of the old bundles is in the new one: a build reading them meanwhile
+            // finds one gone, and evaluates what it would have read.
+            for (old, _) in merged.iter().flat_map(|m| &m.files) {
+                if *old != path {
+                    let _ignored = std::fs::remove_file(old);
+                }
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn entry(key: &str, value: &str) -> Entry {
+            Entry {
+                kind: Kind::Module,
+                key: key.into(),
+                value: serde_json::value::RawValue::from_string(value.into()).unwrap(),
+            }
+        }
+
+        fn bundles(state: &Path) -> usize {
+            std::fs::read_dir(bundles_dir(state)).unwrap().count()
+        }
+
+        /// Each build's entries go in one file; past the bound they are merged into one, and
+        /// every entry written is still found — once, under a key written by several builds
+        /// (a key names everything its value depends on: the same key, the same value).
+        #[test]
+        fn bundles_stay_few_and_keep_every_entry() {
+            let state = tempfile::tempdir().unwrap();
+            for build in 0..(3 * MAX_BUNDLES) {
+                let entries: Vec<Entry> = (0..5)
+                    .map(|m| entry(&format!("{build:04x}{m:04x}"), &format!("[{build},{m}]")))
+                    .chain([entry("abcabc", "\"same\"")])
+                    .collect();
+                store(state.path(), &entries);
+                assert!(bundles(state.path()) <= MAX_BUNDLES, "after build {build}");
+            }
+            let found = Bundles::load(state.path());
+            for build in 0..(3 * MAX_BUNDLES) {
+                for m in 0..5 {
+                    let key = format!("{build:04x}{m:04x}");
+                    assert!(found.contains(&key));
+                    assert_eq!(found.lookup::<Vec<usize>>(&key), Some(vec![build, m]));
+                }
+            }
+            assert_eq!(found.lookup::<String>("abcabc").as_deref(), Some("same"));
+            let merged = std::fs::read_dir(bundles_dir(state.path()))
+                .unwrap()
+                .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+                .find(|text| text.contains("0000"))
+                .unwrap();
+            assert_eq!(merged.matches("abcabc").count(), 1, "{merged}");
+            assert!(!found.contains("ffff"));
+        }
+
+        /// A bundle that does not read — its index torn, or a value cut short — is a miss,
+        /// and the others are still read.
+        #[test]
+        fn a_damaged_bundle_is_a_miss() {
+            let state = tempfile::tempdir().unwrap();
+            store(state.path(), &[entry("aaaa", "[1,2,3]")]);
+            store(state.path(), &[entry("bbbb", "{\"x\":1}")]);
+            let dir = bundles_dir(state.path());
+            let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            paths.sort();
+            let holding = |key: &str| {
+                paths
+                    .iter()
+                    .find(|p| std::fs::read_to_string(p).unwrap().contains(key))
+                    .unwrap()
+                    .clone()
+            };
+            // The index of one cut in the middle; the value of the other cut short.
+            let a = holding("aaaa");
+            std::fs::write(&a, &std::fs::read(&a).unwrap()[..5]).unwrap();
+            let b = holding("bbbb");
+            let bytes = std::fs::read(&b).unwrap();
+            std::fs::write(&b, &bytes[..bytes.len() - 2]).unwrap();
+            let found = Bundles::load(state.path());
+            assert!(!found.contains("aaaa"));
+            assert_eq!(found.lookup::<serde_json::Value>("bbbb"), None);
+            // Zeros where the disk lost what was written.
+            std::fs::write(&b, vec![0u8; bytes.len()]).unwrap();
+            assert!(!Bundles::load(state.path()).contains("bbbb"));
         }
     }
 }

@@ -17,6 +17,7 @@ use nickel_lang_core::files::{FileId, Files};
 use nickel_lang_core::identifier::LocIdent;
 use nickel_lang_core::program::{FieldOverride, FieldPath, Program, ProgramBuilder};
 use nickel_lang_core::term::MergePriority;
+use serde_json::value::RawValue;
 
 use crate::diagnostic::{display_name, MeshDiagnostic, Source, Span};
 
@@ -159,9 +160,9 @@ impl Evaluation {
         T::deserialize(self.value.clone()).map_err(|e| e.to_string())
     }
 
-    /// The value as JSON, the way Nickel exports it (an enum tag is its name as a string):
-    /// what the per-module cache keeps of a module.
-    pub fn to_json(&self) -> Result<serde_json::Value, String> {
+    /// The value as JSON text, the way Nickel exports it (an enum tag is its name as a
+    /// string), compact: what the per-module cache keeps of a module.
+    pub fn to_json(&self) -> Result<Box<RawValue>, String> {
         json_of(&self.value)
     }
 
@@ -197,14 +198,10 @@ impl Evaluation {
     }
 }
 
-/// A value as JSON, the way Nickel exports it.
-fn json_of(value: &NickelValue) -> Result<serde_json::Value, String> {
-    let text = nickel_lang_core::serialize::to_string(
-        nickel_lang_core::serialize::ExportFormat::Json,
-        value,
-    )
-    .map_err(|e| format!("{e:?}"))?;
-    serde_json::from_str(&text).map_err(|e| e.to_string())
+/// A value as JSON text, the way Nickel exports it (its export is this serialisation, pretty
+/// printed), written once: a chunk's answer and the cache's entries carry the text itself.
+fn json_of(value: &NickelValue) -> Result<Box<RawValue>, String> {
+    serde_json::value::to_raw_value(value).map_err(|e| e.to_string())
 }
 
 /// Every file on disk in `files` past the standard library, with the blake3 of its text.
@@ -281,8 +278,18 @@ fn nickel_to_mesh(files: &Files, diagnostics: Vec<Diagnostic<FileId>>) -> MeshDi
 /// caches. It lives on a thread of its own (Nickel's evaluator is not `Send`), which waits for
 /// the text to evaluate.
 pub(crate) struct Warm {
-    ask: std::sync::mpsc::Sender<Job>,
-    answer: std::sync::mpsc::Receiver<Option<(serde_json::Value, Vec<ReadSource>)>>,
+    ask: std::sync::mpsc::Sender<Ask>,
+    answer: std::sync::mpsc::Receiver<Option<(Box<RawValue>, Vec<ReadSource>)>>,
+}
+
+/// What [`Warm`] is asked.
+enum Ask {
+    /// Load the mesh's library from this folder too (every node imports it): parsed,
+    /// typechecked and transformed then, it is found so when the declaration imports it by the
+    /// same path; if that fails there, it is done at the import.
+    Library(PathBuf),
+    /// Evaluate this.
+    Job(Job),
 }
 
 /// What [`Warm`] is to evaluate.
@@ -301,7 +308,7 @@ const WARM_STACK: usize = 64 << 20;
 impl Warm {
     /// Starts loading the standard library, for one evaluation ([`Warm::evaluate`]).
     pub(crate) fn start() -> Option<Self> {
-        let (ask, asked) = std::sync::mpsc::channel::<Job>();
+        let (ask, asked) = std::sync::mpsc::channel::<Ask>();
         let (answered, answer) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("mesh-evaluator".into())
@@ -316,7 +323,25 @@ impl Warm {
                 );
                 let loaded = vm.import_resolver.prepare_stdlib(&mut vm.pos_table).is_ok();
                 // No job: the build needed no evaluation here.
-                let Ok(job) = asked.recv() else { return };
+                let job = loop {
+                    match asked.recv() {
+                        Ok(Ask::Library(dir)) if loaded => {
+                            vm.register_extend_env_for_typecheck();
+                            let file = dir.join(crate::library::FILE);
+                            if let Ok(id) = vm
+                                .import_resolver
+                                .sources
+                                .get_or_add_file(&file, InputFormat::Nickel)
+                            {
+                                let _at_the_import =
+                                    vm.import_resolver.prepare(&mut vm.pos_table, id.inner());
+                            }
+                        }
+                        Ok(Ask::Library(_)) => {}
+                        Ok(Ask::Job(job)) => break job,
+                        Err(_) => return,
+                    }
+                };
                 let result = loaded.then(|| {
                     vm.import_resolver
                         .sources
@@ -348,6 +373,12 @@ impl Warm {
         Some(Warm { ask, answer })
     }
 
+    /// Has the mesh's library in `library_dir` loaded once the standard library is, before the
+    /// evaluation is asked for.
+    pub(crate) fn library(&self, library_dir: &Path) {
+        let _gone_means_no_evaluation = self.ask.send(Ask::Library(library_dir.to_owned()));
+    }
+
     /// Evaluates `text` as [`evaluate_text_in`] would, as if it were the file `node`, with
     /// `library_dir` on the import path, `pinned` ports overriding the declaration's, every
     /// file read confined to `tree`: its exported value as JSON and the files it read; `None`
@@ -359,15 +390,15 @@ impl Warm {
         pinned: &BTreeMap<String, u16>,
         tree: &crate::imports::Tree,
         text: String,
-    ) -> Option<(serde_json::Value, Vec<ReadSource>)> {
+    ) -> Option<(Box<RawValue>, Vec<ReadSource>)> {
         self.ask
-            .send(Job {
+            .send(Ask::Job(Job {
                 node: node.to_owned(),
                 library_dir: library_dir.to_owned(),
                 pinned: pinned.clone(),
                 tree: tree.clone(),
                 text,
-            })
+            }))
             .ok()?;
         self.answer.recv().ok()?
     }

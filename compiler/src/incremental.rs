@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use serde::Deserialize;
@@ -66,10 +67,11 @@ struct HeadOut {
     settings: SettingsOut,
 }
 
-/// The evaluated part of one wrapper: the head and the chosen modules' values.
+/// The evaluated part of one wrapper: the head and the chosen modules' values (their JSON, as
+/// the evaluation wrote it: read once into what the assembly reads, and kept as it is).
 struct Evaluated {
     head: Value,
-    modules: Vec<Value>,
+    modules: Vec<Box<RawValue>>,
     /// Files read whose text is not what the walk read.
     changed: bool,
 }
@@ -89,18 +91,24 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
     // Which modules the cache holds is told by their entries being there; the entries are read
     // (straight into what the assembly reads) beside the evaluation of the others, which takes
     // one core. An entry there but unreadable is evaluated after.
+    let bundles = cache_dir.map(modules::Bundles::load);
     let present: Vec<bool> = keys
         .modules
         .iter()
-        .map(|k| cache(k).is_some_and(|(dir, key)| modules::exists(dir, Kind::Module, key)))
+        .map(|k| {
+            bundles
+                .as_ref()
+                .zip(k.as_deref())
+                .is_some_and(|(b, key)| b.contains(key))
+        })
         .collect();
     let read = || -> Vec<Option<ModuleOut>> {
         keys.modules
             .iter()
             .zip(&present)
             .map(|(k, there)| {
-                let (dir, key) = cache(k).filter(|_| *there)?;
-                modules::lookup(dir, Kind::Module, key)
+                let key = k.as_deref().filter(|_| *there)?;
+                bundles.as_ref()?.lookup(key)
             })
             .collect()
     };
@@ -132,7 +140,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
             }
             head.get_or_insert(evaluated.head);
             for (k, value) in chunk.iter().zip(evaluated.modules) {
-                values[*k] = Some(ModuleOut::deserialize(&value).ok()?);
+                values[*k] = Some(serde_json::from_str::<ModuleOut>(value.get()).ok()?);
                 if let Some(key) = &keys.modules[*k] {
                     entries.push(Entry {
                         kind: Kind::Module,
@@ -152,7 +160,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
         entries.push(Entry {
             kind: Kind::Head,
             key: key.clone(),
-            value: h.clone(),
+            value: serde_json::value::to_raw_value(h).ok()?,
         });
     }
     let head = head?;
@@ -216,11 +224,11 @@ fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Opti
                         )
                     })
                     .or_else(|| here(chunk))?;
-                split(inputs, chunk, value, &read)
+                split(inputs, chunk, &value, &read)
             })
             .collect();
     };
-    let answers: Vec<Option<(Value, Vec<ReadSource>)>> = std::thread::scope(|scope| {
+    let answers: Vec<Option<(Box<RawValue>, Vec<ReadSource>)>> = std::thread::scope(|scope| {
         let waiting: Vec<_> = chunks
             .iter()
             .map(|chunk| {
@@ -238,7 +246,7 @@ fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Opti
         .zip(answers)
         .map(|(chunk, answer)| {
             let (value, read) = answer?;
-            split(inputs, chunk, value, &read)
+            split(inputs, chunk, &value, &read)
         })
         .collect()
 }
@@ -247,7 +255,7 @@ fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Opti
 fn split(
     inputs: &Inputs<'_>,
     chunk: &[usize],
-    value: Value,
+    value: &RawValue,
     read: &[ReadSource],
 ) -> Option<Evaluated> {
     // A file whose text is not what the walk read (it changed in between): the keys would not
@@ -255,17 +263,17 @@ fn split(
     let changed = read.iter().any(|(path, digest)| {
         path != inputs.node && inputs.graph.digests.get(path) != Some(digest)
     });
-    let Value::Object(mut node) = value else {
-        return None;
-    };
-    let Value::Array(modules) = node.remove("modules")? else {
-        return None;
-    };
+    let mut node: BTreeMap<String, Box<RawValue>> = serde_json::from_str(value.get()).ok()?;
+    let modules: Vec<Box<RawValue>> = serde_json::from_str(node.remove("modules")?.get()).ok()?;
     if modules.len() != chunk.len() {
         return None;
     }
+    let head = node
+        .into_iter()
+        .map(|(field, v)| Some((field, serde_json::from_str(v.get()).ok()?)))
+        .collect::<Option<serde_json::Map<String, Value>>>()?;
     Some(Evaluated {
-        head: Value::Object(node),
+        head: Value::Object(head),
         modules,
         changed,
     })
