@@ -299,6 +299,8 @@ struct Job {
     pinned: BTreeMap<String, u16>,
     tree: crate::imports::Tree,
     text: String,
+    /// Only the node's `modules`: its head is known already.
+    modules_only: bool,
 }
 
 /// The evaluator thread's stack: Nickel recurses as deep as the declaration nests, and on the
@@ -348,7 +350,10 @@ impl Warm {
                         .add_import_paths(std::iter::once(&job.library_dir));
                     let id = vm.import_resolver.sources.add_string(
                         SourcePath::Path(job.node.clone(), InputFormat::Nickel),
-                        with_pins(&job.text, &job.pinned),
+                        match with_pins(&job.text, &job.pinned) {
+                            text if job.modules_only => format!("(\n{text}\n).modules"),
+                            text => text,
+                        },
                     );
                     let body = vm.prepare_eval(id).ok()?;
                     let value = VirtualMachine::new(&mut vm)
@@ -382,7 +387,8 @@ impl Warm {
     /// Evaluates `text` as [`evaluate_text_in`] would, as if it were the file `node`, with
     /// `library_dir` on the import path, `pinned` ports overriding the declaration's, every
     /// file read confined to `tree`: its exported value as JSON and the files it read; `None`
-    /// if anything failed (the caller then evaluates the way that reports it).
+    /// if anything failed (the caller then evaluates the way that reports it). `modules_only`:
+    /// `text` is a node's declaration, and only its `modules` are evaluated (with the pins).
     pub(crate) fn evaluate(
         self,
         node: &Path,
@@ -390,6 +396,7 @@ impl Warm {
         pinned: &BTreeMap<String, u16>,
         tree: &crate::imports::Tree,
         text: String,
+        modules_only: bool,
     ) -> Option<(Box<RawValue>, Vec<ReadSource>)> {
         self.ask
             .send(Ask::Job(Job {
@@ -398,6 +405,7 @@ impl Warm {
                 pinned: pinned.clone(),
                 tree: tree.clone(),
                 text,
+                modules_only,
             }))
             .ok()?;
         self.answer.recv().ok()?

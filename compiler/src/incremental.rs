@@ -67,10 +67,11 @@ struct HeadOut {
     settings: SettingsOut,
 }
 
-/// The evaluated part of one wrapper: the head and the chosen modules' values (their JSON, as
-/// the evaluation wrote it: read once into what the assembly reads, and kept as it is).
+/// The evaluated part of one wrapper: the head (unless only the modules were evaluated) and
+/// the chosen modules' values (their JSON, as the evaluation wrote it: read once into what the
+/// assembly reads, and kept as it is).
 struct Evaluated {
-    head: Value,
+    head: Option<Value>,
     modules: Vec<Box<RawValue>>,
     /// Files read whose text is not what the walk read.
     changed: bool,
@@ -126,7 +127,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
                 let chunks: Vec<Vec<usize>> = (0..threads)
                     .map(|t| misses.iter().copied().skip(t).step_by(threads).collect())
                     .collect();
-                run_chunks(inputs, &spine, &chunks)
+                run_chunks(inputs, &spine, &chunks, head.is_some())
                     .map(|results| chunks.into_iter().zip(results).collect::<Vec<_>>())
             };
             (evaluated, reading.map(|r| r.join()))
@@ -138,7 +139,9 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
             if evaluated.changed {
                 return None;
             }
-            head.get_or_insert(evaluated.head);
+            if let (None, Some(h)) = (&head, evaluated.head) {
+                head = Some(h);
+            }
             for (k, value) in chunk.iter().zip(evaluated.modules) {
                 values[*k] = Some(serde_json::from_str::<ModuleOut>(value.get()).ok()?);
                 if let Some(key) = &keys.modules[*k] {
@@ -191,7 +194,15 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
 /// Evaluates each chunk's wrapper: here when there is one (or no process to run them in);
 /// else each in a process of its own, all at once (measured: evaluating one of them here, beside
 /// the processes, makes a cold build of 200 modules some 15% slower). `None` if one fails.
-fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Option<Vec<Evaluated>> {
+/// `head_known`: the head's value is in hand (from the cache), and an evaluation here need
+/// only evaluate the modules: the head's inputs are those it was evaluated from before, so it
+/// evaluates as it did, and the modules' values are what a whole evaluation gives them.
+fn run_chunks(
+    inputs: &Inputs<'_>,
+    spine: &Spine,
+    chunks: &[Vec<usize>],
+    head_known: bool,
+) -> Option<Vec<Evaluated>> {
     let here = |chunk: &[usize]| {
         let text = spine.wrapper(chunk);
         crate::eval::evaluate_text_in(
@@ -221,6 +232,7 @@ fn run_chunks(inputs: &Inputs<'_>, spine: &Spine, chunks: &[Vec<usize>]) -> Opti
                             inputs.pinned,
                             inputs.tree,
                             text,
+                            head_known,
                         )
                     })
                     .or_else(|| here(chunk))?;
@@ -263,6 +275,15 @@ fn split(
     let changed = read.iter().any(|(path, digest)| {
         path != inputs.node && inputs.graph.digests.get(path) != Some(digest)
     });
+    // Only the modules, evaluated with the head known: an array.
+    if value.get().starts_with('[') {
+        let modules: Vec<Box<RawValue>> = serde_json::from_str(value.get()).ok()?;
+        return (modules.len() == chunk.len()).then_some(Evaluated {
+            head: None,
+            modules,
+            changed,
+        });
+    }
     let mut node: BTreeMap<String, Box<RawValue>> = serde_json::from_str(value.get()).ok()?;
     let modules: Vec<Box<RawValue>> = serde_json::from_str(node.remove("modules")?.get()).ok()?;
     if modules.len() != chunk.len() {
@@ -273,7 +294,7 @@ fn split(
         .map(|(field, v)| Some((field, serde_json::from_str(v.get()).ok()?)))
         .collect::<Option<serde_json::Map<String, Value>>>()?;
     Some(Evaluated {
-        head: Value::Object(head),
+        head: Some(Value::Object(head)),
         modules,
         changed,
     })
