@@ -518,9 +518,9 @@ fn container_steps_survive_a_crash_after_each_change() {
         }
     }
     println!("{} crashed runs: {crashed:#?}", crashed.len());
-    // A take is four changes (stop, rename, create, start), a rollback three (remove, start,
-    // rename): each was stopped after.
-    assert_eq!(crashed.len(), 7, "{crashed:#?}");
+    // A take is four changes (stop, rename, create, start), a rollback four (stop, remove,
+    // start, rename): each was stopped after.
+    assert_eq!(crashed.len(), 8, "{crashed:#?}");
 }
 
 /// A declaration with a file (`/etc/motd`, `motd`) and, optionally, the store container.
