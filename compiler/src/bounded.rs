@@ -200,6 +200,8 @@ pub(crate) struct Evaluated {
     pub sources: Vec<ReadSource>,
     /// The per-module cache entries to write.
     pub entries: Vec<crate::cache::modules::Entry>,
+    /// The keys of the node's modules, whose entries the cache keeps when it bounds itself.
+    pub live: Vec<String>,
     /// How many modules were evaluated, when they were evaluated apart (`None`: the node was
     /// evaluated whole).
     pub evaluated: Option<usize>,
@@ -283,6 +285,7 @@ pub(crate) fn evaluate_here(
                 assembled: answer.assembled,
                 sources: answer.sources,
                 entries: answer.entries,
+                live: answer.live,
                 evaluated: Some(answer.evaluated),
                 parsed,
             });
@@ -295,6 +298,7 @@ pub(crate) fn evaluate_here(
         assembled,
         sources: evaluation.read_sources(),
         entries: Vec::new(),
+        live: Vec::new(),
         evaluated: None,
         parsed,
     })

@@ -340,8 +340,9 @@ pub mod modules {
     }
 
     /// Writes `entries`: a head's in a file of its own, the modules' together in one bundle
-    /// ([`Bundles`]). Failing to write the cache fails nothing.
-    pub fn store(state_dir: &Path, entries: &[Entry]) {
+    /// ([`Bundles`]), `live` naming the keys of the node's modules (kept when the cache bounds
+    /// itself). Failing to write the cache fails nothing.
+    pub fn store(state_dir: &Path, entries: &[Entry], live: &[String]) {
         let mut modules: Vec<(String, Vec<u8>)> = Vec::new();
         for e in entries {
             if !is_key(&e.key) {
@@ -363,7 +364,7 @@ pub mod modules {
             }
         }
         if !modules.is_empty() {
-            Bundles::add(state_dir, modules);
+            Bundles::add(state_dir, modules, live);
         }
     }
 
@@ -374,12 +375,19 @@ pub mod modules {
     /// Bundles kept before they are merged into one.
     const MAX_BUNDLES: usize = 8;
 
+    /// Entries a merge keeps at least, whatever node they are of; past that, and past four times
+    /// the node being built, it keeps only that node's.
+    const MIN_KEPT: usize = 2000;
+
     /// The modules' entries: `STATE/cache/modules/NAME.bundle`, one per build that evaluated
     /// modules (a cold build of hundreds of modules writes one file, not hundreds). A bundle's
     /// first line is its index, `{"KEY": [OFFSET, LENGTH], …}` into the rest, the values' JSON
     /// one after another; NAME is the digest of its bytes. Past [`MAX_BUNDLES`], the next build
-    /// merges them all into its own. A bundle written whole under its name (atomically), so a
-    /// damaged one — an index that does not read, a value that does not — is a miss.
+    /// merges them all into its own — every entry, unless there are more than [`MIN_KEPT`] and
+    /// four times the node's modules: then the node's own, so the cache a build reads stays the
+    /// size of what is built with it, not of every edit ever made. A bundle is written whole
+    /// under its name (atomically), so a damaged one — an index that does not read, a value
+    /// that does not — is a miss.
     pub struct Bundles {
         /// Each bundle read: its path and bytes.
         files: Vec<(PathBuf, Vec<u8>)>,
@@ -446,9 +454,10 @@ pub mod modules {
             serde_json::from_slice(self.files[*file].1.get(range.clone())?).ok()
         }
 
-        /// Writes `entries` (key, JSON) as a new bundle; past [`MAX_BUNDLES`], with every
-        /// entry of the others, which then go.
-        fn add(state_dir: &Path, mut entries: Vec<(String, Vec<u8>)>) {
+        /// Writes `entries` (key, JSON) as a new bundle; past [`MAX_BUNDLES`], with the entries
+        /// of the others it keeps (see [`Bundles`]; `live`: the keys of the node's modules),
+        /// which then go.
+        fn add(state_dir: &Path, mut entries: Vec<(String, Vec<u8>)>, live: &[String]) {
             let dir = bundles_dir(state_dir);
             let existing = std::fs::read_dir(&dir).map_or(0, |d| {
                 d.filter_map(Result::ok)
@@ -458,8 +467,10 @@ pub mod modules {
             let merged = (existing >= MAX_BUNDLES).then(|| Bundles::load(state_dir));
             if let Some(old) = &merged {
                 let new: BTreeSet<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+                let live: BTreeSet<&str> = live.iter().map(String::as_str).collect();
+                let over = old.index.len() + entries.len() > MIN_KEPT.max(4 * live.len());
                 for (key, (file, range)) in &old.index {
-                    if !new.contains(key) {
+                    if !new.contains(key) && (!over || live.contains(key.as_str())) {
                         entries.push((key.clone(), old.files[*file].1[range.clone()].to_vec()));
                     }
                 }
@@ -521,7 +532,7 @@ pub mod modules {
                     .map(|m| entry(&format!("{build:04x}{m:04x}"), &format!("[{build},{m}]")))
                     .chain([entry("abcabc", "\"same\"")])
                     .collect();
-                store(state.path(), &entries);
+                store(state.path(), &entries, &[]);
                 assert!(bundles(state.path()) <= MAX_BUNDLES, "after build {build}");
             }
             let found = Bundles::load(state.path());
@@ -542,13 +553,41 @@ pub mod modules {
             assert!(!found.contains("ffff"));
         }
 
+        /// Past the bound, a merge keeps the node's modules (`live`) and drops the rest: a
+        /// long history of edits does not make every build read it.
+        #[test]
+        fn a_merge_past_the_bound_keeps_the_node_s_modules() {
+            let state = tempfile::tempdir().unwrap();
+            let live: Vec<String> = (0..100).map(|m| format!("aaaa{m:04x}")).collect();
+            for build in 0..MAX_BUNDLES {
+                // Each build: 400 edits' entries of its own, and the node's 100 modules.
+                let entries: Vec<Entry> = (0..400)
+                    .map(|m| entry(&format!("{build:04x}{m:04x}"), "1"))
+                    .chain(live.iter().map(|k| entry(k, "2")))
+                    .collect();
+                store(state.path(), &entries, &live);
+            }
+            let before = Bundles::load(state.path());
+            assert_eq!(
+                before.index.len(),
+                MAX_BUNDLES * 400 + 100,
+                "all kept, not merged yet"
+            );
+            store(state.path(), &[entry("ffff0000", "3")], &live);
+            let after = Bundles::load(state.path());
+            assert_eq!(bundles(state.path()), 1);
+            assert!(live.iter().all(|k| after.contains(k)));
+            assert!(after.contains("ffff0000"));
+            assert_eq!(after.index.len(), 101, "the edits' old entries dropped");
+        }
+
         /// A bundle that does not read — its index torn, or a value cut short — is a miss,
         /// and the others are still read.
         #[test]
         fn a_damaged_bundle_is_a_miss() {
             let state = tempfile::tempdir().unwrap();
-            store(state.path(), &[entry("aaaa", "[1,2,3]")]);
-            store(state.path(), &[entry("bbbb", "{\"x\":1}")]);
+            store(state.path(), &[entry("aaaa", "[1,2,3]")], &[]);
+            store(state.path(), &[entry("bbbb", "{\"x\":1}")], &[]);
             let dir = bundles_dir(state.path());
             let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
                 .unwrap()

@@ -58,6 +58,8 @@ pub(crate) struct Answer {
     pub entries: Vec<Entry>,
     /// How many modules were evaluated (the others came from the cache).
     pub evaluated: usize,
+    /// The keys of every module of the node: the entries a bounded cache keeps.
+    pub live: Vec<String>,
 }
 
 /// A node's head as the assembly reads it: its name and settings.
@@ -187,6 +189,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
         assembled,
         sources,
         evaluated: misses.len(),
+        live: keys.modules.iter().flatten().cloned().collect(),
         entries,
     })
 }

@@ -233,10 +233,14 @@ pub(crate) fn keep(
     // the store's writes; they do not depend on them.
     let id = std::thread::scope(|scope| {
         if request.cache_key.is_some() {
-            let (dir, entries, parsed) =
-                (&request.state_dir, &evaluated.entries, &evaluated.parsed);
+            let (dir, entries, live, parsed) = (
+                &request.state_dir,
+                &evaluated.entries,
+                &evaluated.live,
+                &evaluated.parsed,
+            );
             scope.spawn(move || {
-                cache::modules::store(dir, entries);
+                cache::modules::store(dir, entries, live);
                 if let Some(parsed) = parsed {
                     cache::modules::store_parsed(dir, &request.node, parsed);
                 }
