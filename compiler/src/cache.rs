@@ -399,6 +399,19 @@ pub mod modules {
         state_dir.join("cache").join("modules")
     }
 
+    /// The bundles in `state_dir`, in the order of their names (none, if there is no cache).
+    fn bundle_paths(state_dir: &Path) -> Vec<PathBuf> {
+        let Ok(dir) = std::fs::read_dir(bundles_dir(state_dir)) else {
+            return Vec::new();
+        };
+        let mut paths: Vec<PathBuf> = dir
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "bundle"))
+            .collect();
+        paths.sort();
+        paths
+    }
+
     impl Bundles {
         /// Reads every bundle in `state_dir` (none, if there is no cache).
         pub fn load(state_dir: &Path) -> Self {
@@ -406,15 +419,7 @@ pub mod modules {
                 files: Vec::new(),
                 index: std::collections::HashMap::new(),
             };
-            let Ok(dir) = std::fs::read_dir(bundles_dir(state_dir)) else {
-                return out;
-            };
-            let mut paths: Vec<PathBuf> = dir
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "bundle"))
-                .collect();
-            paths.sort();
-            for path in paths {
+            for path in bundle_paths(state_dir) {
                 let Ok(bytes) = std::fs::read(&path) else {
                     continue;
                 };
@@ -459,12 +464,8 @@ pub mod modules {
         /// which then go.
         fn add(state_dir: &Path, mut entries: Vec<(String, Vec<u8>)>, live: &[String]) {
             let dir = bundles_dir(state_dir);
-            let existing = std::fs::read_dir(&dir).map_or(0, |d| {
-                d.filter_map(Result::ok)
-                    .filter(|e| e.path().extension().is_some_and(|x| x == "bundle"))
-                    .count()
-            });
-            let merged = (existing >= MAX_BUNDLES).then(|| Bundles::load(state_dir));
+            let merged =
+                (bundle_paths(state_dir).len() >= MAX_BUNDLES).then(|| Bundles::load(state_dir));
             if let Some(old) = &merged {
                 let new: BTreeSet<String> = entries.iter().map(|(k, _)| k.clone()).collect();
                 let live: BTreeSet<&str> = live.iter().map(String::as_str).collect();
@@ -494,7 +495,8 @@ pub mod modules {
                 return;
             }
             // The one-file-per-entry cache of earlier meshes is read no more.
-            let _ignored = std::fs::remove_dir_all(state_dir.join("cache").join("module"));
+            let _ignored =
+                std::fs::remove_dir_all(state_dir.join("cache").join(Kind::Module.folder()));
             // Every entry of the old bundles is in the new one: a build reading them meanwhile
             // finds one gone, and evaluates what it would have read.
             for (old, _) in merged.iter().flat_map(|m| &m.files) {

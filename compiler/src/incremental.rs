@@ -84,17 +84,14 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
     let import_paths = [inputs.library.to_owned()];
     let spine = Spine::of(inputs.node, inputs.library, &import_paths, inputs.graph)?;
     let keys = modules::keys(&spine, inputs.graph, inputs.pinned);
-    fn cache<'a>(dir: Option<&'a Path>, key: &'a Option<String>) -> Option<(&'a Path, &'a str)> {
-        Some((dir?, key.as_deref()?))
-    }
-    let cache_dir = inputs.cache;
-    let cache = |key| cache(cache_dir, key);
-    let mut head: Option<Value> =
-        cache(&keys.head).and_then(|(dir, key)| modules::lookup(dir, Kind::Head, key));
-    // Which modules the cache holds is told by their entries being there; the entries are read
+    let mut head: Option<Value> = inputs
+        .cache
+        .zip(keys.head.as_deref())
+        .and_then(|(dir, key)| modules::lookup(dir, Kind::Head, key));
+    // Which modules the cache holds is told by the bundles' indexes; the entries are read
     // (straight into what the assembly reads) beside the evaluation of the others, which takes
     // one core. An entry there but unreadable is evaluated after.
-    let bundles = cache_dir.map(modules::Bundles::load);
+    let bundles = inputs.cache.map(modules::Bundles::load);
     let present: Vec<bool> = keys
         .modules
         .iter()

@@ -918,26 +918,21 @@ fn a_rollback_stops_the_mesh_container_before_it_goes() {
         "sleep",
         "100000",
     ]);
-    let decl = format!(
-        r#"let mesh = import "mesh.ncl" in
-mesh.node {{
-  name = "n1",
-  settings = {{
-    ports = {{ store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820 }},
-    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.1" }},
-  }},
-  modules = [
-    {{ name = "db", config = fun s => {{ containers = [{{
+    let decl = crate::rejections::node(
+        "store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820",
+        &crate::rejections::module(
+            "db",
+            &format!(
+                r#"containers = [{{
         name = "{name}",
         image = "{i}",
         command = ["/bin/busybox", "sh", "-c", "rm -f /data/flushed; trap 'echo flushed > /data/flushed; exit 0' TERM; while true; do sleep 1; done"],
         volumes = [{{ source = "{volume}", target = "/data" }}],
         stop_timeout = 7,
-    }}] }} }},
-  ],
-}}
-"#,
-        i = made.image
+    }}]"#,
+                i = made.image
+            ),
+        ),
     );
     let f = Fixture::new();
     f.write_decl("n.ncl", &decl);
