@@ -430,6 +430,12 @@ fn run_child(
     let mut child = Command::new(program)
         .arg(CHILD_ARG)
         .args(warm.then_some(WARM_ARG))
+        // Out of memory, Rust's runtime prints a backtrace when this asks for one — and
+        // reading its own maps to print it needs memory, whose failure waits forever on the
+        // lock the first failure holds: the child would hang until the wall clock, not stop at
+        // its memory limit.
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
