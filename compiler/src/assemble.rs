@@ -210,78 +210,132 @@ pub(crate) fn assemble_node(
     eval: Option<&Evaluation>,
     record: Option<&RecordSource<'_>>,
 ) -> Result<Assembled, MeshDiagnostic> {
-    let ctx = Ctx { eval };
-
-    let node_name = NodeName::new(&node.name)
-        .map_err(|e| ctx.reject(&[f("name")], e.to_string(), "this name"))?;
-    // No record: a node never adopted, managed, with nothing found.
-    let never_adopted;
-    let (record, record_name) = match record {
-        Some(source) => (source.record, source.name.as_str()),
-        None => {
-            never_adopted = NodeRecord::managed(node_name.clone());
-            (&never_adopted, "the node record")
-        }
-    };
-    if record.node != node_name {
-        return Err(MeshDiagnostic::new(format!(
-            "{record_name} is the record of node `{}`, but the declaration is node `{node_name}`",
-            record.node
-        ))
-        .with_help("pass the record of this node with --record, or build with the state directory of that node"));
-    }
-    let settings = settings(&ctx, &node.settings)?;
-
-    // Modules: names valid and assigned once.
-    let mut modules: BTreeMap<ModuleName, ModuleState> = BTreeMap::new();
-    let mut module_names = Vec::new();
+    let mut assembly = Assembly::new(&node.name, &node.settings, eval, record)?;
     for (i, m) in node.modules.iter().enumerate() {
-        let here = [f("modules"), Step::Index(i), f("name")];
-        let name =
+        assembly.add(i, m)?;
+    }
+    assembly.finish()
+}
+
+/// A generation assembled module by module, the modules added in any order (each with its
+/// place in the declaration's `modules`): what it gives does not depend on the order, so the
+/// modules a build reads from its cache are added while the ones that changed are evaluated.
+/// What needs every module — a module the record takes but the declaration does not assign, a
+/// container's host mount of a declared file's folder — is checked at [`Assembly::finish`].
+pub(crate) struct Assembly<'a> {
+    ctx: Ctx<'a>,
+    node_name: NodeName,
+    record: std::borrow::Cow<'a, NodeRecord>,
+    record_name: &'a str,
+    settings: Settings,
+    modules: BTreeMap<ModuleName, ModuleState>,
+    files: BTreeMap<TargetPath, (FileEntry, Pointer)>,
+    /// The files of units, not of the modules' `files`.
+    unit_files: BTreeSet<TargetPath>,
+    units: BTreeMap<UnitName, (UnitEntry, Pointer)>,
+    blobs: BTreeMap<BlobHash, NewBlob>,
+    containers: BTreeMap<ContainerName, (ContainerEntry, Pointer)>,
+    host_ports: Vec<(PublishedPort, ModuleName, Pointer)>,
+    openings: Vec<Opening>,
+    /// Volumes whose source is a host path, checked once every declared file is known.
+    mounts: Vec<Mount>,
+}
+
+/// A container's volume from a host path.
+struct Mount {
+    container: ContainerName,
+    source: String,
+    host_access: bool,
+    at: Pointer,
+}
+
+impl<'a> Assembly<'a> {
+    /// Starts the generation of the node `name` with `settings`, for the node `record`
+    /// describes; `eval`, when there is one, gives the rejections their spans.
+    pub(crate) fn new(
+        name: &str,
+        settings_out: &SettingsOut,
+        eval: Option<&'a Evaluation>,
+        record: Option<&'a RecordSource<'a>>,
+    ) -> Result<Self, MeshDiagnostic> {
+        let ctx = Ctx { eval };
+        let node_name = NodeName::new(name)
+            .map_err(|e| ctx.reject(&[f("name")], e.to_string(), "this name"))?;
+        // No record: a node never adopted, managed, with nothing found.
+        let (record, record_name) = match record {
+            Some(source) => (
+                std::borrow::Cow::Borrowed(source.record),
+                source.name.as_str(),
+            ),
+            None => (
+                std::borrow::Cow::Owned(NodeRecord::managed(node_name.clone())),
+                "the node record",
+            ),
+        };
+        if record.node != node_name {
+            return Err(MeshDiagnostic::new(format!(
+                "{record_name} is the record of node `{}`, but the declaration is node `{node_name}`",
+                record.node
+            ))
+            .with_help("pass the record of this node with --record, or build with the state directory of that node"));
+        }
+        let settings = settings(&ctx, settings_out)?;
+        let openings = foundation_openings(&settings);
+        Ok(Assembly {
+            ctx,
+            node_name,
+            record,
+            record_name,
+            settings,
+            modules: BTreeMap::new(),
+            files: BTreeMap::new(),
+            unit_files: BTreeSet::new(),
+            units: BTreeMap::new(),
+            blobs: BTreeMap::new(),
+            containers: BTreeMap::new(),
+            host_ports: Vec::new(),
+            openings,
+            mounts: Vec::new(),
+        })
+    }
+
+    /// Adds the module at `mi` in the declaration's `modules`.
+    pub(crate) fn add(&mut self, mi: usize, m: &ModuleOut) -> Result<(), MeshDiagnostic> {
+        let Assembly {
+            ctx,
+            record,
+            settings,
+            modules,
+            files,
+            unit_files,
+            units,
+            blobs,
+            containers,
+            host_ports,
+            openings,
+            mounts,
+            ..
+        } = self;
+        let ctx = &*ctx;
+        let record: &NodeRecord = record;
+        let base = [f("modules"), Step::Index(mi)];
+        let here = [f("modules"), Step::Index(mi), f("name")];
+        let module =
             ModuleName::new(&m.name).map_err(|e| ctx.reject(&here, e.to_string(), "this name"))?;
         let state = match record.mode {
             Mode::Managed => ModuleState::Taken,
-            Mode::Adopted if record.taken.contains(&name) => ModuleState::Taken,
+            Mode::Adopted if record.taken.contains(&module) => ModuleState::Taken,
             Mode::Adopted => ModuleState::Assigned,
         };
-        if modules.insert(name.clone(), state).is_some() {
+        if modules.insert(module.clone(), state).is_some() {
             return Err(ctx.reject(
                 &here,
-                format!("module {name} is assigned twice"),
+                format!("module {module} is assigned twice"),
                 "assigned again here",
             ));
         }
-        module_names.push(name);
-    }
-    for taken in &record.taken {
-        if !modules.contains_key(taken) {
-            return Err(MeshDiagnostic::new(format!(
-                "{record_name} takes module {taken}, which is not assigned to node {node_name}"
-            ))
-            .with_help(format!(
-                "assign {taken} in the declaration, or remove it from the record's `taken`"
-            )));
-        }
-    }
-
-    let mut files: BTreeMap<TargetPath, (FileEntry, Pointer)> = BTreeMap::new();
-    let mut units: BTreeMap<UnitName, (UnitEntry, Pointer)> = BTreeMap::new();
-    let mut blobs: BTreeMap<BlobHash, NewBlob> = BTreeMap::new();
-    let mut containers: BTreeMap<ContainerName, (ContainerEntry, Pointer)> = BTreeMap::new();
-    let mut host_ports: Vec<(PublishedPort, ModuleName, Pointer)> = Vec::new();
-    let mut openings = foundation_openings(&settings);
-
-    // The files the node declares: a container may mount them, and their folders, wherever
-    // they are.
-    let declared: BTreeSet<&str> = node
-        .modules
-        .iter()
-        .flat_map(|m| m.files.iter().map(|file| file.path.as_str()))
-        .collect();
-
-    for (mi, (m, module)) in node.modules.iter().zip(&module_names).enumerate() {
-        let base = [f("modules"), Step::Index(mi)];
-        let taken = modules[module] == ModuleState::Taken;
+        let module = &module;
+        let taken = state == ModuleState::Taken;
 
         for (fi, file) in m.files.iter().enumerate() {
             let here = ctx.at(&base, &[f("files"), Step::Index(fi)]);
@@ -321,7 +375,7 @@ pub(crate) fn assemble_node(
                     )
                 })?;
             }
-            let units = triggers(&ctx, &here, module, &path, file)?;
+            let units = triggers(ctx, &here, module, &path, file)?;
             let declared = Declared {
                 path,
                 content: &file.content,
@@ -332,9 +386,7 @@ pub(crate) fn assemble_node(
                 special_mode: file.special_mode,
                 named_at: ctx.at(&here, &[f("path")]),
             };
-            add_file(
-                &ctx, &mut files, &mut blobs, record, module, taken, declared,
-            )?;
+            add_file(ctx, files, blobs, record, module, taken, declared)?;
         }
 
         for (ui, u) in m.units.iter().enumerate() {
@@ -371,6 +423,7 @@ pub(crate) fn assemble_node(
             // A unit found under its name in a file elsewhere is held with that file in force:
             // the declared file, which would shadow it, is written only at the take.
             if !(state == UnitState::Held && found_elsewhere) {
+                unit_files.insert(path.clone());
                 let declared = Declared {
                     path,
                     content: &u.text,
@@ -381,9 +434,7 @@ pub(crate) fn assemble_node(
                     special_mode: false,
                     named_at: named_at.clone(),
                 };
-                add_file(
-                    &ctx, &mut files, &mut blobs, record, module, taken, declared,
-                )?;
+                add_file(ctx, files, blobs, record, module, taken, declared)?;
             }
             let (body, install) = split_install(&u.text);
             let entry = UnitEntry {
@@ -411,8 +462,8 @@ pub(crate) fn assemble_node(
             for (pi, p) in c.publish.iter().enumerate() {
                 let p_at = ctx.at(&here, &[f("publish"), Step::Index(pi)]);
                 let host_port = setting_port(
-                    &ctx,
-                    &settings,
+                    ctx,
+                    settings,
                     &ctx.at(&p_at, &[f("host_port")]),
                     p.host_port,
                     || format!("container {name} of module {module} publishes host port"),
@@ -473,35 +524,12 @@ pub(crate) fn assemble_node(
                     ));
                 }
                 if v.source.starts_with('/') {
-                    let source_at = ctx.at(&here, &[f("volumes"), Step::Index(vi), f("source")]);
-                    match mesh_lib::path::host_mount(&v.source, &declared) {
-                        Some(HostMount::StateDir) => {
-                            return Err(ctx.reject(
-                                &source_at,
-                                format!(
-                                    "container {name}: volume source `{}` reaches the mesh's state directory ({})",
-                                    v.source,
-                                    mesh_lib::path::STORE_ROOT
-                                ),
-                                "this source",
-                            ))
-                        }
-                        Some(HostMount::Host(what)) if !v.host_access => {
-                            return Err(ctx
-                                .reject(
-                                    &source_at,
-                                    format!(
-                                        "container {name}: volume source `{}` hands the container {what}",
-                                        v.source
-                                    ),
-                                    "this source",
-                                )
-                                .with_help(
-                                    "if the container must have it, say so on the volume: `host_access = true`",
-                                ))
-                        }
-                        _ => {}
-                    }
+                    mounts.push(Mount {
+                        container: name.clone(),
+                        source: v.source.clone(),
+                        host_access: v.host_access,
+                        at: ctx.at(&here, &[f("volumes"), Step::Index(vi), f("source")]),
+                    });
                 }
                 volumes.push(Volume {
                     source: v.source.clone(),
@@ -598,13 +626,9 @@ pub(crate) fn assemble_node(
 
         for (oi, o) in m.openings.iter().enumerate() {
             let here = ctx.at(&base, &[f("openings"), Step::Index(oi)]);
-            let port = setting_port(
-                &ctx,
-                &settings,
-                &ctx.at(&here, &[f("port")]),
-                o.port,
-                || format!("module {module} opens port"),
-            )?;
+            let port = setting_port(ctx, settings, &ctx.at(&here, &[f("port")]), o.port, || {
+                format!("module {module} opens port")
+            })?;
             let from = match o.from.as_str() {
                 "anywhere" => From::Anywhere,
                 "private" => From::Private,
@@ -637,31 +661,103 @@ pub(crate) fn assemble_node(
                 from,
             });
         }
+        Ok(())
     }
-    openings.sort();
-    openings.dedup();
 
-    let mode = record.mode;
-    let firewall = FirewallRules {
-        guard: guard_ruleset(&settings),
-        base: (mode == Mode::Managed).then(|| base_ruleset(&settings, &openings)),
-    };
-    let generation = Generation {
-        format: FORMAT_VERSION,
-        node: node_name,
-        mode,
-        settings,
-        modules,
-        files: files.into_iter().map(|(p, (e, _))| (p, e)).collect(),
-        containers: containers.into_iter().map(|(n, (e, _))| (n, e)).collect(),
-        openings,
-        firewall,
-        units: units.into_iter().map(|(n, (e, _))| (n, e)).collect(),
-    };
-    Ok(Assembled {
-        generation,
-        blobs: blobs.into_values().collect(),
-    })
+    /// The generation, once every module is added.
+    pub(crate) fn finish(self) -> Result<Assembled, MeshDiagnostic> {
+        let Assembly {
+            ctx,
+            node_name,
+            record,
+            record_name,
+            settings,
+            modules,
+            files,
+            unit_files,
+            units,
+            blobs,
+            containers,
+            mut openings,
+            mounts,
+            ..
+        } = self;
+        for taken in &record.taken {
+            if !modules.contains_key(taken) {
+                return Err(MeshDiagnostic::new(format!(
+                    "{record_name} takes module {taken}, which is not assigned to node {node_name}"
+                ))
+                .with_help(format!(
+                    "assign {taken} in the declaration, or remove it from the record's `taken`"
+                )));
+            }
+        }
+        // A container may mount the files the node declares, and their folders, wherever
+        // they are.
+        if !mounts.is_empty() {
+            let declared: BTreeSet<&str> = files
+                .keys()
+                .filter(|p| !unit_files.contains(*p))
+                .map(|p| p.as_str())
+                .collect();
+            for Mount {
+                container: name,
+                source,
+                host_access,
+                at,
+            } in &mounts
+            {
+                match mesh_lib::path::host_mount(source, &declared) {
+                    Some(HostMount::StateDir) => {
+                        return Err(ctx.reject(
+                            at,
+                            format!(
+                                "container {name}: volume source `{source}` reaches the mesh's state directory ({})",
+                                mesh_lib::path::STORE_ROOT
+                            ),
+                            "this source",
+                        ))
+                    }
+                    Some(HostMount::Host(what)) if !host_access => {
+                        return Err(ctx
+                            .reject(
+                                at,
+                                format!("container {name}: volume source `{source}` hands the container {what}"),
+                                "this source",
+                            )
+                            .with_help(
+                                "if the container must have it, say so on the volume: `host_access = true`",
+                            ))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        openings.sort();
+        openings.dedup();
+
+        let mode = record.mode;
+        let firewall = FirewallRules {
+            guard: guard_ruleset(&settings),
+            base: (mode == Mode::Managed).then(|| base_ruleset(&settings, &openings)),
+        };
+        let generation = Generation {
+            format: FORMAT_VERSION,
+            node: node_name,
+            mode,
+            settings,
+            modules,
+            files: files.into_iter().map(|(p, (e, _))| (p, e)).collect(),
+            containers: containers.into_iter().map(|(n, (e, _))| (n, e)).collect(),
+            openings,
+            firewall,
+            units: units.into_iter().map(|(n, (e, _))| (n, e)).collect(),
+        };
+        Ok(Assembled {
+            generation,
+            blobs: blobs.into_values().collect(),
+        })
+    }
 }
 
 /// A file to add to the generation: a module's file or a unit's file.
@@ -886,4 +982,127 @@ fn foundation_openings(settings: &Settings) -> Vec<Opening> {
         from: From::Anywhere,
     })
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> SettingsOut {
+        serde_json::from_value(serde_json::json!({
+            "ports": { "store": 5432, "bus": 4222, "registry": 5000, "broker_management": 15672,
+                       "hub": 51820, "web": 80, "app": 8080 },
+            "private_network": { "range": "10.77.0.0/24", "address": "10.77.0.5", "hub": false },
+        }))
+        .unwrap()
+    }
+
+    fn file(path: &str, content: &str) -> serde_json::Value {
+        serde_json::json!({ "path": path, "content": content, "mode": "0644", "owner": "root",
+            "group": "root", "reloads": [], "restarts": [], "special_mode": false })
+    }
+
+    fn container(name: &str, mount: &str) -> serde_json::Value {
+        serde_json::json!({ "name": name, "image": "example/app:1", "command": [],
+            "environment": {}, "labels": {},
+            "publish": [{ "host_port": 8080, "container_port": 80, "protocol": "tcp",
+                          "host_ip": "0.0.0.0" }],
+            "volumes": [{ "source": mount, "target": "/config", "read_only": true }] })
+    }
+
+    /// Three modules: a container mounting a folder a later module's file is in, files, a
+    /// unit, openings.
+    fn modules(mount: &str) -> Vec<ModuleOut> {
+        let unit = serde_json::json!({ "name": "web.service", "text": "[Service]\nExecStart=/bin/true\n",
+            "enabled": true, "started": true, "on_change": "restart" });
+        let opening = |port| {
+            serde_json::json!({ "port": port, "protocol": "tcp",
+            "paths": ["incoming"], "from": "anywhere" })
+        };
+        [
+            serde_json::json!({ "name": "app", "files": [file("/etc/app/a.conf", "a")],
+                "containers": [container("app", mount)], "openings": [opening(8080)], "units": [] }),
+            serde_json::json!({ "name": "caddy", "files": [file("/etc/caddy/Caddyfile", "c"),
+                file("/etc/caddy/extra", "a")], "containers": [], "openings": [opening(80)],
+                "units": [] }),
+            serde_json::json!({ "name": "web", "files": [], "containers": [], "openings": [],
+                "units": [unit] }),
+        ]
+        .into_iter()
+        .map(|m| serde_json::from_value(m).unwrap())
+        .collect()
+    }
+
+    fn in_order(modules: &[ModuleOut], order: &[usize]) -> Result<Assembled, MeshDiagnostic> {
+        let mut a = Assembly::new("n", &settings(), None, None)?;
+        for &i in order {
+            a.add(i, &modules[i])?;
+        }
+        a.finish()
+    }
+
+    /// What the per-module build relies on: the modules added in any order give the same
+    /// generation, byte for byte, and the same blobs; a container may mount the folder of a
+    /// file a module added after it declares.
+    #[test]
+    fn the_order_modules_are_added_in_changes_nothing() {
+        let modules = modules("/etc/caddy");
+        let first = in_order(&modules, &[0, 1, 2]).unwrap();
+        for order in [[2, 1, 0], [1, 0, 2], [2, 0, 1]] {
+            let other = in_order(&modules, &order).unwrap();
+            assert_eq!(
+                first.generation.canonical_bytes().unwrap(),
+                other.generation.canonical_bytes().unwrap(),
+                "{order:?}"
+            );
+            let hashes = |a: &Assembled| a.blobs.iter().map(|b| b.hash).collect::<Vec<_>>();
+            assert_eq!(hashes(&first), hashes(&other), "{order:?}");
+        }
+        assert_eq!(
+            first.generation.files.len(),
+            4,
+            "three files and the unit's"
+        );
+    }
+
+    /// The checks that need every module are made at the end, whatever the order: a mount
+    /// of the state directory, or of a host folder no module declares a file in, is refused;
+    /// a module the record takes but the declaration does not assign is refused.
+    #[test]
+    fn the_checks_of_every_module_are_made_at_the_end() {
+        for (mount, says) in [
+            ("/var/lib/mesh", "reaches the mesh's state directory"),
+            ("/etc/app2", "hands the container"),
+        ] {
+            let modules = modules(mount);
+            for order in [[0, 1, 2], [2, 1, 0]] {
+                let e = in_order(&modules, &order).unwrap_err();
+                assert!(e.message.contains(says), "{mount} {order:?}: {}", e.message);
+            }
+        }
+        // A unit's file is not a declared file a container may mount the folder of.
+        let e = in_order(&modules("/etc/systemd/system"), &[0, 1, 2]).unwrap_err();
+        assert!(e.message.contains("hands the container"), "{}", e.message);
+
+        let record = NodeRecord {
+            taken: [ModuleName::new("gone").unwrap()].into_iter().collect(),
+            ..NodeRecord::managed(NodeName::new("n").unwrap())
+        };
+        let source = RecordSource {
+            record: &record,
+            name: "the record".into(),
+        };
+        let modules = modules("/etc/caddy");
+        let mut a = Assembly::new("n", &settings(), None, Some(&source)).unwrap();
+        for (i, m) in modules.iter().enumerate() {
+            a.add(i, m).unwrap();
+        }
+        let e = a.finish().unwrap_err();
+        assert!(
+            e.message
+                .contains("takes module gone, which is not assigned"),
+            "{}",
+            e.message
+        );
+    }
 }

@@ -262,7 +262,6 @@ pub(crate) fn evaluate_here(
             graph: &graph,
             record: source.as_ref(),
             cache: request.cache_dir.as_deref(),
-            warm: std::cell::Cell::new(warm),
             threads: if request.program.is_some() {
                 processes()
             } else {
@@ -279,7 +278,7 @@ pub(crate) fn evaluate_here(
                 request,
             }),
         };
-        let answer = crate::incremental::evaluate(&inputs);
+        let answer = crate::incremental::evaluate(&inputs, warm);
         if let Some(answer) = answer {
             return Ok(Evaluated {
                 assembled: answer.assembled,

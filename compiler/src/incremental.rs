@@ -5,8 +5,9 @@
 //! The modules whose keys miss are evaluated — in declarations of their own, the node's with
 //! only those modules ([`Spine::wrapper`]), split across the machine's cores, one Nickel
 //! evaluation per process (Nickel's evaluator is not `Send`, and its interner is one lock) —
-//! and the others are read from the cache. The node is then assembled from the values as from a whole evaluation: the generation
-//! is byte for byte the one a whole evaluation gives.
+//! and the others are read from the cache, and added to the generation while the misses are
+//! evaluated ([`Assembly`]: the order modules are added in changes nothing). The generation is
+//! byte for byte the one a whole evaluation gives.
 //!
 //! Whenever this way cannot answer exactly as a whole evaluation would — the declaration's
 //! shape is not one the walk knows, an evaluation fails, the assembly rejects the node, a file
@@ -21,7 +22,7 @@ use serde_json::Value;
 
 use serde::Deserialize;
 
-use crate::assemble::{Assembled, ModuleOut, NodeOut, RecordSource, SettingsOut};
+use crate::assemble::{Assembled, Assembly, ModuleOut, RecordSource, SettingsOut};
 use crate::cache::modules::{self, Entry, Kind};
 use crate::eval::ReadSource;
 use crate::imports::{Graph, Tree};
@@ -30,6 +31,11 @@ use crate::spine::Spine;
 /// Fewer misses than this per process are evaluated in fewer processes: each process starts,
 /// and loads the standard library and the contracts, again.
 const MIN_PER_PROCESS: usize = 4;
+
+/// The stack of the thread the missing modules are evaluated from (and on, when not in a
+/// process or evaluator of their own): a main thread's, which is where a whole evaluation
+/// runs. (A thread's default, 2 MiB, is outgrown by a deep evaluation before its memory limit.)
+const EVALUATING_STACK: usize = 8 << 20;
 
 /// What the node is evaluated with.
 pub(crate) struct Inputs<'a> {
@@ -41,8 +47,6 @@ pub(crate) struct Inputs<'a> {
     pub record: Option<&'a RecordSource<'a>>,
     /// The state directory whose cache is read (`None`: nothing is read from a cache).
     pub cache: Option<&'a Path>,
-    /// An evaluator already loading the standard library, for modules evaluated here.
-    pub warm: std::cell::Cell<Option<crate::eval::Warm>>,
     /// How many processes may evaluate at once.
     pub threads: usize,
     /// Where chunks of modules are evaluated, when in processes of their own.
@@ -80,7 +84,8 @@ struct Evaluated {
 }
 
 /// Evaluates the node module by module; `None` when only a whole evaluation can answer.
-pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
+/// `warm`: an evaluator already loading the standard library, for modules evaluated here.
+pub(crate) fn evaluate(inputs: &Inputs<'_>, warm: Option<crate::eval::Warm>) -> Option<Answer> {
     let import_paths = [inputs.library.to_owned()];
     let spine = Spine::of(inputs.node, inputs.library, &import_paths, inputs.graph)?;
     let keys = modules::keys(&spine, inputs.graph, inputs.pinned);
@@ -114,25 +119,50 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
     };
     let head_cached = head.is_some();
     let mut values: Vec<Option<ModuleOut>> = Vec::new();
+    // The modules already added to the generation, while the others were evaluated.
+    let mut assembly: Option<Assembly<'_>> = None;
+    let mut added = vec![false; keys.modules.len()];
     let mut entries = Vec::new();
     let mut misses: Vec<usize> = (0..present.len()).filter(|k| !present[*k]).collect();
+    let mut warm = warm;
     loop {
-        let (evaluated, read) = std::thread::scope(|scope| {
-            let reading = values.is_empty().then(|| scope.spawn(read));
-            let evaluated = if misses.is_empty() && head.is_some() {
-                Some(Vec::new())
-            } else {
-                let threads = inputs.threads.min(misses.len() / MIN_PER_PROCESS).max(1);
-                let chunks: Vec<Vec<usize>> = (0..threads)
-                    .map(|t| misses.iter().copied().skip(t).step_by(threads).collect())
-                    .collect();
-                run_chunks(inputs, &spine, &chunks, head.is_some())
-                    .map(|results| chunks.into_iter().zip(results).collect::<Vec<_>>())
+        let first = values.is_empty();
+        let (evaluated, refused) = std::thread::scope(|scope| {
+            let (warm, misses, spine, head_known) = (warm.take(), &misses, &spine, head.is_some());
+            let evaluating = std::thread::Builder::new()
+                .name("mesh-modules".into())
+                .stack_size(EVALUATING_STACK)
+                .spawn_scoped(scope, move || {
+                    if misses.is_empty() && head_known {
+                        return Some(Vec::new());
+                    }
+                    let threads = inputs.threads.min(misses.len() / MIN_PER_PROCESS).max(1);
+                    let chunks: Vec<Vec<usize>> = (0..threads)
+                        .map(|t| misses.iter().copied().skip(t).step_by(threads).collect())
+                        .collect();
+                    run_chunks(inputs, spine, &chunks, head_known, warm)
+                        .map(|results| chunks.into_iter().zip(results).collect::<Vec<_>>())
+                });
+            // Meanwhile the cached modules are read and, with the head known, added to the
+            // generation.
+            let mut refused = false;
+            if first {
+                values = read();
+                if let Some(h) = &head {
+                    assembly = assembly_of(h, inputs.record);
+                    refused = assembly
+                        .as_mut()
+                        .is_none_or(|a| add(a, &values, &mut added).is_none());
+                }
+            }
+            let evaluated = match evaluating {
+                Ok(thread) => thread.join().ok().flatten(),
+                Err(_) => None,
             };
-            (evaluated, reading.map(|r| r.join()))
+            (evaluated, refused)
         });
-        if let Some(read) = read {
-            values = read.ok()?;
+        if refused {
+            return None;
         }
         for (chunk, evaluated) in evaluated? {
             if evaluated.changed {
@@ -165,17 +195,15 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
             value: serde_json::value::to_raw_value(h).ok()?,
         });
     }
-    let head = head?;
-    if !head.is_object() {
+    let mut assembly = match assembly {
+        Some(a) => a,
+        None => assembly_of(head.as_ref()?, inputs.record)?,
+    };
+    if values.iter().any(Option::is_none) {
         return None;
     }
-    let head = HeadOut::deserialize(&head).ok()?;
-    let node = NodeOut {
-        name: head.name,
-        settings: head.settings,
-        modules: values.into_iter().collect::<Option<Vec<_>>>()?,
-    };
-    let assembled = crate::assemble::assemble_node(&node, None, inputs.record).ok()?;
+    add(&mut assembly, &values, &mut added)?;
+    let assembled = assembly.finish().ok()?;
     let sources = inputs
         .graph
         .digests
@@ -191,6 +219,30 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Option<Answer> {
     })
 }
 
+/// The generation of the node whose head is `head`, to add its modules to.
+fn assembly_of<'a>(head: &Value, record: Option<&'a RecordSource<'a>>) -> Option<Assembly<'a>> {
+    if !head.is_object() {
+        return None;
+    }
+    let head = HeadOut::deserialize(head).ok()?;
+    Assembly::new(&head.name, &head.settings, None, record).ok()
+}
+
+/// Adds the modules of `values` not `added` yet to `assembly`; `None` if one is refused.
+fn add(
+    assembly: &mut Assembly<'_>,
+    values: &[Option<ModuleOut>],
+    added: &mut [bool],
+) -> Option<()> {
+    for (k, v) in values.iter().enumerate() {
+        if let (Some(v), false) = (v, added[k]) {
+            assembly.add(k, v).ok()?;
+            added[k] = true;
+        }
+    }
+    Some(())
+}
+
 /// Evaluates each chunk's wrapper: here when there is one (or no process to run them in);
 /// else each in a process of its own, all at once (measured: evaluating one of them here, beside
 /// the processes, makes a cold build of 200 modules some 15% slower). `None` if one fails.
@@ -202,6 +254,7 @@ fn run_chunks(
     spine: &Spine,
     chunks: &[Vec<usize>],
     head_known: bool,
+    mut warm: Option<crate::eval::Warm>,
 ) -> Option<Vec<Evaluated>> {
     let here = |chunk: &[usize]| {
         let text = spine.wrapper(chunk);
@@ -222,7 +275,7 @@ fn run_chunks(
         return chunks
             .iter()
             .map(|chunk| {
-                let warm = inputs.warm.take();
+                let warm = warm.take();
                 let text = spine.wrapper(chunk);
                 let (value, read) = warm
                     .and_then(|w| {
