@@ -664,6 +664,11 @@ impl<'a> Assembly<'a> {
         Ok(())
     }
 
+    /// The blobs of the modules added so far.
+    pub(crate) fn blobs(&self) -> impl Iterator<Item = &NewBlob> {
+        self.blobs.values()
+    }
+
     /// The generation, once every module is added.
     pub(crate) fn finish(self) -> Result<Assembled, MeshDiagnostic> {
         let Assembly {

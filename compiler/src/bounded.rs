@@ -207,6 +207,9 @@ pub(crate) struct Evaluated {
     pub evaluated: Option<usize>,
     /// The imports of the texts the walk parsed, to remember when they changed.
     pub parsed: Option<crate::imports::Parsed>,
+    /// The store, when it was opened (and the blobs of the modules read from the cache put in
+    /// it) while the evaluation went on.
+    pub store: Option<mesh_lib::Store>,
 }
 
 /// Evaluates and assembles in this process: what the child does, and what
@@ -254,6 +257,18 @@ pub(crate) fn evaluate_here(
         name: name.clone(),
     });
     if request.per_module {
+        // The blobs of the modules read from the cache are put in the store while the others
+        // are evaluated (the store and its packs' index then ready for the rest): most, if
+        // not all, are there already — the build that cached those modules stored them.
+        let store = std::sync::OnceLock::new();
+        let early = |assembly: &crate::assemble::Assembly<'_>| {
+            if let Ok(opened) = mesh_lib::Store::open(&request.state_dir) {
+                let blobs = assembly.blobs().map(|b| (b.bytes.as_slice(), b.private));
+                // Put again with the rest, whatever happened here.
+                let _again_at_the_keep = opened.put_blobs_deferred(blobs);
+                let _once = store.set(opened);
+            }
+        };
         let inputs = crate::incremental::Inputs {
             node: &request.node,
             library: &request.library,
@@ -262,6 +277,7 @@ pub(crate) fn evaluate_here(
             graph: &graph,
             record: source.as_ref(),
             cache: request.cache_dir.as_deref(),
+            early: request.cache_dir.is_some().then_some(&early as _),
             threads: if request.program.is_some() {
                 processes()
             } else {
@@ -280,6 +296,7 @@ pub(crate) fn evaluate_here(
         };
         let answer = crate::incremental::evaluate(&inputs, warm);
         if let Some(answer) = answer {
+            discard((graph, known));
             return Ok(Evaluated {
                 assembled: answer.assembled,
                 sources: answer.sources,
@@ -287,6 +304,7 @@ pub(crate) fn evaluate_here(
                 live: answer.live,
                 evaluated: Some(answer.evaluated),
                 parsed,
+                store: store.into_inner(),
             });
         }
     }
@@ -300,6 +318,7 @@ pub(crate) fn evaluate_here(
         live: Vec::new(),
         evaluated: None,
         parsed,
+        store: None,
     })
 }
 
@@ -368,9 +387,9 @@ pub(crate) fn evaluate_chunk_here(
     )?;
     let value = evaluation.to_json().map_err(MeshDiagnostic::new)?;
     let sources = evaluation.read_sources();
-    // The process ends once it has answered: handing the evaluation's memory back one
-    // allocation at a time (some 7 ms for a hundred modules) would only delay the answer.
-    std::mem::forget(evaluation);
+    // Handing the evaluation's memory back one allocation at a time (some 7 ms for a hundred
+    // modules) would only delay the answer.
+    discard(evaluation);
     Ok((value, sources))
 }
 
@@ -614,10 +633,23 @@ fn frame(answer: Answer) -> Result<Vec<u8>, serde_json::Error> {
     Ok(out)
 }
 
+/// Set in an evaluating child: it ends once it has answered, and gives its memory back to the
+/// system all at once then.
+static ENDS_AFTER_ANSWER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Drops `value` — or, in an evaluating child, leaves it to the process's end: freeing a large
+/// evaluation or node value by value costs milliseconds the answer would wait for.
+pub(crate) fn discard<T>(value: T) {
+    if ENDS_AFTER_ANSWER.load(std::sync::atomic::Ordering::Relaxed) {
+        std::mem::forget(value);
+    }
+}
+
 /// The child's side: reads the request on stdin, limits its own address space, evaluates,
 /// writes the answer on stdout. Returns the process's exit code: 0 when it answered (a
 /// rejection is an answer), 3 when it could not.
 pub fn serve() -> u8 {
+    ENDS_AFTER_ANSWER.store(true, std::sync::atomic::Ordering::Relaxed);
     // Told a node built before is to be built: Nickel's standard library is loaded from the
     // start, beside everything else.
     let warm = std::env::args_os()

@@ -370,9 +370,12 @@ impl Warm {
                             *digest = *blake3::hash(job.text.as_bytes()).as_bytes();
                         }
                     }
-                    Some((json_of(&value).ok()?, read))
+                    let answer = json_of(&value).ok().map(|json| (json, read));
+                    crate::bounded::discard(value);
+                    answer
                 });
                 let _gone = answered.send(result.flatten());
+                crate::bounded::discard(vm);
             })
             .ok()?;
         Some(Warm { ask, answer })

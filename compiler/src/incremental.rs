@@ -47,6 +47,9 @@ pub(crate) struct Inputs<'a> {
     pub record: Option<&'a RecordSource<'a>>,
     /// The state directory whose cache is read (`None`: nothing is read from a cache).
     pub cache: Option<&'a Path>,
+    /// Given the generation once the modules read from the cache are in it, while the others
+    /// are still evaluated: the build stores their blobs then.
+    pub early: Option<&'a (dyn Fn(&Assembly<'_>) + Sync)>,
     /// How many processes may evaluate at once.
     pub threads: usize,
     /// Where chunks of modules are evaluated, when in processes of their own.
@@ -154,6 +157,9 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, warm: Option<crate::eval::Warm>) -> 
                         .as_mut()
                         .is_none_or(|a| add(a, &values, &mut added).is_none());
                 }
+                if let (Some(a), Some(early), false) = (&assembly, inputs.early, refused) {
+                    early(a);
+                }
             }
             let evaluated = match evaluating {
                 Ok(thread) => thread.join().ok().flatten(),
@@ -210,13 +216,15 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, warm: Option<crate::eval::Warm>) -> 
         .iter()
         .map(|(p, d)| (p.clone(), *d))
         .collect();
-    Some(Answer {
+    let answer = Answer {
         assembled,
         sources,
         evaluated: misses.len(),
         live: keys.modules.iter().flatten().cloned().collect(),
         entries,
-    })
+    };
+    crate::bounded::discard((values, bundles, spine, keys));
+    Some(answer)
 }
 
 /// The generation of the node whose head is `head`, to add its modules to.

@@ -227,7 +227,10 @@ pub(crate) fn keep(
     request: &bounded::Request,
     evaluated: bounded::Evaluated,
 ) -> Result<Kept, BuildError> {
-    let store = Store::open(&request.state_dir)?;
+    let store = match evaluated.store {
+        Some(store) => store,
+        None => Store::open(&request.state_dir)?,
+    };
     let assembled = evaluated.assembled;
     // The per-module entries (hundreds of small files after a cold build) are written beside
     // the store's writes; they do not depend on them.
@@ -266,6 +269,7 @@ pub(crate) fn keep(
         let key = cache::CacheKey::from_bytes(*key);
         cache::store(&request.state_dir, &key, id, &summary, &evaluated.sources);
     }
+    bounded::discard((assembled.blobs, evaluated.entries, evaluated.sources));
     Ok(Kept {
         id,
         summary,
