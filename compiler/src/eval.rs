@@ -323,6 +323,15 @@ impl Warm {
                     std::io::sink(),
                     nickel_lang_core::error::NullReporter {},
                 );
+                // Its documentation is most of Nickel's standard library's text: none of it
+                // is evaluated, and an evaluation here that fails is done again elsewhere, so
+                // no message ever points into the text without it.
+                let files = &mut vm.import_resolver.sources.files;
+                for id in files.stdlib_modules() {
+                    if let Some(text) = without_docs(files.source(id)) {
+                        files.update(id, text);
+                    }
+                }
                 let loaded = vm.import_resolver.prepare_stdlib(&mut vm.pos_table).is_ok();
                 // No job: the build needed no evaluation here.
                 let job = loop {
@@ -415,6 +424,33 @@ impl Warm {
     }
 }
 
+/// Nickel `text` with every multi-line documentation string (`| doc m%"…"%`, with any number of
+/// `%`) empty: `| doc ""`. `None` when it has none, or one does not end.
+fn without_docs(text: &str) -> Option<String> {
+    const OPEN: &str = "| doc m";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut stripped = false;
+    while let Some(at) = rest.find(OPEN) {
+        let after = &rest[at + OPEN.len()..];
+        let percents = after.len() - after.trim_start_matches('%').len();
+        if percents == 0 || !after[percents..].starts_with('"') {
+            out.push_str(&rest[..at + OPEN.len()]);
+            rest = after;
+            continue;
+        }
+        let body = &after[percents + 1..];
+        let close = format!("\"{}", "%".repeat(percents));
+        let end = body.find(&close)?;
+        out.push_str(&rest[..at]);
+        out.push_str("| doc \"\"");
+        rest = &body[end + close.len()..];
+        stripped = true;
+    }
+    out.push_str(rest);
+    stripped.then_some(out)
+}
+
 /// `text` with the `pinned` ports merged over its value at the highest priority: what
 /// evaluating it with the ports as overrides of `settings.ports.NAME` gives.
 fn with_pins(text: &str, pinned: &BTreeMap<String, u16>) -> String {
@@ -431,4 +467,78 @@ fn with_pins(text: &str, pinned: &BTreeMap<String, u16>) -> String {
         .map(|(name, port)| format!("settings.ports.\"{}\" | force = {port}", quote(name)))
         .collect();
     format!("(\n{text}\n) & {{ {} }}", fields.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_docs_empties_every_multi_line_doc_and_nothing_else() {
+        let text = "{\n  a\n    | doc m%\"\n      A.\n    \"%\n    = 1,\n  b | doc m%%\"uses m%\"x\"% here\"%% | Number = 2,\n  c | doc \"short\" = m%\"kept\"%,\n}";
+        assert_eq!(
+            without_docs(text).unwrap(),
+            "{\n  a\n    | doc \"\"\n    = 1,\n  b | doc \"\" | Number = 2,\n  c | doc \"short\" = m%\"kept\"%,\n}"
+        );
+        assert_eq!(
+            without_docs("{ c | doc \"short\" = 1 }"),
+            None,
+            "nothing to strip"
+        );
+        assert_eq!(
+            without_docs("{ a | doc m%\"no end = 1 }"),
+            None,
+            "a doc that does not end"
+        );
+        // Nickel's own: most of its text goes.
+        let std = nickel_lang_core::stdlib::StdlibModule::Std.content();
+        let stripped = without_docs(std).unwrap();
+        assert!(
+            stripped.len() < std.len() / 2,
+            "{} of {}",
+            stripped.len(),
+            std.len()
+        );
+    }
+
+    /// The warm evaluator — Nickel's standard library without its documentation — answers what
+    /// an evaluation answers, value for value.
+    #[test]
+    fn the_warm_evaluator_answers_what_an_evaluation_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let library = crate::library::install(&root.join("state")).unwrap();
+        let node = root.join("node.ncl");
+        let text = r#"let mesh = import "mesh.ncl" in
+mesh.node {
+  name = "n",
+  settings = {
+    ports = { store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820, web = 80 },
+    private_network = { range = "10.77.0.0/24", address = "10.77.0.5" },
+  },
+  modules = [
+    { name = "web", config = fun s => {
+        files = [{ path = "/etc/web.conf", content = "listen %{std.to_string s.ports.web}\n%{std.string.join "," (std.array.map std.string.uppercase ["a", "b"])}" }],
+        containers = [{ name = "web", image = "nginx:1", publish = [{ host_port = s.ports.web, container_port = 80 }] }],
+        openings = [{ port = s.ports.web, from = "private" }],
+      } },
+  ],
+}
+"#;
+        std::fs::write(&node, text).unwrap();
+        let tree = crate::imports::Tree::of_declaration(&node, &library);
+        let pinned = BTreeMap::from([("web".to_owned(), 8080)]);
+        let plain = evaluate_text_in(&node, text.to_owned(), &library, &pinned, &tree)
+            .unwrap()
+            .to_json()
+            .unwrap();
+        let warm = Warm::start().unwrap();
+        warm.library(&library);
+        let (value, read) = warm
+            .evaluate(&node, &library, &pinned, &tree, text.to_owned(), false)
+            .expect("the warm evaluator answers");
+        assert_eq!(value.get(), plain.get());
+        assert!(value.get().contains("listen 8080"), "{}", value.get());
+        assert!(read.iter().any(|(p, _)| *p == node), "{read:?}");
+    }
 }
