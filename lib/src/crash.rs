@@ -5,7 +5,7 @@
 //! crash-safety test runs a switch, a take, a rollback and a flip once per point in [`POINTS`]; the
 //! container test crashes a take and a rollback after each change on the engine
 //! ([`CONTAINER_POINTS`]); the gc test crashes a gc at each of [`GC_POINTS`]; the services test a
-//! switch at each of [`SERVICE_POINTS`].
+//! switch at each of [`SERVICE_POINTS`]; the store test a build at each of [`STORE_POINTS`].
 
 /// Every crash point, in the order a switch reaches them.
 pub const POINTS: &[&str] = &[
@@ -37,6 +37,9 @@ pub const CONTAINER_POINTS: &[&str] = &["container-changed"];
 /// crashes a switch at each, in a node with systemd as PID 1): after daemon-reload, enables and
 /// disables, and after each group of jobs (`service-jobs-done:K`).
 pub const SERVICE_POINTS: &[&str] = &["services-reloaded", "service-jobs-done"];
+/// The crash point of the store merging its packs (a build past the packs' limit): after the
+/// merged pack is written, before the packs it holds are removed.
+pub const STORE_POINTS: &[&str] = &["packs-merged"];
 
 /// Aborts here if asked to.
 #[cfg(feature = "crash-points")]
@@ -49,8 +52,9 @@ pub fn point(name: &'static str) {
         POINTS.contains(&name)
             || CONTAINER_POINTS.contains(&name)
             || GC_POINTS.contains(&name)
-            || SERVICE_POINTS.contains(&name),
-        "crash point {name} is not listed in POINTS, CONTAINER_POINTS, GC_POINTS or SERVICE_POINTS"
+            || SERVICE_POINTS.contains(&name)
+            || STORE_POINTS.contains(&name),
+        "crash point {name} is not listed in POINTS, CONTAINER_POINTS, GC_POINTS, SERVICE_POINTS or STORE_POINTS"
     );
     let target = TARGET.get_or_init(|| {
         let spec = std::env::var("MESH_CRASH_AT").ok()?;

@@ -106,6 +106,9 @@ pub struct VerifyReport {
 /// The mode of every object in the store: its owner may read it, no one else.
 const OBJECT_MODE: u32 = 0o400;
 
+/// How many packs the store keeps before it merges them ([`Store::merge_packs`]).
+const MAX_PACKS: usize = 16;
+
 /// Where every packed blob is: digest → (pack file, entry).
 type PackIndex = BTreeMap<BlobHash, (PathBuf, pack::Entry)>;
 
@@ -270,7 +273,68 @@ impl Store {
                 packs.entry(hash).or_insert((path.clone(), entry));
             }
         })?;
+        // The blobs are in; merging the packs is only for the builds to come.
+        let _best_effort = self.merge_packs();
         Ok(hashes)
+    }
+
+    /// Past [`MAX_PACKS`] packs, every pack but the largest is merged into one: every build
+    /// reads every pack's index, and each build with new content adds a pack. The merged pack
+    /// is on disk (synced) before the packs it holds go, so a crash leaves a copy too many,
+    /// never one too few; a pack that cannot be read whole and checked stops the merge, with
+    /// nothing removed. A reader whose index names a pack merged away meanwhile looks again
+    /// ([`Store::blob`]). Returns how many packs were merged.
+    fn merge_packs(&self) -> Result<usize, StoreError> {
+        let mut packs = Vec::new();
+        for (path, name) in self.packs()? {
+            let size = fs::metadata(&path).map_err(io_err("reading", &path))?.len();
+            packs.push((size, path, name));
+        }
+        if packs.len() <= MAX_PACKS {
+            return Ok(0);
+        }
+        packs.sort();
+        packs.pop(); // the largest stays as it is
+        let mut files = Vec::new();
+        for (_, path, name) in &packs {
+            let bytes = fs::read(path).map_err(io_err("reading", path))?;
+            if BlobHash::of(&bytes) != *name {
+                return Err(StoreError::Corrupt {
+                    path: path.clone(),
+                    expected: name.to_string(),
+                    actual: BlobHash::of(&bytes).to_string(),
+                });
+            }
+            let index = pack::read_index(path).map_err(io_err("reading", path))?;
+            files.push((bytes, index));
+        }
+        let mut blobs: Vec<(BlobHash, &[u8])> = Vec::new();
+        for (bytes, index) in &files {
+            for (hash, entry) in index {
+                // The index was checked against the file's length when read.
+                blobs.push((*hash, &bytes[entry.offset as usize..][..entry.len as usize]));
+            }
+        }
+        let merged = pack::encode(&blobs);
+        let path = self
+            .root
+            .join("packs")
+            .join(format!("{}.pack", BlobHash::of(&merged).hex()));
+        atomic::write_file(&path, &merged, OBJECT_MODE).map_err(io_err("writing", &path))?;
+        crate::crash::point("packs-merged");
+        for (_, old, _) in &packs {
+            if *old == path {
+                continue;
+            }
+            match fs::remove_file(old) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(io_err("removing", old)(e))
+                }
+                _ => {}
+            }
+        }
+        *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(packs.len())
     }
 
     fn restrict(&self, path: &Path) -> Result<(), StoreError> {
@@ -324,15 +388,28 @@ impl Store {
 
     /// Reads a blob, checking its bytes against its name.
     pub fn blob(&self, hash: &BlobHash) -> Result<Vec<u8>, StoreError> {
-        let (path, bytes) = match self.locate(hash)? {
-            None => return Err(StoreError::MissingBlob(*hash)),
-            Some(Location::Loose(path)) => {
-                let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
-                (path, bytes)
-            }
-            Some(Location::Packed { pack, entry }) => {
-                let bytes = pack::read_entry(&pack, entry).map_err(io_err("reading", &pack))?;
-                (pack, bytes)
+        // The packs' index is read once: another process may have added the blob since, or
+        // merged its pack into another; either is looked for again, once, in a fresh index.
+        let mut fresh = false;
+        let (path, bytes) = loop {
+            match self.locate(hash)? {
+                None if !fresh => {
+                    *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    fresh = true;
+                }
+                None => return Err(StoreError::MissingBlob(*hash)),
+                Some(Location::Loose(path)) => {
+                    let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
+                    break (path, bytes);
+                }
+                Some(Location::Packed { pack, entry }) => match pack::read_entry(&pack, entry) {
+                    Ok(bytes) => break (pack, bytes),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && !fresh => {
+                        *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                        fresh = true;
+                    }
+                    Err(e) => return Err(io_err("reading", &pack)(e)),
+                },
             }
         };
         let actual = BlobHash::of(&bytes);
@@ -607,6 +684,73 @@ mod tests {
             let want = if m.is_dir() { 0o700 } else { 0o400 };
             assert_eq!(m.mode() & 0o777, want, "{}", entry.display());
         }
+    }
+
+    /// One build after another, each adding a pack: past the limit all but the largest are
+    /// merged, and every blob reads back — through a fresh store, and through a store whose
+    /// index was read before the merge took its packs away.
+    #[test]
+    fn packs_past_the_limit_are_merged_and_every_blob_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let large = vec![7u8; 4096];
+        let mut hashes = store.put_blobs_deferred([(&large[..], false)]).unwrap();
+        let stale = Store::open(dir.path()).unwrap();
+        let contents: Vec<Vec<u8>> = (0..40).map(|i| format!("blob {i}").into_bytes()).collect();
+        for (i, bytes) in contents.iter().enumerate() {
+            hashes.extend(store.put_blobs_deferred([(&bytes[..], false)]).unwrap());
+            if i == 3 {
+                // Its index names the first packs.
+                assert_eq!(stale.blob(&hashes[1]).unwrap(), contents[0]);
+            }
+            assert!(store.packs().unwrap().len() <= MAX_PACKS, "after {i}");
+        }
+        assert!(store.packs().unwrap().len() < 40);
+        let fresh = Store::open(dir.path()).unwrap();
+        for (i, h) in hashes.iter().enumerate() {
+            let want = if i == 0 { &large } else { &contents[i - 1] };
+            assert_eq!(&fresh.blob(h).unwrap(), want);
+            assert_eq!(
+                &stale.blob(h).unwrap(),
+                want,
+                "through the index read before"
+            );
+            assert_eq!(&store.blob(h).unwrap(), want);
+        }
+        assert!(fresh.verify().unwrap().corrupt.is_empty());
+    }
+
+    /// A pack whose bytes are not its name stops the merge: nothing is removed, nothing of it
+    /// is copied.
+    #[test]
+    fn a_damaged_pack_stops_the_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        for i in 0..MAX_PACKS {
+            store
+                .put_blobs_deferred([(format!("blob {i}").as_bytes(), false)])
+                .unwrap();
+        }
+        // One of the smallest: the largest is not merged.
+        let (damaged, _) = store
+            .packs()
+            .unwrap()
+            .into_iter()
+            .min_by_key(|(p, _)| fs::metadata(p).unwrap().len())
+            .unwrap();
+        fs::set_permissions(&damaged, fs::Permissions::from_mode(0o600)).unwrap();
+        let mut bytes = fs::read(&damaged).unwrap();
+        *bytes.last_mut().unwrap() ^= 1;
+        fs::write(&damaged, bytes).unwrap();
+        store
+            .put_blobs_deferred([(&b"one more"[..], false)])
+            .unwrap();
+        assert_eq!(
+            store.packs().unwrap().len(),
+            MAX_PACKS + 1,
+            "nothing merged"
+        );
+        assert!(damaged.exists());
     }
 
     fn walk(p: &Path) -> Vec<PathBuf> {

@@ -277,3 +277,67 @@ fn gc_crashed_anywhere_loses_nothing_in_use() {
         "gc reached its crash points only {crashed} times"
     );
 }
+
+/// A build whose new pack takes the store past its packs' limit merges them; crashed once the
+/// merged pack is written, before the merged packs go (a build's evaluating process stops
+/// there), the next build merges again, and every blob of every generation reads back and
+/// checks out.
+#[test]
+fn a_build_crashed_while_merging_packs_loses_no_blob() {
+    if !crate::support::crash_points_here() {
+        return;
+    }
+    let fleet = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let build = |version: usize, crash: Option<&str>| {
+        let file =
+            format!(r#"files = [{{ path = "/etc/app.conf", content = "version {version}\n" }}]"#);
+        let text = crate::rejections::node(
+            crate::rejections::PORTS,
+            &crate::rejections::module("app", &file),
+        );
+        std::fs::write(fleet.path().join("n.ncl"), text).unwrap();
+        let mut c = crate::support::mesh(state.path());
+        c.current_dir(fleet.path()).args(["build", "n.ncl"]);
+        if let Some(at) = crash {
+            c.env("MESH_CRASH_AT", at);
+        }
+        run(c)
+    };
+    let packs = || std::fs::read_dir(state.path().join("store/packs")).map_or(0, |d| d.count());
+    // One pack per build: each adds one new content.
+    let mut version = 0;
+    while packs() < 16 {
+        let ran = build(version, None);
+        assert_eq!(ran.code, 0, "{}", ran.stderr);
+        version += 1;
+    }
+    let crashed = build(version, Some("packs-merged"));
+    assert_ne!(crashed.code, 0, "the build stopped at the merge");
+    assert_eq!(packs(), 18, "the merged pack beside the seventeen it holds");
+    let ran = build(version + 1, None);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(packs() <= 3, "merged again: {} packs", packs());
+
+    let verified = {
+        let mut c = crate::support::mesh(state.path());
+        c.arg("verify");
+        run(c)
+    };
+    assert_eq!(verified.code, 0, "{}", verified.stderr);
+    let store = Store::open(state.path()).unwrap();
+    let ids = store.generation_ids().unwrap();
+    assert_eq!(
+        ids.len(),
+        version + 1,
+        "every build but the crashed one kept its generation"
+    );
+    let mut seen = BTreeSet::new();
+    for id in ids {
+        for blob in store.generation(&id).unwrap().blobs() {
+            store.blob(&blob).unwrap();
+            seen.insert(blob);
+        }
+    }
+    assert!(seen.len() > version, "{} blobs", seen.len());
+}
