@@ -512,22 +512,23 @@ impl FileState {
     }
 }
 
-/// A declared file.
+/// A declared file. (Its fields are in their names' order, the canonical encoding's: thousands
+/// of entries are encoded on every build, and one already in order is written as it comes.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileEntry {
-    /// The module that declares it.
-    pub module: ModuleName,
     /// The declared content.
     pub blob: BlobHash,
-    /// The declared content's length in bytes.
-    pub size: u64,
-    /// Permission bits.
-    pub mode: FileMode,
-    /// Owner user name.
-    pub owner: String,
     /// Owner group name.
     pub group: String,
+    /// Permission bits.
+    pub mode: FileMode,
+    /// The module that declares it.
+    pub module: ModuleName,
+    /// Owner user name.
+    pub owner: String,
+    /// The declared content's length in bytes.
+    pub size: u64,
     /// Whether the declaration asked for a special mode (setuid, setgid, sticky, writable by
     /// everyone): without it such a mode is refused. Absent from the encoding when false, so
     /// the ids of generations without one do not change.

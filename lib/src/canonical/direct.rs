@@ -54,7 +54,9 @@ impl<'a> Object<'a> {
         Object {
             out,
             start,
-            entries: Vec::new(),
+            // Room for a struct's fields at once: growing the list field by field was a fifth
+            // of encoding a generation of thousands of files.
+            entries: Vec::with_capacity(16),
             key: None,
         }
     }
