@@ -768,7 +768,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::interfaces::{Address, Route};
 
     fn managed() -> Generation {
         let settings = Settings {
