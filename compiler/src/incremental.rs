@@ -88,7 +88,7 @@ struct Evaluated {
 
 /// Evaluates the node module by module; `None` when only a whole evaluation can answer.
 /// `warm`: an evaluator already loading the standard library, for modules evaluated here.
-pub(crate) fn evaluate(inputs: &Inputs<'_>, warm: Option<crate::eval::Warm>) -> Option<Answer> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, mut warm: Option<crate::eval::Warm>) -> Option<Answer> {
     let import_paths = [inputs.library.to_owned()];
     let spine = Spine::of(inputs.node, inputs.library, &import_paths, inputs.graph)?;
     let keys = modules::keys(&spine, inputs.graph, inputs.pinned);
@@ -127,7 +127,6 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, warm: Option<crate::eval::Warm>) -> 
     let mut added = vec![false; keys.modules.len()];
     let mut entries = Vec::new();
     let mut misses: Vec<usize> = (0..present.len()).filter(|k| !present[*k]).collect();
-    let mut warm = warm;
     loop {
         let first = values.is_empty();
         let (evaluated, refused) = std::thread::scope(|scope| {
@@ -174,8 +173,8 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, warm: Option<crate::eval::Warm>) -> 
             if evaluated.changed {
                 return None;
             }
-            if let (None, Some(h)) = (&head, evaluated.head) {
-                head = Some(h);
+            if head.is_none() {
+                head = evaluated.head;
             }
             for (k, value) in chunk.iter().zip(evaluated.modules) {
                 values[*k] = Some(serde_json::from_str::<ModuleOut>(value.get()).ok()?);

@@ -170,6 +170,14 @@ impl Store {
         Ok(f(guard.as_mut().expect("loaded above")))
     }
 
+    /// Has the packs' index read again at its next use: packs were added, merged or removed.
+    fn forget_packs(&self) {
+        *self
+            .packs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    }
+
     /// Where a blob is, if it is in the store.
     pub fn locate(&self, hash: &BlobHash) -> Result<Option<Location>, StoreError> {
         let loose = self.blob_path(hash);
@@ -333,7 +341,7 @@ impl Store {
                 _ => {}
             }
         }
-        *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.forget_packs();
         Ok(packs.len())
     }
 
@@ -394,7 +402,7 @@ impl Store {
         let (path, bytes) = loop {
             match self.locate(hash)? {
                 None if !fresh => {
-                    *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    self.forget_packs();
                     fresh = true;
                 }
                 None => return Err(StoreError::MissingBlob(*hash)),
@@ -405,7 +413,7 @@ impl Store {
                 Some(Location::Packed { pack, entry }) => match pack::read_entry(&pack, entry) {
                     Ok(bytes) => break (pack, bytes),
                     Err(e) if e.kind() == io::ErrorKind::NotFound && !fresh => {
-                        *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                        self.forget_packs();
                         fresh = true;
                     }
                     Err(e) => return Err(io_err("reading", &pack)(e)),
@@ -575,7 +583,7 @@ impl Store {
             fs::remove_file(&path).map_err(io_err("removing", &path))?;
             crate::crash::point("gc-removed");
         }
-        *self.packs.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.forget_packs();
         self.sync()?;
         Ok(report)
     }
