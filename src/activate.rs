@@ -27,6 +27,8 @@ pub struct Machine {
     pub netns: Option<String>,
     /// How many containers' steps a switch runs at once.
     pub container_jobs: usize,
+    /// How long a switch watches the units it started before it calls them up.
+    pub settle: std::time::Duration,
 }
 
 impl Machine {
@@ -34,6 +36,7 @@ impl Machine {
     fn open(&self) -> Result<Node, Failure> {
         Ok(Node::open(&self.state, &self.root, self.netns.clone())?
             .with_container_jobs(self.container_jobs)
+            .with_settle(self.settle)
             .with_progress(Box::new(crate::progress::Containers::new())))
     }
 
@@ -109,7 +112,7 @@ fn finish(
     }
     let mut what = Vec::new();
     for f in &switched.failed {
-        let mut line = format!("{} {}: {}", f.verb.word(), f.unit, f.result);
+        let mut line = f.to_string();
         if !f.log.is_empty() {
             // The journal's lines are the unit's own output: escaped, as anything from outside.
             let log: Vec<String> = f

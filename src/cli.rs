@@ -70,6 +70,19 @@ pub struct Global {
         value_parser = clap::value_parser!(u64).range(1..=1024)
     )]
     pub container_jobs: u64,
+    /// Seconds a switch watches the units it started, restarted or reloaded before it calls
+    /// the switch done: a unit that fails within them (or dies and waits to be restarted) is
+    /// reported as a failed job is, and `--rollback-on-failure` and a deploy's confirmation
+    /// take it into account. 0: do not wait.
+    #[arg(
+        long,
+        global = true,
+        env = "MESH_SETTLE",
+        value_name = "SECONDS",
+        default_value_t = mesh_activator::switch::units::SETTLE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(0..=3600)
+    )]
+    pub settle: u64,
 }
 
 #[derive(Subcommand, Debug)]

@@ -79,6 +79,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         root: cli.global.root,
         netns: cli.global.netns,
         container_jobs: cli.global.container_jobs as usize,
+        settle: std::time::Duration::from_secs(cli.global.settle),
     };
     match cli.command {
         Command::Build(args) => build_cmd(&state, args),

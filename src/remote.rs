@@ -69,6 +69,7 @@ fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Dep
         .arg(&deploy.token)
         .env("MESH_STATE_DIR", &machine.state)
         .env("MESH_ROOT", &machine.root)
+        .env("MESH_SETTLE", machine.settle.as_secs().to_string())
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -257,7 +258,7 @@ pub fn agent(machine: &Machine, token: &str) -> Result<(), Failure> {
     };
     let node =
         match mesh_activator::Node::open(&machine.state, &machine.root, machine.netns.clone()) {
-            Ok(n) => n,
+            Ok(n) => n.with_settle(machine.settle),
             Err(e) => return give_up(&mut deploy, e),
         };
     deploy.previous = node.current()?.map(|(_, id, _)| id);
@@ -283,11 +284,7 @@ pub fn agent(machine: &Machine, token: &str) -> Result<(), Failure> {
             deploy.confirm_within
         )
     } else {
-        let units: Vec<String> = switched
-            .failed
-            .iter()
-            .map(|f| format!("{} {}: {}", f.verb.word(), f.unit, f.result))
-            .collect();
+        let units: Vec<String> = switched.failed.iter().map(ToString::to_string).collect();
         format!("units failed after the switch: {}", units.join("; "))
     };
     match deploy.previous.filter(|p| *p != deploy.target) {

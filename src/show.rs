@@ -109,6 +109,31 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
         }
     }
 
+    if !g.units.is_empty() {
+        let _ = writeln!(o, "\nunits");
+    }
+    for (name, u) in &g.units {
+        let mut how = vec![
+            if u.enabled { "enabled" } else { "not enabled" },
+            if u.started { "started" } else { "not started" },
+        ];
+        match u.on_change {
+            mesh_lib::model::OnChange::Restart => {}
+            mesh_lib::model::OnChange::Reload => how.push("reloaded on change"),
+            mesh_lib::model::OnChange::Leave => how.push("left on change"),
+        }
+        let _ = writeln!(
+            o,
+            "  {:<8} {name}  {}  [{}]",
+            u.state.word(),
+            how.join(", "),
+            u.module
+        );
+        if !u.instances.is_empty() {
+            let _ = writeln!(o, "             instances {}", u.instances.join(", "));
+        }
+    }
+
     let _ = writeln!(
         o,
         "\nopenings{}",
@@ -317,7 +342,7 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
     }
     o.push_str(&services(&s.services, s.dry_run));
     for f in &s.failed {
-        let _ = writeln!(o, "  FAILED   {} {}: {}", f.verb.word(), f.unit, f.result);
+        let _ = writeln!(o, "  FAILED   {f}");
         for line in &f.log {
             let _ = writeln!(o, "           | {line}");
         }
@@ -367,6 +392,7 @@ fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
 
 /// What the units do after the files, one line each with its cause.
 pub fn services(p: &mesh_activator::services::ServicePlan, dry_run: bool) -> String {
+    use mesh_activator::systemd::Verb;
     let mut o = String::new();
     if let Some(why) = &p.not_driven {
         if p.asks_systemd() {
@@ -375,6 +401,13 @@ pub fn services(p: &mesh_activator::services::ServicePlan, dry_run: bool) -> Str
                 "  services are not driven here ({why}); a switch on the node itself would:"
             );
         }
+    }
+    // In the order they run: the disables and stops before the files change, the rest after.
+    for u in &p.disable {
+        let _ = writeln!(o, "  disable  {}: {}", u.unit, u.because);
+    }
+    for j in p.jobs.iter().filter(|j| j.verb == Verb::Stop) {
+        let _ = writeln!(o, "  {j}");
     }
     if p.daemon_reload() {
         let files: Vec<&str> = p.unit_files.iter().map(|f| f.as_str()).collect();
@@ -389,13 +422,10 @@ pub fn services(p: &mesh_activator::services::ServicePlan, dry_run: bool) -> Str
             }
         );
     }
-    for u in &p.disable {
-        let _ = writeln!(o, "  disable  {}: {}", u.unit, u.because);
-    }
     for u in &p.enable {
         let _ = writeln!(o, "  enable   {}: {}", u.unit, u.because);
     }
-    for j in &p.jobs {
+    for j in p.jobs.iter().filter(|j| j.verb != Verb::Stop) {
         let _ = writeln!(o, "  {j}");
     }
     for i in &p.idle {

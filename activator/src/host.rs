@@ -69,6 +69,16 @@ pub struct UnitInForce {
     pub enabled: bool,
     /// Whether the mesh runs it.
     pub started: bool,
+    /// For a template, the instances it was put in force with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<String>,
+}
+
+impl UnitInForce {
+    /// The units systemd runs for it, by name: a template's instances, or itself.
+    pub fn runs_as(&self, name: &mesh_lib::model::UnitName) -> Vec<mesh_lib::model::UnitName> {
+        name.runs_as(&self.instances)
+    }
 }
 
 /// Why a content was recorded.

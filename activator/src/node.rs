@@ -37,6 +37,8 @@ pub struct Node {
     pub(crate) container_jobs: usize,
     /// What the container phase reports while it runs.
     pub(crate) progress: Box<dyn crate::docker::Progress>,
+    /// How long a switch watches the units it started before it calls them up.
+    pub(crate) settle: std::time::Duration,
     _lock: Option<StateLock>,
 }
 
@@ -117,6 +119,7 @@ impl Node {
             systemd: std::sync::OnceLock::new(),
             container_jobs: crate::docker::DEFAULT_JOBS,
             progress: Box::new(crate::docker::Quiet),
+            settle: crate::switch::units::SETTLE,
             _lock: lock,
         })
     }
@@ -142,6 +145,13 @@ impl Node {
     /// The same node, running at most `jobs` containers' steps at once (at least one).
     pub fn with_container_jobs(mut self, jobs: usize) -> Self {
         self.container_jobs = jobs.max(1);
+        self
+    }
+
+    /// The same node, watching the units a switch started for `settle` before it calls them
+    /// up (zero: not at all).
+    pub fn with_settle(mut self, settle: std::time::Duration) -> Self {
+        self.settle = settle;
         self
     }
 

@@ -5,22 +5,36 @@
 //! The rules (README, "Services follow their configuration"):
 //! - a file the switch writes, takes, restores or removes reloads or restarts the units it says
 //!   it configures (`reloads`, `restarts`) — when they run; one that does not run reads the file
-//!   when it starts. A file of a module not taken (staged) triggers nothing;
-//! - a declared unit whose file changes outside `[Install]` is restarted (or reloaded, or left,
-//!   as its `on_change` says) when it runs; a change of `[Install]` alone enables it again and
-//!   restarts nothing; a unit declared started that does not run is started; one no longer
-//!   declared, or staged again (back across its take), is stopped and disabled;
+//!   when it starts. A file of a module not taken (staged) triggers nothing. A drop-in
+//!   (`/etc/systemd/system/NAME.d/*.conf`) configures its unit as the unit's own file does;
+//! - a unit named by an alias is the unit systemd runs (`sshd.service` is `ssh.service`), and a
+//!   template (`getty@.service`) is its running instances: one job per unit;
+//! - a declared unit whose file changes outside `[Install]` picks the change up as its kind
+//!   calls for, when it runs: a service, timer, path, swap or automount is restarted (or
+//!   reloaded, or left, as its `on_change` says); a mount whose options alone changed is
+//!   remounted (reloaded), one whose source or type changed is mounted again (restarted); a
+//!   socket is restarted, the services it activates stopped first (a socket that listens
+//!   elsewhere cannot be restarted while its service holds it) and started again when
+//!   declared started, else left to activation; a slice or a target is not restarted (systemd
+//!   applies a slice's resources when it reads its files again, and restarting a target would
+//!   restart what is bound to it). A template's change reaches every running instance;
+//! - a change of `[Install]` alone enables the unit again and restarts nothing; a unit declared
+//!   started that does not run is started; one no longer declared, or staged again (back across
+//!   its take), is stopped and disabled;
 //! - a held unit (found, its module not taken) is never enabled, disabled, started, stopped,
 //!   reloaded or restarted — except back across a take, where the found unit returns as it was
 //!   found (running or not, enabled or not);
 //! - a managed container restarts when a file it mounts (a volume whose source is the file or
 //!   a folder holding it) changed;
 //! - any unit file under `/etc/systemd/system` that changes, and any enable or disable, makes
-//!   systemd read its unit files again (daemon-reload) before any job.
+//!   systemd read its unit files again (daemon-reload) before the jobs after the files.
 //!
-//! One action per unit, the strongest asked: stop, then start (a unit starting reads everything
-//! anew), restart, reload. The switch runs them after the files: stops, reloads, restarts,
-//! starts.
+//! One action per unit, the strongest asked: stop, then stop-and-start, start (a unit starting
+//! reads everything anew), restart, reload. The stops run **before** the files change, while
+//! systemd still has the definition the unit runs with (its `ExecStop=` is the one that knows
+//! how to stop it), triggers first (a timer or socket stopped before its service, so it starts
+//! nothing that is going away); so do the disables (while the unit's file says what to
+//! remove). After the files: daemon-reload, enables, then reloads, restarts, starts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -73,19 +87,20 @@ pub struct Idle {
     pub because: String,
 }
 
-/// What the services do after the files.
+/// What the services do around the files.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServicePlan {
-    /// Unit files that change: systemd reads its unit files again first.
+    /// Unit files that change: systemd reads its unit files again after the files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unit_files: Vec<TargetPath>,
-    /// Units enabled.
+    /// Units enabled (after the files).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub enable: Vec<UnitFile>,
-    /// Units disabled.
+    /// Units disabled (before the files).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disable: Vec<UnitFile>,
-    /// Jobs, in the order they run: stops, reloads, restarts, starts.
+    /// Jobs, in the order they run: stops (before the files), then reloads, restarts, starts.
+    /// A unit stopped with the definition it runs and started with its new one is here twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jobs: Vec<UnitJob>,
     /// Containers restarted (in the containers phase).
@@ -97,6 +112,10 @@ pub struct ServicePlan {
     /// The declared units the mesh has in force once it is done.
     #[serde(skip)]
     pub in_force: BTreeMap<UnitName, UnitInForce>,
+    /// The units' states when the switch was planned: a unit that fails after the switch and
+    /// did not before is reported, whatever its kind, with or without a job of its own.
+    #[serde(skip)]
+    pub before: BTreeMap<UnitName, UnitNow>,
     /// Why systemd is not driven by this switch, when it is not: the actions above are what it
     /// would do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,6 +136,20 @@ impl ServicePlan {
     /// Whether there is anything to do at all (systemd or containers).
     pub fn is_empty(&self) -> bool {
         !self.asks_systemd() && self.restarts.is_empty()
+    }
+
+    /// The jobs that run before the files change: the stops, triggers first (in the first
+    /// list) and the rest after them.
+    pub fn stops(&self) -> [Vec<&UnitJob>; 2] {
+        let stops = self.jobs.iter().filter(|j| j.verb == Verb::Stop);
+        let (triggers, rest) = stops.partition(|j| j.unit.triggers_others());
+        [triggers, rest]
+    }
+
+    /// Whether a unit is started, restarted or reloaded after the files: what the settle
+    /// window watches.
+    pub fn starts_anything(&self) -> bool {
+        self.jobs.iter().any(|j| j.verb != Verb::Stop)
     }
 }
 
@@ -142,26 +175,50 @@ pub struct ServiceInput<'a> {
     pub host: &'a HostStore,
     /// The node record (what was found).
     pub record: &'a NodeRecord,
-    /// The units' states, as systemd has them; `None` when systemd is not asked (then every
-    /// unit the mesh did not start is taken to run, so the plan shows what would be done).
+    /// The units' states, as systemd has them (a template's loaded instances among them);
+    /// `None` when systemd is not asked (then every unit the mesh did not start is taken to
+    /// run, so the plan shows what would be done).
     pub now: Option<&'a BTreeMap<UnitName, UnitNow>>,
+    /// What each running socket activates, as systemd has it loaded.
+    pub activates: &'a BTreeMap<UnitName, Vec<UnitName>>,
+    /// The declared mounts whose file changed in their options alone (a remount does).
+    pub options_only: &'a BTreeSet<UnitName>,
+}
+
+/// The unit a drop-in configures: `/etc/systemd/system/NAME.d/FILE.conf` → `NAME`.
+pub fn drop_in_of(path: &TargetPath) -> Option<UnitName> {
+    let rest = path.as_str().strip_prefix(UNIT_DIR)?.strip_prefix('/')?;
+    let (folder, file) = rest.split_once('/')?;
+    if file.contains('/') || !file.ends_with(".conf") {
+        return None;
+    }
+    UnitName::new(folder.strip_suffix(".d")?).ok()
 }
 
 /// The units whose state the plan needs: the target's declared units, the ones the mesh has in
-/// force, and the ones the changed files configure.
+/// force, the ones the changed files configure (a drop-in's unit among them), and the instances
+/// a template declares. A template is in the list by its name: its loaded instances are asked
+/// for apart (systemd has no unit of a template's name).
 pub fn units_to_observe<'a>(
     target: &'a Generation,
     files: &'a Plan,
     host: &'a HostStore,
-) -> BTreeSet<&'a UnitName> {
-    let mut out: BTreeSet<&UnitName> = target.units.keys().chain(host.units.keys()).collect();
+) -> BTreeSet<UnitName> {
+    let mut out: BTreeSet<UnitName> = BTreeSet::new();
+    for (name, u) in &target.units {
+        out.insert(name.clone());
+        out.extend(u.runs_as(name));
+    }
+    for (name, u) in &host.units {
+        out.insert(name.clone());
+        out.extend(u.runs_as(name));
+    }
     for action in &files.actions {
-        for t in triggers_of(action, target, host)
-            .map(|(t, _)| t)
-            .into_iter()
-            .flatten()
-        {
-            out.insert(&t.unit);
+        if let Some((triggers, _)) = triggers_of(action, target, host) {
+            out.extend(triggers.iter().map(|t| t.unit.clone()));
+        }
+        if let Some(unit) = drop_in_of(action.path()) {
+            out.insert(unit);
         }
     }
     out
@@ -187,18 +244,118 @@ fn triggers_of<'a>(
             Some((&entry.units, said))
         }
         Action::Remove { path } => {
-            Some((&host.written.get(path)?.units, format!("{path} removed")))
+            let units = host.written.get(path).map_or(&[][..], |w| &w.units[..]);
+            Some((units, format!("{path} removed")))
         }
         _ => None,
     }
 }
 
-fn strength(verb: Verb) -> u8 {
-    match verb {
-        Verb::Reload => 1,
-        Verb::Restart => 2,
-        Verb::Start => 3,
-        Verb::Stop => 4,
+/// What is asked of a unit; of several asks the strongest is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ask {
+    Reload,
+    Restart,
+    Start,
+    /// Stopped before the files (with the definition it runs), started after them.
+    Cycle,
+    Stop,
+}
+
+/// The asks gathered: per unit the strongest, and every cause with what it asked.
+#[derive(Default)]
+struct Asks(BTreeMap<UnitName, (Ask, Vec<(Ask, String)>)>);
+
+impl Asks {
+    fn ask(&mut self, unit: &UnitName, what: Ask, because: String) {
+        let entry = self
+            .0
+            .entry(unit.clone())
+            .or_insert_with(|| (what, Vec::new()));
+        entry.0 = entry.0.max(what);
+        if !entry.1.iter().any(|(_, b)| *b == because) {
+            entry.1.push((what, because));
+        }
+    }
+
+    /// The jobs, in the order they run. The causes of the job done: a restart answers what
+    /// asked for a reload too; a start or a stop only what asked for it.
+    fn jobs(self) -> Vec<UnitJob> {
+        let mut out = Vec::new();
+        for (unit, (done, asked)) in self.0 {
+            let because: Vec<String> = asked
+                .into_iter()
+                .filter(|(a, _)| *a == done || (done == Ask::Restart && *a == Ask::Reload))
+                .map(|(_, b)| b)
+                .collect();
+            let verbs: &[Verb] = match done {
+                Ask::Reload => &[Verb::Reload],
+                Ask::Restart => &[Verb::Restart],
+                Ask::Start => &[Verb::Start],
+                Ask::Cycle => &[Verb::Stop, Verb::Start],
+                Ask::Stop => &[Verb::Stop],
+            };
+            for verb in verbs {
+                out.push(UnitJob {
+                    unit: unit.clone(),
+                    verb: *verb,
+                    because: because.clone(),
+                });
+            }
+        }
+        // Within a group, the units that activate others first: a socket listening before its
+        // service starts (each job is queued on its own, so systemd orders only what it sees).
+        out.sort_by(|a, b| {
+            let key = |j: &UnitJob| (j.verb, !j.unit.triggers_others(), j.unit.clone());
+            key(a).cmp(&key(b))
+        });
+        out
+    }
+}
+
+/// How systemd has the units: what the plan reads of `now`.
+struct Now<'a> {
+    now: Option<&'a BTreeMap<UnitName, UnitNow>>,
+}
+
+impl Now<'_> {
+    fn get(&self, unit: &UnitName) -> Option<&UnitNow> {
+        self.now.and_then(|n| n.get(unit))
+    }
+
+    /// Whether it runs. Unknown (not asked): taken to run, so the plan shows what a change
+    /// would do.
+    fn running(&self, unit: &UnitName) -> bool {
+        self.now.is_none() || self.get(unit).is_some_and(UnitNow::running)
+    }
+
+    fn known(&self, unit: &UnitName) -> bool {
+        self.now.is_none() || self.get(unit).is_some_and(UnitNow::known)
+    }
+
+    fn state(&self, unit: &UnitName) -> String {
+        self.get(unit)
+            .map_or_else(|| "unknown".to_owned(), |n| n.active.clone())
+    }
+
+    /// The unit systemd runs under `unit`'s name: itself, or the unit an alias names.
+    fn resolve(&self, unit: &UnitName) -> UnitName {
+        self.get(unit)
+            .filter(|n| !n.id.is_empty())
+            .and_then(|n| UnitName::new(&n.id).ok())
+            .unwrap_or_else(|| unit.clone())
+    }
+
+    /// A template's running instances; not asked, the ones `declared` names.
+    fn instances(&self, template: &UnitName, declared: &[UnitName]) -> Vec<UnitName> {
+        match self.now {
+            None => declared.to_vec(),
+            Some(now) => now
+                .iter()
+                .filter(|(n, u)| n.template().as_ref() == Some(template) && u.running())
+                .map(|(n, _)| n.clone())
+                .collect(),
+        }
     }
 }
 
@@ -207,24 +364,29 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
     let target = input.target;
     let host = input.host;
     let mut out = ServicePlan::default();
-    // Per unit: the strongest job asked, and every cause with the job it asked for.
-    let mut jobs: BTreeMap<UnitName, (Verb, Vec<(Verb, String)>)> = BTreeMap::new();
-    let mut ask = |unit: &UnitName, verb: Verb, because: String| {
-        let entry = jobs
-            .entry(unit.clone())
-            .or_insert_with(|| (verb, Vec::new()));
-        if strength(verb) > strength(entry.0) {
-            entry.0 = verb;
+    let mut asks = Asks::default();
+    let now = Now { now: input.now };
+    // The instances a template runs as, declared now or put in force before.
+    let declared_instances = |template: &UnitName| -> Vec<UnitName> {
+        let mut list: Vec<UnitName> = target
+            .units
+            .get(template)
+            .map(|u| u.runs_as(template))
+            .unwrap_or_default();
+        if let Some(p) = host.units.get(template) {
+            list.extend(p.runs_as(template));
         }
-        if !entry.1.iter().any(|(_, b)| *b == because) {
-            entry.1.push((verb, because));
-        }
+        list.sort();
+        list.dedup();
+        list
     };
-    let now = |unit: &UnitName| input.now.and_then(|n| n.get(unit));
-    // Unknown (not asked): taken to run, so the plan shows what a change would do.
-    let running = |unit: &UnitName| input.now.is_none() || now(unit).is_some_and(UnitNow::running);
-    let state_of =
-        |unit: &UnitName| now(unit).map_or_else(|| "unknown".to_owned(), |n| n.active.clone());
+    // The declaration of a unit by its name, or of its template for an instance.
+    let declared = |unit: &UnitName| {
+        target
+            .units
+            .get(unit)
+            .or_else(|| unit.template().and_then(|t| target.units.get(&t)))
+    };
 
     // What the changed files configure.
     let mut remounts: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -243,36 +405,66 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
                 ..
             }
         );
-        for t in triggers {
-            let declared = target.units.get(&t.unit);
-            let held = declared.is_some_and(|u| u.state != UnitState::Managed);
-            let ours = declared.is_some_and(|u| u.state == UnitState::Managed);
-            if ours && !running(&t.unit) {
+        // The units named, with how each picks the change up (`None`: as its own file's change,
+        // for the unit a drop-in configures).
+        let mut named: Vec<(&UnitName, Option<PickUp>)> =
+            triggers.iter().map(|t| (&t.unit, Some(t.how))).collect();
+        let drop_in = drop_in_of(path);
+        if let Some(unit) = &drop_in {
+            named.push((unit, None));
+        }
+        for (unit, how) in named {
+            let d = declared(unit);
+            let held = d.is_some_and(|u| u.state != UnitState::Managed);
+            let ours = d.is_some_and(|u| u.state == UnitState::Managed);
+            // The units systemd runs for the name: a template's running instances.
+            let runs: Vec<UnitName> = if unit.is_template() {
+                now.instances(unit, &declared_instances(unit))
+            } else {
+                vec![unit.clone()]
+            };
+            if ours && !unit.is_template() && !now.running(unit) {
                 // A declared unit that does not run yet: its own rules start it (or not), and
                 // a start reads every file anew.
                 continue;
             }
+            let idle = |because: String| Idle {
+                unit: unit.clone(),
+                because,
+            };
             if held && !restore {
-                out.idle.push(Idle {
-                    unit: t.unit.clone(),
-                    because: format!("{said}, but its module is not taken"),
-                });
-            } else if input.now.is_some() && !now(&t.unit).is_some_and(UnitNow::known) {
-                out.idle.push(Idle {
-                    unit: t.unit.clone(),
-                    because: format!("{said}, but systemd does not know it"),
-                });
-            } else if !running(&t.unit) {
-                out.idle.push(Idle {
-                    unit: t.unit.clone(),
-                    because: format!("{said}; it does not run, and reads it when it starts"),
-                });
+                out.idle
+                    .push(idle(format!("{said}, but its module is not taken")));
+            } else if unit.is_template() && runs.is_empty() {
+                out.idle.push(idle(format!(
+                    "{said}; no instance runs, and each reads it when it starts"
+                )));
+            } else if !unit.is_template() && input.now.is_some() && !now.known(unit) {
+                out.idle
+                    .push(idle(format!("{said}, but systemd does not know it")));
+            } else if !unit.is_template() && !now.running(unit) {
+                out.idle.push(idle(format!(
+                    "{said}; it does not run, and reads it when it starts"
+                )));
             } else {
-                let verb = match t.how {
-                    PickUp::Reload => Verb::Reload,
-                    PickUp::Restart => Verb::Restart,
-                };
-                ask(&t.unit, verb, said.clone());
+                for r in runs {
+                    let resolved = now.resolve(&r);
+                    match how {
+                        Some(PickUp::Reload) => asks.ask(&resolved, Ask::Reload, said.clone()),
+                        Some(PickUp::Restart) => asks.ask(&resolved, Ask::Restart, said.clone()),
+                        None => {
+                            let on_change = d.map_or(OnChange::Restart, |u| u.on_change);
+                            if let Some(why) =
+                                changed_unit(input, &now, &mut asks, &resolved, on_change, &said)
+                            {
+                                out.idle.push(Idle {
+                                    unit: resolved.clone(),
+                                    because: why,
+                                });
+                            }
+                        }
+                    }
+                }
             }
         }
         for (name, c) in &target.containers {
@@ -301,8 +493,23 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
             matches!(a, Action::Write { path: p, reason, .. } if p == path && *reason != Reason::Restore)
         })
     };
+    let enable = |out: &mut ServicePlan, unit: &UnitName, because: &str| {
+        out.enable.push(UnitFile {
+            unit: unit.clone(),
+            because: because.into(),
+        })
+    };
+    let disable = |out: &mut ServicePlan, unit: &UnitName, because: &str| {
+        out.disable.push(UnitFile {
+            unit: unit.clone(),
+            because: because.into(),
+        })
+    };
     for (name, unit) in &target.units {
         let prev = host.units.get(name);
+        // What systemd runs for it: a template's instances (never the template), or itself.
+        let runs_as = unit.runs_as(name);
+        let ran_as = prev.map(|p| p.runs_as(name)).unwrap_or_default();
         match unit.state {
             UnitState::Managed => {
                 let changed = match prev {
@@ -310,59 +517,78 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
                     // New to the mesh: created, or taken from what ran before.
                     None => written(&name.file()),
                 };
-                if unit.enabled && prev.is_none_or(|p| !p.enabled || p.install != unit.install) {
-                    let because = match prev {
-                        Some(p) if p.enabled => {
-                            // The links the old [Install] asked for go first.
-                            out.disable.push(UnitFile {
-                                unit: name.clone(),
-                                because: "its [Install] section changed".into(),
-                            });
-                            "its [Install] section changed"
-                        }
-                        _ => "declared enabled",
-                    };
-                    out.enable.push(UnitFile {
-                        unit: name.clone(),
-                        because: because.into(),
-                    });
-                }
-                if !unit.enabled && prev.is_some_and(|p| p.enabled) {
-                    out.disable.push(UnitFile {
-                        unit: name.clone(),
-                        because: "declared not enabled".into(),
-                    });
-                }
-                // Not asked: a unit the mesh did not start yet is taken not to run.
-                let runs = match input.now {
-                    Some(_) => running(name),
-                    None => prev.is_some_and(|p| p.started),
+                let said_changed = if prev.is_some() {
+                    "its unit file changed"
+                } else {
+                    "its unit file is the mesh's now"
                 };
-                if unit.started && !runs {
-                    ask(
-                        name,
-                        Verb::Start,
-                        format!("declared started; it is {}", state_of(name)),
-                    );
-                } else if runs && changed {
-                    let said = if prev.is_some() {
-                        "its unit file changed".to_owned()
-                    } else {
-                        "its unit file is the mesh's now".to_owned()
-                    };
-                    match unit.on_change {
-                        OnChange::Restart => ask(name, Verb::Restart, said),
-                        OnChange::Reload => ask(name, Verb::Reload, said),
-                        OnChange::Leave => out.idle.push(Idle {
-                            unit: name.clone(),
-                            because: format!(
-                                "{said}; left running, as declared (on_change = 'leave)"
-                            ),
-                        }),
+                // Instances no longer declared go as a unit no longer declared does.
+                for gone in ran_as.iter().filter(|i| !runs_as.contains(i)) {
+                    if now.running(gone) {
+                        asks.ask(gone, Ask::Stop, "no longer a declared instance".into());
+                    }
+                    if prev.is_some_and(|p| p.enabled) {
+                        disable(&mut out, gone, "no longer a declared instance");
                     }
                 }
-                if !unit.started && runs && prev.is_some_and(|p| p.started) {
-                    ask(name, Verb::Stop, "declared not started".into());
+                for x in &runs_as {
+                    let new_here = !ran_as.contains(x);
+                    if unit.enabled
+                        && (new_here
+                            || prev.is_none_or(|p| !p.enabled || p.install != unit.install))
+                    {
+                        let because = match prev {
+                            Some(p) if p.enabled && !new_here => {
+                                // The links the old [Install] asked for go first.
+                                disable(&mut out, x, "its [Install] section changed");
+                                "its [Install] section changed"
+                            }
+                            _ => "declared enabled",
+                        };
+                        enable(&mut out, x, because);
+                    }
+                    if !unit.enabled && !new_here && prev.is_some_and(|p| p.enabled) {
+                        disable(&mut out, x, "declared not enabled");
+                    }
+                    // Not asked: a unit the mesh did not start yet is taken not to run.
+                    let runs = match input.now {
+                        Some(_) => now.running(x),
+                        None => !new_here && prev.is_some_and(|p| p.started),
+                    };
+                    if unit.started && !runs {
+                        asks.ask(
+                            x,
+                            Ask::Start,
+                            format!("declared started; it is {}", now.state(x)),
+                        );
+                    }
+                    if !unit.started && runs && !new_here && prev.is_some_and(|p| p.started) {
+                        asks.ask(x, Ask::Stop, "declared not started".into());
+                    }
+                }
+                if changed {
+                    // Every running unit of it picks the change up: a template's running
+                    // instances, declared or not.
+                    let running: Vec<UnitName> = if name.is_template() {
+                        now.instances(name, &runs_as)
+                    } else if match input.now {
+                        Some(_) => now.running(name),
+                        None => prev.is_some_and(|p| p.started),
+                    } {
+                        vec![name.clone()]
+                    } else {
+                        Vec::new()
+                    };
+                    for x in running {
+                        if let Some(why) =
+                            changed_unit(input, &now, &mut asks, &x, unit.on_change, said_changed)
+                        {
+                            out.idle.push(Idle {
+                                unit: x.clone(),
+                                because: why,
+                            });
+                        }
+                    }
                 }
                 out.in_force.insert(
                     name.clone(),
@@ -371,46 +597,41 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
                         install: unit.install,
                         enabled: unit.enabled,
                         started: unit.started,
+                        instances: unit.instances.clone(),
                     },
                 );
             }
             UnitState::Staged => {
                 if let Some(p) = prev {
                     let said = "its module is not taken: a staged unit does not run";
-                    if running(name) {
-                        ask(name, Verb::Stop, said.into());
+                    for x in stopped_as(name, &ran_as, &now) {
+                        asks.ask(&x, Ask::Stop, said.into());
                     }
                     if p.enabled {
-                        out.disable.push(UnitFile {
-                            unit: name.clone(),
-                            because: said.into(),
-                        });
+                        for x in &ran_as {
+                            disable(&mut out, x, said);
+                        }
                     }
                 }
             }
             UnitState::Held => {
                 let Some(p) = prev else { continue };
-                // Back across the take: the found unit returns as it was found.
+                // Back across the take: the found unit returns as it was found. The mesh's is
+                // stopped with its own definition, before the found file is back.
                 let found = input.record.found.units.get(name);
                 let (active, enabled) = found.map_or((true, p.enabled), |f| (f.active, f.enabled));
-                match (active, running(name)) {
-                    (true, true) => ask(name, Verb::Restart, "the found unit is back".into()),
-                    (true, false) => ask(name, Verb::Start, "it ran when it was found".into()),
+                match (active, now.running(name)) {
+                    (true, true) => asks.ask(name, Ask::Cycle, "the found unit is back".into()),
+                    (true, false) => asks.ask(name, Ask::Start, "it ran when it was found".into()),
                     (false, true) => {
-                        ask(name, Verb::Stop, "it did not run when it was found".into())
+                        asks.ask(name, Ask::Stop, "it did not run when it was found".into())
                     }
                     (false, false) => {}
                 }
                 if enabled {
-                    out.enable.push(UnitFile {
-                        unit: name.clone(),
-                        because: "it was enabled when it was found".into(),
-                    });
+                    enable(&mut out, name, "it was enabled when it was found");
                 } else if p.enabled {
-                    out.disable.push(UnitFile {
-                        unit: name.clone(),
-                        because: "it was not enabled when it was found".into(),
-                    });
+                    disable(&mut out, name, "it was not enabled when it was found");
                 }
             }
         }
@@ -420,39 +641,130 @@ pub fn plan(input: &ServiceInput<'_>) -> ServicePlan {
         if target.units.contains_key(name) {
             continue;
         }
-        if running(name) {
-            ask(name, Verb::Stop, "no longer declared".into());
+        let ran_as = p.runs_as(name);
+        for x in stopped_as(name, &ran_as, &now) {
+            asks.ask(&x, Ask::Stop, "no longer declared".into());
         }
         if p.enabled {
-            out.disable.push(UnitFile {
-                unit: name.clone(),
-                because: "no longer declared".into(),
-            });
+            for x in &ran_as {
+                disable(&mut out, x, "no longer declared");
+            }
         }
     }
 
-    // The causes of the job done: a restart answers what asked for a reload too; a start or a
-    // stop only what asked for it.
-    let mut jobs: Vec<UnitJob> = jobs
-        .into_iter()
-        .map(|(unit, (verb, asked))| UnitJob {
-            unit,
-            verb,
-            because: asked
-                .into_iter()
-                .filter(|(v, _)| *v == verb || (verb == Verb::Restart && *v == Verb::Reload))
-                .map(|(_, b)| b)
-                .collect(),
-        })
-        .collect();
-    jobs.sort_by(|a, b| (a.verb, &a.unit).cmp(&(b.verb, &b.unit)));
-    out.jobs = jobs;
+    out.jobs = asks.jobs();
+    if let Some(n) = input.now {
+        out.before = n.clone();
+    }
     out
+}
+
+/// The running units of a unit that goes (no longer declared, or staged again): itself, or a
+/// template's instances that run, declared or not (their definition goes with it).
+fn stopped_as(name: &UnitName, ran_as: &[UnitName], now: &Now<'_>) -> Vec<UnitName> {
+    if name.is_template() {
+        let mut all = now.instances(name, ran_as);
+        if now.now.is_none() {
+            all.retain(|x| ran_as.contains(x));
+        }
+        all
+    } else if now.running(name) {
+        vec![name.clone()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Asks what a running unit whose own definition changed (its file, or a drop-in) does, by its
+/// kind; the reason when it is left alone.
+fn changed_unit(
+    input: &ServiceInput<'_>,
+    now: &Now<'_>,
+    asks: &mut Asks,
+    unit: &UnitName,
+    on_change: OnChange,
+    said: &str,
+) -> Option<String> {
+    if on_change == OnChange::Leave {
+        return Some(format!(
+            "{said}; left running, as declared (on_change = 'leave)"
+        ));
+    }
+    match unit.kind() {
+        "slice" => Some(format!(
+            "{said}; a slice is not restarted: systemd applies its resources when it reads its files again"
+        )),
+        "target" => Some(format!(
+            "{said}; a target is not restarted (what is bound to it would be)"
+        )),
+        "mount" if input.options_only.contains(unit) => {
+            asks.ask(unit, Ask::Reload, format!("{said}: its options (remounted)"));
+            None
+        }
+        "socket" => {
+            // Its services hold the sockets it listens on: stopped first, then started again
+            // when declared started, else left to activation.
+            for service in input.activates.get(unit).into_iter().flatten() {
+                if now.running(service) {
+                    let declared = input
+                        .target
+                        .units
+                        .get(service)
+                        .is_some_and(|u| u.state == UnitState::Managed && u.started);
+                    let what = if declared { Ask::Cycle } else { Ask::Stop };
+                    asks.ask(
+                        service,
+                        what,
+                        format!("{unit} listens anew ({said}); its service holds the old sockets"),
+                    );
+                }
+            }
+            asks.ask(unit, Ask::Restart, said.to_owned());
+            None
+        }
+        _ => {
+            let ask = match on_change {
+                OnChange::Reload => Ask::Reload,
+                _ => Ask::Restart,
+            };
+            asks.ask(unit, ask, said.to_owned());
+            None
+        }
+    }
+}
+
+/// Whether a mount unit's file changed in its `Options=` alone (every other line the same):
+/// then a remount picks the change up, without unmounting.
+pub fn mount_options_only(old: &str, new: &str) -> bool {
+    fn lines(text: &str) -> (Vec<(String, String)>, Vec<String>) {
+        let mut section = String::new();
+        let (mut rest, mut options) = (Vec::new(), Vec::new());
+        for line in text.lines() {
+            let t = line.trim();
+            if t.is_empty() || t.starts_with('#') || t.starts_with(';') {
+                continue;
+            }
+            if t.starts_with('[') && t.ends_with(']') {
+                section = t.to_owned();
+                continue;
+            }
+            let (key, value) = t.split_once('=').unwrap_or((t, ""));
+            if section == "[Mount]" && key.trim() == "Options" {
+                options.push(value.trim().to_owned());
+            } else {
+                rest.push((section.clone(), format!("{}={}", key.trim(), value.trim())));
+            }
+        }
+        (rest, options)
+    }
+    let (old_rest, old_options) = lines(old);
+    let (new_rest, new_options) = lines(new);
+    old_rest == new_rest && old_options != new_options
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use mesh_lib::model::{
         ContainerEntry, ContainerName, FileEntry, FileMode, FirewallRules, Mode, ModuleName,
@@ -556,6 +868,7 @@ mod tests {
                 body: BlobHash::of(body),
                 install: BlobHash::of(b"[Install]"),
                 state,
+                instances: Vec::new(),
             },
         );
     }
@@ -576,10 +889,15 @@ mod tests {
             .map(|(n, active)| {
                 (
                     u(n),
-                    UnitNow {
-                        load: "loaded".into(),
-                        active: (*active).into(),
-                    },
+                    UnitNow::new(
+                        "loaded",
+                        active,
+                        if *active == "active" {
+                            "running"
+                        } else {
+                            "dead"
+                        },
+                    ),
                 )
             })
             .collect()
@@ -591,6 +909,7 @@ mod tests {
             install: BlobHash::of(b"[Install]"),
             enabled: true,
             started: true,
+            instances: Vec::new(),
         }
     }
 
@@ -601,12 +920,34 @@ mod tests {
         record: &NodeRecord,
         now: &BTreeMap<UnitName, UnitNow>,
     ) -> ServicePlan {
+        run_with(
+            g,
+            actions,
+            host,
+            now,
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            record,
+        )
+    }
+
+    fn run_with(
+        g: &Generation,
+        actions: Vec<Action>,
+        host: &HostStore,
+        now: &BTreeMap<UnitName, UnitNow>,
+        activates: &BTreeMap<UnitName, Vec<UnitName>>,
+        options_only: &BTreeSet<UnitName>,
+        record: &NodeRecord,
+    ) -> ServicePlan {
         plan(&ServiceInput {
             target: g,
             files: &Plan { actions },
             host,
             record,
             now: Some(now),
+            activates,
+            options_only,
         })
     }
 
@@ -881,7 +1222,14 @@ mod tests {
             },
         );
         let back = run(&g, Vec::new(), &host, &rec, &now);
-        assert_eq!(jobs(&back), [("h.service".into(), Verb::Restart)]);
+        assert_eq!(
+            jobs(&back),
+            [
+                ("h.service".into(), Verb::Stop),
+                ("h.service".into(), Verb::Start)
+            ],
+            "stopped with the mesh's definition, started with the found one"
+        );
         assert_eq!(back.disable.len(), 1);
         rec.found.units.get_mut(&u("h.service")).unwrap().active = false;
         let stopped = run(&g, Vec::new(), &host, &rec, &now);
@@ -926,5 +1274,276 @@ mod tests {
         let names: Vec<&str> = plan.restarts.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["folder", "wiki"]);
         assert_eq!(plan.restarts[1].because, ["mounts /etc/wiki/app.env"]);
+    }
+
+    /// A timer and its service that go together are both stopped before their files go, the
+    /// timer in the first wave: nothing is left to trigger what vanished.
+    #[test]
+    fn a_timer_stops_before_its_service() {
+        let g = generation();
+        let mut host = HostStore::default();
+        host.units.insert(u("tick.timer"), in_force(b"t"));
+        host.units.insert(u("tick.service"), in_force(b"s"));
+        let now = states(&[("tick.timer", "active"), ("tick.service", "active")]);
+        let plan = run(&g, Vec::new(), &host, &record(), &now);
+        let [first, then] = plan.stops();
+        let names = |wave: Vec<&UnitJob>| -> Vec<String> {
+            wave.iter().map(|j| j.unit.to_string()).collect()
+        };
+        assert_eq!(names(first), ["tick.timer"]);
+        assert_eq!(names(then), ["tick.service"]);
+        assert_eq!(plan.disable.len(), 2);
+    }
+
+    /// Two files naming one unit, one by an alias: one job on the unit systemd runs, the
+    /// strongest asked, with both causes.
+    #[test]
+    fn an_alias_and_its_unit_are_one_job() {
+        let mut g = generation();
+        file(
+            &mut g,
+            "/etc/a.conf",
+            FileState::Managed,
+            &[("nick.service", PickUp::Reload)],
+        );
+        file(
+            &mut g,
+            "/etc/b.conf",
+            FileState::Managed,
+            &[("real.service", PickUp::Restart)],
+        );
+        let mut now = states(&[("real.service", "active"), ("nick.service", "active")]);
+        now.get_mut(&u("nick.service")).unwrap().id = "real.service".into();
+        let plan = run(
+            &g,
+            vec![
+                write("/etc/a.conf", Reason::Update),
+                write("/etc/b.conf", Reason::Update),
+            ],
+            &HostStore::default(),
+            &record(),
+            &now,
+        );
+        assert_eq!(jobs(&plan), [("real.service".into(), Verb::Restart)]);
+        assert_eq!(
+            plan.jobs[0].because,
+            ["/etc/a.conf changed", "/etc/b.conf changed"]
+        );
+    }
+
+    /// A template is never enabled or started itself: its declared instances are; a change of
+    /// the template restarts every running instance, declared or not; an instance no longer
+    /// declared is stopped and disabled.
+    #[test]
+    fn a_template_runs_as_its_instances() {
+        let mut g = generation();
+        unit(
+            &mut g,
+            "e@.service",
+            UnitState::Managed,
+            b"v1",
+            OnChange::Restart,
+        );
+        g.units.get_mut(&u("e@.service")).unwrap().instances = vec!["one".into(), "two".into()];
+        let path = format!("{UNIT_DIR}/e@.service");
+        let fresh = run(
+            &g,
+            vec![write(&path, Reason::Create)],
+            &HostStore::default(),
+            &record(),
+            &states(&[]),
+        );
+        let enabled: Vec<String> = fresh.enable.iter().map(|e| e.unit.to_string()).collect();
+        assert_eq!(enabled, ["e@one.service", "e@two.service"]);
+        assert_eq!(
+            jobs(&fresh),
+            [
+                ("e@one.service".into(), Verb::Start),
+                ("e@two.service".into(), Verb::Start)
+            ]
+        );
+        assert_eq!(fresh.in_force[&u("e@.service")].instances, ["one", "two"]);
+
+        let mut host = HostStore::default();
+        let mut before = in_force(b"v0");
+        before.instances = vec!["one".into(), "two".into()];
+        host.units.insert(u("e@.service"), before);
+        let running = states(&[
+            ("e@one.service", "active"),
+            ("e@two.service", "active"),
+            ("e@three.service", "active"),
+        ]);
+        let changed = run(
+            &g,
+            vec![write(&path, Reason::Update)],
+            &host,
+            &record(),
+            &running,
+        );
+        assert_eq!(
+            jobs(&changed),
+            [
+                ("e@one.service".into(), Verb::Restart),
+                ("e@three.service".into(), Verb::Restart),
+                ("e@two.service".into(), Verb::Restart)
+            ]
+        );
+        assert!(changed.enable.is_empty());
+
+        g.units.get_mut(&u("e@.service")).unwrap().instances = vec!["one".into()];
+        host.units.get_mut(&u("e@.service")).unwrap().body = BlobHash::of(b"v1");
+        let fewer = run(&g, Vec::new(), &host, &record(), &running);
+        assert_eq!(jobs(&fewer), [("e@two.service".into(), Verb::Stop)]);
+        let disabled: Vec<String> = fewer.disable.iter().map(|e| e.unit.to_string()).collect();
+        assert_eq!(disabled, ["e@two.service"]);
+    }
+
+    /// A drop-in configures its unit as the unit's own file does: one for an instance restarts
+    /// that instance only, and systemd reads its files again first.
+    #[test]
+    fn a_drop_in_restarts_its_unit_only() {
+        let mut g = generation();
+        file(
+            &mut g,
+            &format!("{UNIT_DIR}/e@one.service.d/10-x.conf"),
+            FileState::Managed,
+            &[],
+        );
+        let running = states(&[("e@one.service", "active"), ("e@two.service", "active")]);
+        let plan = run(
+            &g,
+            vec![write(
+                &format!("{UNIT_DIR}/e@one.service.d/10-x.conf"),
+                Reason::Update,
+            )],
+            &HostStore::default(),
+            &record(),
+            &running,
+        );
+        assert_eq!(jobs(&plan), [("e@one.service".into(), Verb::Restart)]);
+        assert!(plan.daemon_reload());
+        assert_eq!(
+            drop_in_of(&p("/etc/systemd/system/x.service.d/a.conf")),
+            Some(u("x.service"))
+        );
+        assert_eq!(
+            drop_in_of(&p("/etc/systemd/system/x.service.d/a.txt")),
+            None
+        );
+        assert_eq!(drop_in_of(&p("/etc/systemd/system/x.service")), None);
+    }
+
+    /// Each kind picks up a change of its file as systemd users expect: a slice and a target
+    /// are not restarted; a socket's service is stopped first and started again after the
+    /// socket when declared started; a mount whose options alone changed is remounted, one
+    /// whose source changed is mounted again.
+    #[test]
+    fn each_kind_picks_up_its_change() {
+        let mut g = generation();
+        for name in [
+            "s.slice",
+            "t.target",
+            "k.socket",
+            "k.service",
+            "m1.mount",
+            "m2.mount",
+        ] {
+            unit(&mut g, name, UnitState::Managed, b"v1", OnChange::Restart);
+        }
+        let mut host = HostStore::default();
+        for name in [
+            "s.slice",
+            "t.target",
+            "k.socket",
+            "k.service",
+            "m1.mount",
+            "m2.mount",
+        ] {
+            host.units.insert(u(name), in_force(b"v0"));
+        }
+        // The service's own file is unchanged: only the socket's is.
+        host.units.insert(u("k.service"), in_force(b"v1"));
+        let now = states(&[
+            ("s.slice", "active"),
+            ("t.target", "active"),
+            ("k.socket", "active"),
+            ("k.service", "active"),
+            ("m1.mount", "active"),
+            ("m2.mount", "active"),
+        ]);
+        let activates = [(u("k.socket"), vec![u("k.service")])].into();
+        let options_only = [u("m1.mount")].into();
+        let actions = ["s.slice", "t.target", "k.socket", "m1.mount", "m2.mount"]
+            .iter()
+            .map(|n| write(&format!("{UNIT_DIR}/{n}"), Reason::Update))
+            .collect();
+        let plan = run_with(
+            &g,
+            actions,
+            &host,
+            &now,
+            &activates,
+            &options_only,
+            &record(),
+        );
+        assert_eq!(
+            jobs(&plan),
+            [
+                ("k.service".into(), Verb::Stop),
+                ("m1.mount".into(), Verb::Reload),
+                ("k.socket".into(), Verb::Restart),
+                ("m2.mount".into(), Verb::Restart),
+                ("k.service".into(), Verb::Start),
+            ]
+        );
+        assert!(plan.daemon_reload());
+        let idle: Vec<String> = plan.idle.iter().map(|i| i.unit.to_string()).collect();
+        assert_eq!(idle, ["s.slice", "t.target"]);
+
+        // Declared not started, the socket's service is left to activation.
+        g.units.get_mut(&u("k.service")).unwrap().started = false;
+        host.units.get_mut(&u("k.service")).unwrap().started = false;
+        let actions = vec![write(&format!("{UNIT_DIR}/k.socket"), Reason::Update)];
+        let plan = run_with(
+            &g,
+            actions,
+            &host,
+            &now,
+            &activates,
+            &options_only,
+            &record(),
+        );
+        let socket: Vec<_> = jobs(&plan)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("k."))
+            .collect();
+        assert_eq!(
+            socket,
+            [
+                ("k.service".into(), Verb::Stop),
+                ("k.socket".into(), Verb::Restart)
+            ]
+        );
+    }
+
+    /// Options alone: every other line the same, comments and blank lines aside.
+    #[test]
+    fn mount_options_only_compares_every_other_line() {
+        let a = "[Unit]\nDescription=x\n[Mount]\nWhat=tmpfs\nWhere=/mnt/x\nType=tmpfs\nOptions=size=1m\n";
+        let b = a.replace("size=1m", "size=2m");
+        assert!(mount_options_only(a, &b));
+        assert!(
+            !mount_options_only(a, a),
+            "no change is not an options change"
+        );
+        assert!(!mount_options_only(
+            a,
+            &b.replace("What=tmpfs", "What=other")
+        ));
+        assert!(mount_options_only(a, &format!("# a comment\n{b}")));
+        assert!(!mount_options_only(
+            a,
+            &b.replace("Description=x", "Description=y")
+        ));
     }
 }

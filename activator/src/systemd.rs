@@ -46,9 +46,32 @@ pub struct UnitNow {
     pub load: String,
     /// `active`, `inactive`, `failed`, `activating`, …
     pub active: String,
+    /// `running`, `dead`, `auto-restart`, … (empty when not known).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sub: String,
+    /// The unit's own name, when it was asked for by another (an alias: `sshd.service` is
+    /// `ssh.service`); empty when it is the name asked.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
 }
 
 impl UnitNow {
+    /// A unit's state from its state words (asked by its own name).
+    pub fn new(load: &str, active: &str, sub: &str) -> Self {
+        Self {
+            load: load.into(),
+            active: active.into(),
+            sub: sub.into(),
+            id: String::new(),
+        }
+    }
+
+    /// Whether it failed, or is failing: `failed`, or waiting to be started again after it
+    /// died (`auto-restart`).
+    pub fn failing(&self) -> bool {
+        self.active == "failed" || self.sub == "auto-restart"
+    }
+
     /// Whether it runs (or is on its way up, or reloading).
     pub fn running(&self) -> bool {
         matches!(
@@ -127,11 +150,19 @@ pub trait Systemd: Send + Sync {
     fn known(&self, name: &UnitName) -> Result<Option<Known>, SystemdError>;
     /// `daemon-reload`: systemd reads its unit files again. Returns when it is done.
     fn daemon_reload(&self) -> Result<(), SystemdError>;
-    /// Enables the units (the symlinks their `[Install]` sections ask for, replacing others).
-    fn enable(&self, names: &[&UnitName]) -> Result<(), SystemdError>;
-    /// Disables the units.
+    /// Enables the units (the symlinks their `[Install]` sections ask for, replacing others);
+    /// the ones that could not be, each with systemd's reason (one whose file is missing, say),
+    /// while the others are enabled.
+    fn enable(&self, names: &[&UnitName]) -> Result<Vec<(UnitName, String)>, SystemdError>;
+    /// Disables the units. A unit whose file is gone has nothing left to disable: done.
     fn disable(&self, names: &[&UnitName]) -> Result<(), SystemdError>;
-    /// Queues one job per unit, at once, and waits for every one within `bound`.
+    /// The loaded instances of a template (`getty@.service`: `getty@tty1.service`, …).
+    fn instances(&self, template: &UnitName) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError>;
+    /// The units a unit activates (a socket's service, a timer's), as systemd has them loaded.
+    fn triggers(&self, name: &UnitName) -> Result<Vec<UnitName>, SystemdError>;
+    /// Queues one job per unit, at once, and waits for every one within `bound`. A restart is
+    /// a restart of a unit that runs (`try-restart`: one that stopped meanwhile stays stopped);
+    /// a stop of a unit systemd does not have is done.
     fn run(
         &self,
         jobs: &[(&UnitName, Verb)],
@@ -198,6 +229,34 @@ fn names(list: &[&UnitName]) -> Vec<String> {
     list.iter().map(|n| n.to_string()).collect()
 }
 
+/// The D-Bus error's name, when systemd answered with one.
+fn error_name(e: &zbus::Error) -> Option<&str> {
+    match e {
+        zbus::Error::MethodError(name, _, _) => Some(name.as_str()),
+        _ => None,
+    }
+}
+
+/// systemd has no unit, or no unit file, of that name.
+fn no_such_unit(e: &zbus::Error) -> bool {
+    error_name(e) == Some("org.freedesktop.systemd1.NoSuchUnit")
+}
+
+/// systemd answered, and refused (as opposed to a bus that failed).
+fn refused(e: &zbus::Error) -> bool {
+    error_name(e).is_some()
+}
+
+/// What systemd said, without the error's name.
+fn said(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, detail, _) => {
+            detail.clone().unwrap_or_else(|| name.to_string())
+        }
+        other => other.to_string(),
+    }
+}
+
 impl Systemd for Bus {
     fn units(&self, list: &[&UnitName]) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError> {
         if list.is_empty() {
@@ -222,9 +281,16 @@ impl Systemd for Bus {
                     true => list[i].clone(),
                     false => UnitName::new(&row.0).ok()?,
                 };
+                let id = if row.0 == name.as_str() {
+                    String::new()
+                } else {
+                    row.0
+                };
                 let now = UnitNow {
                     load: row.2,
                     active: row.3,
+                    sub: row.4,
+                    id,
                 };
                 Some((name, now))
             })
@@ -266,30 +332,115 @@ impl Systemd for Bus {
         })
     }
 
-    fn enable(&self, list: &[&UnitName]) -> Result<(), SystemdError> {
-        if list.is_empty() {
-            return Ok(());
-        }
-        self.call("enable", list.first().copied(), async {
+    fn enable(&self, list: &[&UnitName]) -> Result<Vec<(UnitName, String)>, SystemdError> {
+        let enable = |list: Vec<String>| async move {
             manager(&self.connection)
                 .await?
-                .enable_unit_files(names(list), false, true)
+                .enable_unit_files(list, false, true)
                 .await
                 .map(|_| ())
-        })
+        };
+        if list.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.runtime.block_on(enable(names(list))) {
+            Ok(()) => return Ok(Vec::new()),
+            Err(e) if !refused(&e) => {
+                return Err(SystemdError::Call {
+                    what: "enable",
+                    unit: list.first().map(|u| (*u).clone()),
+                    source: e,
+                })
+            }
+            Err(_) => {}
+        }
+        // One refused the lot: each on its own, so that the others are enabled.
+        let mut out = Vec::new();
+        for unit in list {
+            match self.runtime.block_on(enable(vec![unit.to_string()])) {
+                Ok(()) => {}
+                Err(e) if refused(&e) => out.push(((*unit).clone(), said(&e))),
+                Err(source) => {
+                    return Err(SystemdError::Call {
+                        what: "enable",
+                        unit: Some((*unit).clone()),
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn disable(&self, list: &[&UnitName]) -> Result<(), SystemdError> {
+        let disable = |list: Vec<String>| async move {
+            manager(&self.connection)
+                .await?
+                .disable_unit_files(list, false)
+                .await
+                .map(|_| ())
+        };
         if list.is_empty() {
             return Ok(());
         }
-        self.call("disable", list.first().copied(), async {
+        match self.runtime.block_on(disable(names(list))) {
+            Err(e) if no_such_unit(&e) => {}
+            done => {
+                return done.map_err(|source| SystemdError::Call {
+                    what: "disable",
+                    unit: list.first().map(|u| (*u).clone()),
+                    source,
+                })
+            }
+        }
+        // A unit whose file is gone (a switch finished after a crash) has no links left: each
+        // of the others on its own.
+        for unit in list {
+            match self.runtime.block_on(disable(vec![unit.to_string()])) {
+                Err(e) if no_such_unit(&e) => {}
+                done => done.map_err(|source| SystemdError::Call {
+                    what: "disable",
+                    unit: Some((*unit).clone()),
+                    source,
+                })?,
+            }
+        }
+        Ok(())
+    }
+
+    fn instances(&self, template: &UnitName) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError> {
+        let Some((prefix, kind)) = template.as_str().rsplit_once("@.") else {
+            return Ok(BTreeMap::new());
+        };
+        let pattern = format!("{prefix}@*.{kind}");
+        let rows = self.call("list instances", Some(template), async {
             manager(&self.connection)
                 .await?
-                .disable_unit_files(names(list), false)
+                .list_units_by_patterns(Vec::new(), vec![pattern])
                 .await
-                .map(|_| ())
-        })
+        })?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| {
+                let name = UnitName::new(&row.0).ok()?;
+                Some((name, UnitNow::new(&row.2, &row.3, &row.4)))
+            })
+            .collect())
+    }
+
+    fn triggers(&self, name: &UnitName) -> Result<Vec<UnitName>, SystemdError> {
+        let list = self.call("inspect", Some(name), async {
+            let manager = manager(&self.connection).await?;
+            let path = manager.load_unit(name.to_string()).await?;
+            UnitProxy::builder(&self.connection)
+                .path(path)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await?
+                .triggers()
+                .await
+        })?;
+        Ok(list.iter().filter_map(|n| UnitName::new(n).ok()).collect())
     }
 
     fn run(
@@ -349,7 +500,7 @@ impl Systemd for Bus {
                     let job = match verb {
                         Verb::Stop => manager.stop_unit(name, mode).await,
                         Verb::Reload => manager.reload_unit(name, mode).await,
-                        Verb::Restart => manager.restart_unit(name, mode).await,
+                        Verb::Restart => manager.try_restart_unit(name, mode).await,
                         Verb::Start => manager.start_unit(name, mode).await,
                     };
                     self.jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -357,6 +508,11 @@ impl Systemd for Bus {
                         Ok(path) => {
                             paths.push(Some(path.as_str().to_owned()));
                             refused.push(None);
+                        }
+                        // A unit systemd does not have is stopped.
+                        Err(e) if *verb == Verb::Stop && no_such_unit(&e) => {
+                            paths.push(None);
+                            refused.push(Some("done".into()));
                         }
                         Err(e) => {
                             paths.push(None);
@@ -456,10 +612,10 @@ impl Systemd for std::sync::Arc<Recording> {
         Ok(list
             .iter()
             .map(|n| {
-                let now = table.get(*n).cloned().unwrap_or(UnitNow {
-                    load: "not-found".into(),
-                    active: "inactive".into(),
-                });
+                let now = table
+                    .get(*n)
+                    .cloned()
+                    .unwrap_or_else(|| UnitNow::new("not-found", "inactive", "dead"));
                 ((*n).clone(), now)
             })
             .collect())
@@ -479,14 +635,30 @@ impl Systemd for std::sync::Arc<Recording> {
         Ok(())
     }
 
-    fn enable(&self, list: &[&UnitName]) -> Result<(), SystemdError> {
+    fn enable(&self, list: &[&UnitName]) -> Result<Vec<(UnitName, String)>, SystemdError> {
         self.record(Call::Enable(names(list)));
-        Ok(())
+        Ok(Vec::new())
     }
 
     fn disable(&self, list: &[&UnitName]) -> Result<(), SystemdError> {
         self.record(Call::Disable(names(list)));
         Ok(())
+    }
+
+    fn instances(&self, template: &UnitName) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError> {
+        let table = self.units.lock().expect("not poisoned");
+        Ok(table
+            .iter()
+            .filter(|(n, _)| n.template().as_ref() == Some(template))
+            .map(|(n, u)| (n.clone(), u.clone()))
+            .collect())
+    }
+
+    fn triggers(&self, name: &UnitName) -> Result<Vec<UnitName>, SystemdError> {
+        let stem = name.as_str().rsplit_once('.').map_or("", |(s, _)| s);
+        Ok(UnitName::new(&format!("{stem}.service"))
+            .into_iter()
+            .collect())
     }
 
     fn run(

@@ -61,6 +61,8 @@ struct UnitOut {
     enabled: bool,
     started: bool,
     on_change: OnChange,
+    #[serde(default)]
+    instances: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -436,6 +438,29 @@ impl<'a> Assembly<'a> {
                 };
                 add_file(ctx, files, blobs, record, module, taken, declared)?;
             }
+            if !u.instances.is_empty() && !name.is_template() {
+                return Err(ctx.reject(
+                    &ctx.at(&here, &[f("instances")]),
+                    format!("module {module}: unit {name} is not a template (NAME@.TYPE): it has no instances"),
+                    "these instances",
+                ));
+            }
+            let mut instances = Vec::new();
+            for (ii, i) in u.instances.iter().enumerate() {
+                let at = ctx.at(&here, &[f("instances"), Step::Index(ii)]);
+                name.instance(i).map_err(|e| {
+                    ctx.reject(&at, format!("module {module}: {e}"), "this instance")
+                })?;
+                if instances.contains(i) {
+                    return Err(ctx.reject(
+                        &at,
+                        format!("module {module}: unit {name} names instance {i} twice"),
+                        "named again",
+                    ));
+                }
+                instances.push(i.clone());
+            }
+            instances.sort();
             let (body, install) = split_install(&u.text);
             let entry = UnitEntry {
                 module: module.clone(),
@@ -445,6 +470,7 @@ impl<'a> Assembly<'a> {
                 body: BlobHash::of(body.as_bytes()),
                 install: BlobHash::of(install.as_bytes()),
                 state,
+                instances,
             };
             units.insert(name, (entry, named_at));
         }

@@ -34,9 +34,10 @@ pub const GC_POINTS: &[&str] = &["gc-links-removed", "gc-removed"];
 pub const CONTAINER_POINTS: &[&str] = &["container-changed"];
 
 /// The crash points of the units phase, reached only where systemd is driven (the services test
-/// crashes a switch at each, in a node with systemd as PID 1): after daemon-reload, enables and
-/// disables, and after each group of jobs (`service-jobs-done:K`).
-pub const SERVICE_POINTS: &[&str] = &["services-reloaded", "service-jobs-done"];
+/// crashes a switch at each, in a node with systemd as PID 1): after the disables and stops
+/// that come before the files, after daemon-reload and enables, and after each group of jobs
+/// (`service-jobs-done:K`).
+pub const SERVICE_POINTS: &[&str] = &["services-stopped", "services-reloaded", "service-jobs-done"];
 /// The crash point of the store merging its packs (a build past the packs' limit): after the
 /// merged pack is written, before the packs it holds are removed.
 pub const STORE_POINTS: &[&str] = &["packs-merged"];

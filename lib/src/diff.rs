@@ -556,22 +556,32 @@ fn units(a: &Generation, b: &Generation) -> Vec<UnitChange> {
     for n in names {
         let what = match (a.units.get(n), b.units.get(n)) {
             (None, Some(u)) => Some(format!(
-                "added ({}{}{})",
+                "added ({}{}{}{})",
                 u.state.word(),
                 if u.enabled { ", enabled" } else { "" },
                 if u.started && u.state == UnitState::Managed {
                     ", started"
                 } else {
                     ""
+                },
+                if u.instances.is_empty() {
+                    String::new()
+                } else {
+                    format!("; instances {}", u.instances.join(", "))
                 }
             )),
             (Some(_), None) => Some("removed: stopped and disabled".to_owned()),
             (Some(x), Some(y)) if x.state != y.state => {
                 Some(format!("{} -> {}", x.state.word(), y.state.word()))
             }
-            (Some(x), Some(y)) if x.body != y.body && y.state == UnitState::Managed => Some(
-                format!("its unit file changes: {} if it runs", on_change_word(y)),
-            ),
+            (Some(x), Some(y)) if x.body != y.body && y.state == UnitState::Managed => {
+                Some(format!("its unit file changes: {}", on_change_word(n, y)))
+            }
+            (Some(x), Some(y)) if x.instances != y.instances => Some(format!(
+                "instances {} (was {})",
+                listed(&y.instances),
+                listed(&x.instances)
+            )),
             (Some(x), Some(y)) if x.install != y.install && y.state == UnitState::Managed => {
                 Some("its [Install] section changes: enabled again, not restarted".to_owned())
             }
@@ -626,11 +636,26 @@ fn units(a: &Generation, b: &Generation) -> Vec<UnitChange> {
     out
 }
 
-fn on_change_word(u: &crate::model::UnitEntry) -> &'static str {
-    match u.on_change {
-        crate::model::OnChange::Restart => "restarted",
-        crate::model::OnChange::Reload => "reloaded",
-        crate::model::OnChange::Leave => "left running",
+/// What a change of a unit's own file does to it, by its kind (the service plan's rules).
+fn on_change_word(name: &crate::model::UnitName, u: &crate::model::UnitEntry) -> &'static str {
+    use crate::model::OnChange;
+    match (name.kind(), u.on_change) {
+        (_, OnChange::Leave) => "left running",
+        ("slice", _) => "read by systemd, nothing in it restarted",
+        ("target", _) => "read by systemd, not restarted",
+        ("socket", _) => "its running service stopped, the socket restarted",
+        ("mount", _) => "remounted (options alone) or mounted again, if mounted",
+        (_, OnChange::Reload) => "reloaded if it runs",
+        (_, OnChange::Restart) if name.is_template() => "its running instances restarted",
+        (_, OnChange::Restart) => "restarted if it runs",
+    }
+}
+
+fn listed(list: &[String]) -> String {
+    if list.is_empty() {
+        "none".to_owned()
+    } else {
+        list.join(", ")
     }
 }
 

@@ -203,6 +203,56 @@ impl UnitName {
     pub fn file(&self) -> TargetPath {
         TargetPath::new(&format!("{UNIT_DIR}/{}", self.0)).expect("a unit name is a file name")
     }
+
+    /// Its type: `service`, `socket`, `timer`, …
+    pub fn kind(&self) -> &str {
+        self.0.rsplit_once('.').map_or("", |(_, kind)| kind)
+    }
+
+    /// Whether it is a template (`getty@.service`): systemd runs its instances, never it.
+    pub fn is_template(&self) -> bool {
+        self.0
+            .rsplit_once('.')
+            .is_some_and(|(name, _)| name.ends_with('@'))
+    }
+
+    /// For an instance (`getty@tty1.service`), its template (`getty@.service`).
+    pub fn template(&self) -> Option<UnitName> {
+        let (name, kind) = self.0.rsplit_once('.')?;
+        let (prefix, instance) = name.split_once('@')?;
+        (!instance.is_empty()).then(|| Self(format!("{prefix}@.{kind}")))
+    }
+
+    /// For a template, its instance `instance` (`getty@.service`, `tty1` → `getty@tty1.service`).
+    pub fn instance(&self, instance: &str) -> Result<UnitName, NameError> {
+        let (name, kind) = self.0.rsplit_once('.').unwrap_or((&self.0, ""));
+        if !self.is_template() || instance.is_empty() || instance.contains('@') {
+            return Err(NameError {
+                what: "systemd unit instance",
+                name: format!("{name}{instance}.{kind}"),
+            });
+        }
+        Self::new(&format!("{name}{instance}.{kind}"))
+    }
+
+    /// The units systemd runs for it, by name: for a template, its `instances`; any other
+    /// unit is itself.
+    pub fn runs_as(&self, instances: &[String]) -> Vec<UnitName> {
+        if self.is_template() {
+            instances
+                .iter()
+                .filter_map(|i| self.instance(i).ok())
+                .collect()
+        } else {
+            vec![self.clone()]
+        }
+    }
+
+    /// Whether systemd activates other units through it (a timer, socket, path or automount):
+    /// it is stopped before them, so that it starts nothing that is going away.
+    pub fn triggers_others(&self) -> bool {
+        matches!(self.kind(), "timer" | "socket" | "path" | "automount")
+    }
 }
 
 impl fmt::Display for UnitName {
@@ -632,6 +682,18 @@ pub struct UnitEntry {
     pub install: BlobHash,
     /// What the mesh does with it here.
     pub state: UnitState,
+    /// For a template (`NAME@.service`), the instances the mesh enables and starts as
+    /// `enabled` and `started` say (`NAME@INSTANCE.service`); a template itself is never
+    /// enabled or started. Empty for any other unit (and then not encoded: no id moves).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<String>,
+}
+
+impl UnitEntry {
+    /// The units systemd runs for it, by name: a template's declared instances, or itself.
+    pub fn runs_as(&self, name: &UnitName) -> Vec<UnitName> {
+        name.runs_as(&self.instances)
+    }
 }
 
 /// A unit file's text in two: everything but the `[Install]` section, and that section alone
@@ -968,6 +1030,14 @@ impl Generation {
                     ))
                 }
                 _ => {}
+            }
+            if !u.instances.is_empty() && !name.is_template() {
+                return Err(format!(
+                    "{what} has instances but is not a template (NAME@.TYPE)"
+                ));
+            }
+            for i in &u.instances {
+                name.instance(i).map_err(|e| format!("{what}: {e}"))?;
             }
         }
         for name in self.settings.ports.keys() {

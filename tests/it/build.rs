@@ -162,6 +162,61 @@ fn show_prints_a_generation_for_a_person() {
     assert!(ran.stderr.contains("is not in the store"), "{}", ran.stderr);
 }
 
+/// `mesh show` lists the declared units, a template with its instances; `mesh diff` says which
+/// instances changed and what a change of a slice's file does (nothing restarted).
+#[test]
+fn show_and_diff_say_units_and_instances() {
+    use crate::rejections::{module, node, PORTS};
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let units = |instances: &str, tasks: u32| {
+        module(
+            "echo",
+            &format!(
+                r#"units = [{{ name = "echo@.service", text = "[Service]\nExecStart=/bin/true\n", instances = [{instances}] }}, {{ name = "app.slice", text = "[Slice]\nTasksMax={tasks}\n" }}]"#
+            ),
+        )
+    };
+    let ids: Vec<String> = [("\"one\", \"two\"", 10), ("\"one\"", 20)]
+        .iter()
+        .enumerate()
+        .map(|(i, (instances, tasks))| {
+            let path = dir.path().join(format!("v{i}.ncl"));
+            std::fs::write(&path, node(PORTS, &units(instances, *tasks))).unwrap();
+            build_json(state.path(), &path, None)["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let mut c = mesh(state.path());
+    c.arg("show").arg(&ids[0]);
+    let shown = run(c);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(
+        shown
+            .stdout
+            .contains("managed  echo@.service  enabled, started  [echo]")
+            && shown.stdout.contains("instances one, two")
+            && shown.stdout.contains("app.slice  enabled, started  [echo]"),
+        "{}",
+        shown.stdout
+    );
+    let mut c = mesh(state.path());
+    c.arg("diff").arg(&ids[0]).arg(&ids[1]);
+    let diff = run(c);
+    assert_eq!(diff.code, 0, "{}", diff.stderr);
+    assert!(
+        diff.stdout
+            .contains("unit echo@.service: instances one (was one, two)")
+            && diff.stdout.contains(
+                "unit app.slice: its unit file changes: read by systemd, nothing in it restarted"
+            ),
+        "{}",
+        diff.stdout
+    );
+}
+
 /// A pinned port overrides the declaration's and reaches every use: the template of a file, the
 /// openings, the containers.
 #[test]

@@ -26,3 +26,4 @@ mod sshlab;
 mod support;
 mod switch;
 mod systemd_node;
+mod units_edges;

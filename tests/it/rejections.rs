@@ -122,6 +122,34 @@ fn stop_timeout_out_of_range() {
     assert_says(&ran, &["stop_timeout"]);
 }
 
+/// Instances only for a template (`NAME@.TYPE`), each one an instance name, each once.
+#[test]
+fn unit_instances_only_for_a_template() {
+    let unit = |name: &str, instances: &str| {
+        format!(
+            r#"units = [{{ name = "{name}", text = "[Service]\nExecStart=/bin/true\n", instances = [{instances}] }}]"#
+        )
+    };
+    let ran = rejected(
+        &node(PORTS, &module("u", &unit("plain.service", "\"one\""))),
+        None,
+    );
+    assert_says(
+        &ran,
+        &["unit plain.service is not a template", "bad-node.ncl:9:"],
+    );
+    let ran = rejected(
+        &node(PORTS, &module("u", &unit("e@.service", "\"a/b\""))),
+        None,
+    );
+    assert_says(&ran, &["e@a/b.service", "bad-node.ncl:9:"]);
+    let ran = rejected(
+        &node(PORTS, &module("u", &unit("e@.service", "\"one\", \"one\""))),
+        None,
+    );
+    assert_says(&ran, &["names instance one twice"]);
+}
+
 /// Two modules publishing one host port.
 #[test]
 fn same_host_port_in_two_modules() {

@@ -9,7 +9,7 @@ use crate::node_fixture::Fixture;
 use crate::support::have_root_tools;
 use crate::systemd_node::SystemdNode;
 
-fn decl(modules: &str) -> String {
+pub(crate) fn decl(modules: &str) -> String {
     format!(
         r#"let mesh = import "mesh.ncl" in
 mesh.node {{
@@ -27,18 +27,18 @@ mesh.node {{
 }
 
 /// A service that counts its starts and reloads in /srv/t/NAME-starts and NAME-reloads.
-fn counting_unit(name: &str, marker: &str, install: &str) -> String {
+pub(crate) fn counting_unit(name: &str, marker: &str, install: &str) -> String {
     format!(
         "[Unit]\nDescription={marker}\n[Service]\nExecStartPre=/bin/sh -c 'echo {marker} >> /srv/t/{name}-starts'\nExecStart=/usr/bin/sleep infinity\nExecReload=/bin/sh -c 'echo r >> /srv/t/{name}-reloads'\n[Install]\nWantedBy={install}\n"
     )
 }
 
 /// Nickel text for a string (a unit file's text).
-fn ncl(text: &str) -> String {
+pub(crate) fn ncl(text: &str) -> String {
     serde_json::to_string(text).unwrap()
 }
 
-fn tools() -> bool {
+pub(crate) fn tools() -> bool {
     have_root_tools(&["docker"])
 }
 
@@ -115,7 +115,8 @@ fn a_changed_file_reloads_its_unit_and_a_no_op_asks_nothing() {
 }
 
 /// A file may name a unit by one of its aliases (Debian's `sshd.service` is `ssh.service`):
-/// systemd answers for the unit it is, and the reload reaches it.
+/// systemd answers for the unit it is, and the reload reaches it — one job on the unit systemd
+/// runs, however many names the changed files give it.
 #[test]
 fn a_unit_named_by_its_alias_is_reloaded() {
     if !tools() {
@@ -129,20 +130,27 @@ fn a_unit_named_by_its_alias_is_reloaded() {
     );
     let module = |content: &str| {
         decl(&format!(
-            r#"    {{ name = "conf", config = fun s => {{ files = [{{ path = "/etc/real/real.conf", content = "{content}", reloads = ["nick.service"] }}] }} }},"#
+            r#"    {{ name = "conf", config = fun s => {{ files = [{{ path = "/etc/real/real.conf", content = "{content}", reloads = ["nick.service"] }}, {{ path = "/etc/real/other.conf", content = "{content}", reloads = ["real.service"] }}] }} }},"#
         ))
     };
     let v1 = node.declare("v1.ncl", &module("one\n"));
-    let ran = node.ok(&["switch", &v1]);
-    assert!(
-        ran.stdout
-            .contains("reload   nick.service: /etc/real/real.conf created"),
-        "{}",
-        ran.stdout
+    let ran = node.ok(&["switch", &v1, "--json"]);
+    let out: serde_json::Value = serde_json::from_str(ran.stdout.trim()).unwrap();
+    assert_eq!(
+        out["services"]["jobs"],
+        serde_json::json!([{ "unit": "real.service", "verb": "reload", "because": ["/etc/real/other.conf created", "/etc/real/real.conf created"] }]),
+        "one job, on the unit systemd runs"
     );
     assert_eq!(node.count("real-reloads"), 1);
     let v2 = node.declare("v2.ncl", &module("two\n"));
-    node.ok(&["switch", &v2]);
+    let ran = node.ok(&["switch", &v2]);
+    assert!(
+        ran.stdout.contains(
+            "reload   real.service: /etc/real/other.conf changed; /etc/real/real.conf changed"
+        ),
+        "{}",
+        ran.stdout
+    );
     assert_eq!(node.count("real-reloads"), 2);
     assert_eq!(node.count("real-starts"), 1, "reloaded, never restarted");
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use mesh_lib::model::{UnitName, UnitTrigger};
+use mesh_lib::model::{FileMode, UnitName, UnitTrigger};
 use mesh_lib::{atomic, BlobHash, GenerationId, TargetPath};
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,24 @@ pub(crate) struct JournalOp {
     /// The units the file configures, when the mesh writes it managed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) units: Vec<UnitTrigger>,
+    /// How the content is written: mode, owner and group ids (for a write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) write: Option<(FileMode, u32, u32)>,
+    /// What the path held when the switch was planned. Recovery finishes the step only while
+    /// the path still holds it: content another hand put there since is never overwritten.
+    /// (`None` in a journal of an older mesh, whose steps recovery does not finish.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) before: Option<Before>,
+}
+
+/// What a path held when a switch was planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Before {
+    /// Nothing.
+    Absent,
+    /// A file with this content.
+    File(BlobHash),
 }
 
 /// What the services do after the files, and the units in force once they did it.
@@ -61,9 +79,12 @@ pub(crate) fn journal_path(state: &Path) -> PathBuf {
 }
 
 impl Node {
-    /// Finishes a switch a crash interrupted: removes its temp files, records in the host store
-    /// what it had written, and runs its service actions again (daemon-reload, enables, jobs,
-    /// container restarts: doing one twice is harmless, missing one is not).
+    /// Finishes a switch a crash interrupted: removes its temp files, puts in place each file
+    /// it had not renamed yet (or removes it) where nothing else changed the path since,
+    /// records in the host store what is written, and runs its service actions again (stops,
+    /// disables, daemon-reload, enables, jobs, container restarts: each is a step that may be
+    /// done twice — a unit already stopped, already gone or already disabled is a step done —
+    /// and missing one is not harmless).
     pub fn recover(&self) -> Result<Recovered, ActivateError> {
         let path = journal_path(&self.state);
         let journal: Journal = match std::fs::read(&path) {
@@ -83,7 +104,10 @@ impl Node {
         let mut host = HostStore::load(&self.state)?;
         for op in &journal.ops {
             self.root.remove_leftover(&op.path)?;
-            let (observed, _) = self.root.observe(&op.path)?;
+            let (mut observed, _) = self.root.observe(&op.path)?;
+            if self.finish_op(op, &observed)? {
+                observed = self.root.observe(&op.path)?.0;
+            }
             match (op.hash, observed) {
                 (Some(hash), Observed::File(f)) if f.hash == hash => {
                     if op.restore {
@@ -102,7 +126,8 @@ impl Node {
         }
         let mut failed = Vec::new();
         if let Some(pending) = &journal.services {
-            failed = self.apply_services(&pending.plan)?;
+            failed = self.stop_services(&pending.plan)?;
+            failed.extend(self.apply_services(&pending.plan)?);
             if !pending.plan.restarts.is_empty() {
                 let engine = crate::docker::Engine::connect()?;
                 for r in &pending.plan.restarts {
@@ -121,5 +146,31 @@ impl Node {
             interrupted: true,
             failed,
         })
+    }
+
+    /// Puts an interrupted step in place when the path still holds what it held when the
+    /// switch was planned; whether it did.
+    fn finish_op(&self, op: &JournalOp, observed: &Observed) -> Result<bool, ActivateError> {
+        let now = match observed {
+            Observed::File(f) => Before::File(f.hash),
+            Observed::Absent => Before::Absent,
+            _ => return Ok(false),
+        };
+        let done = match op.hash {
+            Some(hash) => now == Before::File(hash),
+            None => now == Before::Absent,
+        };
+        if done || op.before != Some(now) {
+            return Ok(false);
+        }
+        match (op.hash, op.write) {
+            (Some(hash), Some((mode, uid, gid))) => {
+                let bytes = self.store.blob(&hash)?;
+                self.root.write(&op.path, &bytes, mode, uid, gid)?;
+            }
+            (None, _) => self.root.remove(&op.path, true)?,
+            (Some(_), None) => return Ok(false),
+        }
+        Ok(true)
     }
 }

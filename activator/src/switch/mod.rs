@@ -14,9 +14,10 @@
 //! 4. **apply**, in this order:
 //!    - the firewall, in one transaction ([`firewall`]): if nft refuses, nothing has changed;
 //!    - content the mesh did not write recorded, the journal written ([`prepare`]);
+//!    - the units that stop, with the definitions they run ([`units`]);
 //!    - the files, staged, synced, renamed ([`files`]);
-//!    - the units: daemon-reload, enables, then stops, reloads, restarts, starts ([`units`],
-//!      planned by [`crate::services`]);
+//!    - the units: daemon-reload, enables, then reloads, restarts, starts, and the settle
+//!      window ([`units`], planned by [`crate::services`]);
 //!    - the containers, after the files they may mount ([`containers`]);
 //! 5. **commit**: the host store, the profile's `current`, the journal removed ([`commit`]).
 //!
@@ -32,7 +33,7 @@ pub(crate) mod network;
 pub(crate) mod observe;
 pub(crate) mod prepare;
 pub(crate) mod review;
-pub(crate) mod units;
+pub mod units;
 
 use std::path::Path;
 
@@ -203,9 +204,19 @@ impl Node {
         let firewall = self.converge_firewall(target)?;
         crate::crash::point("firewall-converged");
         self.record_originals(&plan, &seen, &mut host)?;
-        self.write_journal(target, id, &plan, &services)?;
-        let stamps = self.apply_files(&plan, &blobs, &seen)?;
+        self.write_journal(target, id, &plan, &services, &seen)?;
+        // The units that stop do so with the definitions they run, before their files change.
         let mut failed = recovered.failed;
+        failed.extend(self.stop_services(&services)?);
+        let stamps = match self.apply_files(&plan, &blobs, &seen) {
+            Ok(stamps) => stamps,
+            Err(e) => {
+                if matches!(e, ActivateError::RolledBack { .. }) {
+                    self.restart_stopped(&services);
+                }
+                return Err(e);
+            }
+        };
         failed.extend(self.apply_services(&services)?);
         self.apply_containers(&containers, target, id, previous)?;
 

@@ -21,7 +21,7 @@ use crate::plan::{Action, Plan, Reason};
 use crate::root::Observed;
 use crate::services::ServicePlan;
 use crate::switch::error::io_err;
-use crate::switch::journal::{journal_path, Journal, JournalOp, Pending};
+use crate::switch::journal::{journal_path, Before, Journal, JournalOp, Pending};
 use crate::switch::observe::Observations;
 use crate::switch::ActivateError;
 
@@ -126,24 +126,40 @@ impl Node {
         id: GenerationId,
         plan: &Plan,
         services: &ServicePlan,
+        seen: &Observations,
     ) -> Result<(), ActivateError> {
+        let before = |path: &TargetPath| match seen.0.get(path) {
+            Some(Observed::File(f)) => Some(Before::File(f.hash)),
+            Some(Observed::Absent) => Some(Before::Absent),
+            // Not observed, or not a file: recovery leaves the step to the next switch.
+            _ => None,
+        };
         let ops: Vec<JournalOp> = plan
             .actions
             .iter()
             .filter_map(|a| match a {
                 Action::Write {
-                    path, blob, reason, ..
+                    path,
+                    blob,
+                    reason,
+                    mode,
+                    uid,
+                    gid,
                 } => Some(JournalOp {
                     path: path.clone(),
                     hash: Some(*blob),
                     restore: *reason == Reason::Restore,
                     units: managed_triggers(target, path),
+                    write: Some((*mode, *uid, *gid)),
+                    before: before(path),
                 }),
                 Action::Remove { path } => Some(JournalOp {
                     path: path.clone(),
                     hash: None,
                     restore: false,
                     units: Vec::new(),
+                    write: None,
+                    before: before(path),
                 }),
                 _ => None,
             })

@@ -1,54 +1,76 @@
-//! The units phase, after the files: systemd reads its unit files again when one changed
-//! (daemon-reload), units are enabled and disabled, then the jobs run — stops, reloads, restarts,
-//! starts — each group queued at once and every job waited for within the bound. What a change
-//! calls for is decided by [`crate::services`], purely.
+//! The units phase, in two parts around the files. Before them, while systemd still has the
+//! definitions the units run with: the disables, then the stops (timers, sockets, paths and
+//! automounts first, so that none starts what is going away). After them: systemd reads its unit
+//! files again (daemon-reload) when one changed, units are enabled, then the jobs run —
+//! reloads, restarts, starts — each group queued at once and every job waited for within the
+//! bound; then a settle window, in which a unit that dies soon after it started is reported as
+//! a failed job is. What a change calls for is decided by [`crate::services`], purely.
 //!
 //! systemd is driven only when the root is `/` (this machine's systemd reads this machine's unit
 //! files): under another root the plan says what would be done, and nothing is asked. When no
 //! systemd answers on `/`, a generation whose units the mesh must run is refused before anything
 //! changes; one that only names units its files configure goes on with the files, and says so.
 //!
-//! The plan is in the journal before the first file changes, so a crash between the renames and
-//! the jobs is finished by the next switch or rollback ([`Node::recover`] runs it again: a second
-//! reload or restart is harmless, a lost one is not).
+//! The plan is in the journal before the first unit is stopped, so a crash anywhere in the
+//! phase is finished by the next switch or rollback ([`Node::recover`] runs it again, the files
+//! put in place first). Every step is one that may be done twice: a unit already stopped or gone
+//! is stopped, one whose file is gone has nothing to disable, a restart restarts what runs, and
+//! a job already done is done again harmlessly.
 //!
 //! Dry run: the unit files that change, the enables and disables, and each job with its cause.
-//! Crash points: `services-reloaded` (after daemon-reload, enables and disables),
-//! `service-jobs-done` (after each group of jobs).
+//! Crash points: `services-stopped` (after the stops and disables, before the files),
+//! `services-reloaded` (after daemon-reload and enables), `service-jobs-done` (after each group
+//! of jobs).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use mesh_lib::model::UnitState;
+use mesh_lib::model::{UnitName, UnitState};
 use mesh_lib::{Generation, NodeRecord};
 use serde::Serialize;
 
 use crate::host::HostStore;
 use crate::node::Node;
 use crate::plan::Plan;
-use crate::services::{self, ServiceInput, ServicePlan};
+use crate::services::{self, ServiceInput, ServicePlan, UnitJob};
 use crate::switch::ActivateError;
-use crate::systemd::{Systemd, Verb};
+use crate::systemd::{Systemd, UnitNow, Verb};
 
 /// How long the jobs of one switch may take, all together, unless `MESH_JOB_TIMEOUT` (seconds)
 /// says otherwise.
 pub const JOB_BOUND: Duration = Duration::from_secs(120);
 
+/// How long a switch watches the units it started, restarted or reloaded before it calls them
+/// up, unless told otherwise (`--settle`, `MESH_SETTLE`).
+pub const SETTLE: Duration = Duration::from_secs(3);
+
 /// How many lines of a failed unit's log are reported.
 const LOG_LINES: usize = 10;
 
-/// A unit whose job failed, or that failed once its job was done.
+/// A unit whose job failed, or that failed once its job was done (within the settle window),
+/// or that the switch left failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnitFailure {
     /// The unit.
     pub unit: String,
-    /// The job.
-    pub verb: Verb,
+    /// The job, when it had one.
+    pub verb: Option<Verb>,
     /// systemd's result (`failed`, `timeout`, `dependency`, …), `not finished` when the bound
-    /// passed, or `failed after it started` when the job was done but the unit failed.
+    /// passed, `failed after it started` when the job was done but the unit failed within the
+    /// settle window, or why it could not be enabled.
     pub result: String,
     /// The last lines of its log.
     pub log: Vec<String>,
+}
+
+impl std::fmt::Display for UnitFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.verb {
+            Some(v) => write!(f, "{} {}: {}", v.word(), self.unit, self.result),
+            None => write!(f, "{}: {}", self.unit, self.result),
+        }
+    }
 }
 
 /// The job bound: `MESH_JOB_TIMEOUT` seconds, or [`JOB_BOUND`].
@@ -61,7 +83,7 @@ fn bound() -> Duration {
 }
 
 impl Node {
-    /// Plans what the units and containers do after the files of `files` change.
+    /// Plans what the units and containers do around the files of `files`.
     pub(crate) fn plan_services(
         &self,
         target: &Generation,
@@ -70,19 +92,22 @@ impl Node {
         record: &NodeRecord,
     ) -> Result<ServicePlan, ActivateError> {
         let names = services::units_to_observe(target, files, host);
-        let input = |now| ServiceInput {
+        let (activates, options_only) = (BTreeMap::new(), self.mounts_options_only(target, host));
+        let input = |now, activates| ServiceInput {
             target,
             files,
             host,
             record,
             now,
+            activates,
+            options_only: &options_only,
         };
         if names.is_empty() {
             // No unit to ask about: what is left is the containers' remounts.
-            return Ok(services::plan(&input(None)));
+            return Ok(services::plan(&input(None, &activates)));
         }
         if self.root.path() != Path::new("/") {
-            let mut plan = services::plan(&input(None));
+            let mut plan = services::plan(&input(None, &activates));
             plan.not_driven = Some(format!(
                 "the root is {}, not /: this machine's systemd does not read its unit files",
                 self.root.path().display()
@@ -97,17 +122,96 @@ impl Node {
                 if runs_units {
                     return Err(ActivateError::NoSystemd(e));
                 }
-                let mut plan = services::plan(&input(None));
+                let mut plan = services::plan(&input(None, &activates));
                 plan.not_driven = Some(e.to_string());
                 return Ok(plan);
             }
         };
-        let list: Vec<&_> = names.into_iter().collect();
-        let now = systemd.units(&list)?;
-        Ok(services::plan(&input(Some(&now))))
+        let now = observe(systemd, &names)?;
+        // What each running socket activates: stopped before the socket listens anew.
+        let mut activates = BTreeMap::new();
+        for (name, n) in &now {
+            if name.kind() == "socket" && n.running() {
+                activates.insert(name.clone(), systemd.triggers(name)?);
+            }
+        }
+        let mut now = now;
+        let services: Vec<&UnitName> = activates
+            .values()
+            .flatten()
+            .filter(|s| !now.contains_key(*s))
+            .collect();
+        now.extend(systemd.units(&services)?);
+        Ok(services::plan(&input(Some(&now), &activates)))
     }
 
-    /// Carries out the systemd part of `plan`; the units that failed.
+    /// The declared mounts in force whose file changes in its options alone (their old and new
+    /// texts read from the store; one that cannot be read is taken to change otherwise).
+    fn mounts_options_only(&self, target: &Generation, host: &HostStore) -> BTreeSet<UnitName> {
+        let text = |hash| {
+            self.store
+                .blob(hash)
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        };
+        target
+            .units
+            .iter()
+            .filter(|(name, u)| {
+                name.kind() == "mount" && host.units.get(*name).is_some_and(|p| p.body != u.body)
+            })
+            .filter_map(|(name, _)| {
+                let path = name.file();
+                let old = text(&host.written.get(&path)?.hash)?;
+                let new = text(&target.files.get(&path)?.blob)?;
+                services::mount_options_only(&old, &new).then(|| name.clone())
+            })
+            .collect()
+    }
+
+    /// Carries out the part of `plan` that comes before the files: the disables, then the
+    /// stops, triggers first. What it stopped, for a switch whose files fail to start again.
+    pub(crate) fn stop_services(
+        &self,
+        plan: &ServicePlan,
+    ) -> Result<Vec<UnitFailure>, ActivateError> {
+        if plan.not_driven.is_some() || !plan.asks_systemd() {
+            return Ok(Vec::new());
+        }
+        let systemd = self.systemd().map_err(ActivateError::NoSystemd)?;
+        systemd.disable(&plan.disable.iter().map(|u| &u.unit).collect::<Vec<_>>())?;
+        let mut failed = Vec::new();
+        for wave in plan.stops() {
+            failed.extend(run_jobs(systemd, &wave, bound())?);
+        }
+        crate::crash::point("services-stopped");
+        Ok(failed)
+    }
+
+    /// After a switch's files failed and were put back: the units it stopped run again, and
+    /// the ones it disabled are enabled again (best effort: the switch's own error is what is
+    /// reported).
+    pub(crate) fn restart_stopped(&self, plan: &ServicePlan) {
+        if plan.not_driven.is_some() || !plan.asks_systemd() {
+            return;
+        }
+        let Ok(systemd) = self.systemd() else { return };
+        let disabled: Vec<&UnitName> = plan.disable.iter().map(|u| &u.unit).collect();
+        let _best_effort = systemd.enable(&disabled);
+        let _best_effort = systemd.daemon_reload();
+        let stopped: Vec<(&UnitName, Verb)> = plan
+            .jobs
+            .iter()
+            .filter(|j| {
+                j.verb == Verb::Stop && plan.before.get(&j.unit).is_some_and(UnitNow::running)
+            })
+            .map(|j| (&j.unit, Verb::Start))
+            .collect();
+        let _best_effort = systemd.run(&stopped, bound());
+    }
+
+    /// Carries out the part of `plan` that comes after the files: daemon-reload, enables, the
+    /// jobs, the settle window; the units that failed.
     pub(crate) fn apply_services(
         &self,
         plan: &ServicePlan,
@@ -116,55 +220,92 @@ impl Node {
             return Ok(Vec::new());
         }
         let systemd = self.systemd().map_err(ActivateError::NoSystemd)?;
-        systemd.disable(&unit_names(&plan.disable))?;
-        systemd.enable(&unit_names(&plan.enable))?;
+        let mut failed = Vec::new();
+        // Enabling reads the unit files from the disk: done first, so that one daemon-reload
+        // reads the new files and the links together.
+        let enable: Vec<&UnitName> = plan.enable.iter().map(|u| &u.unit).collect();
+        for (unit, why) in systemd.enable(&enable)? {
+            failed.push(UnitFailure {
+                unit: unit.to_string(),
+                verb: None,
+                result: format!("cannot be enabled: {why}"),
+                log: Vec::new(),
+            });
+        }
         if plan.daemon_reload() {
             systemd.daemon_reload()?;
         }
         crate::crash::point("services-reloaded");
         let bound = bound();
-        let mut failed = Vec::new();
-        for verb in [Verb::Stop, Verb::Reload, Verb::Restart, Verb::Start] {
-            let jobs: Vec<_> = plan
-                .jobs
-                .iter()
-                .filter(|j| j.verb == verb)
-                .map(|j| (&j.unit, j.verb))
-                .collect();
+        for verb in [Verb::Reload, Verb::Restart, Verb::Start] {
+            let jobs: Vec<&UnitJob> = plan.jobs.iter().filter(|j| j.verb == verb).collect();
             if jobs.is_empty() {
                 continue;
             }
-            for outcome in systemd.run(&jobs, bound)? {
-                if !outcome.ok() {
-                    failed.push(UnitFailure {
-                        log: systemd.log_tail(&outcome.unit, LOG_LINES),
-                        unit: outcome.unit.to_string(),
-                        verb: outcome.verb,
-                        result: outcome.result,
-                    });
-                }
-            }
+            failed.extend(run_jobs(systemd, &jobs, bound)?);
             crate::crash::point("service-jobs-done");
         }
-        // A job done is not a unit that stays up: one that failed right after is reported too.
-        let ran: Vec<_> = plan
-            .jobs
-            .iter()
-            .filter(|j| j.verb != Verb::Stop && !failed.iter().any(|f| f.unit == j.unit.as_str()))
-            .collect();
-        let list: Vec<_> = ran.iter().map(|j| &j.unit).collect();
-        let now = systemd.units(&list)?;
-        for job in ran {
-            if now.get(&job.unit).is_some_and(|n| n.active == "failed") {
-                failed.push(UnitFailure {
-                    unit: job.unit.to_string(),
-                    verb: job.verb,
-                    result: "failed after its job was done".into(),
-                    log: systemd.log_tail(&job.unit, LOG_LINES),
-                });
+        failed.extend(self.settle(systemd, plan, &failed)?);
+        Ok(failed)
+    }
+
+    /// The settle window: when the switch started, restarted or reloaded a unit, it watches
+    /// them for the settle time; then every unit the switch had a job for or looked at that
+    /// is failing now and was not before is reported (a timer whose service vanished, a
+    /// service that died two seconds after its start).
+    fn settle(
+        &self,
+        systemd: &dyn Systemd,
+        plan: &ServicePlan,
+        failed: &[UnitFailure],
+    ) -> Result<Vec<UnitFailure>, ActivateError> {
+        let reported = |u: &UnitName| failed.iter().any(|f| f.unit == u.as_str());
+        let mut watch: BTreeMap<&UnitName, Option<Verb>> = BTreeMap::new();
+        for (name, before) in &plan.before {
+            if !name.is_template() && !before.failing() {
+                watch.insert(name, None);
             }
         }
-        Ok(failed)
+        for job in plan.jobs.iter().filter(|j| j.verb != Verb::Stop) {
+            watch.insert(&job.unit, Some(job.verb));
+        }
+        watch.retain(|u, _| !reported(u));
+        if watch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Vec<&UnitName> = watch.keys().copied().collect();
+        let mut failing: BTreeSet<UnitName> = BTreeSet::new();
+        let look = |failing: &mut BTreeSet<UnitName>| -> Result<(), ActivateError> {
+            for (name, now) in systemd.units(&list)? {
+                if now.failing() {
+                    failing.insert(name);
+                }
+            }
+            Ok(())
+        };
+        if plan.starts_anything() && !self.settle.is_zero() {
+            let until = Instant::now() + self.settle;
+            while Instant::now() < until {
+                look(&mut failing)?;
+                std::thread::sleep(Duration::from_millis(200).min(until - Instant::now()));
+            }
+        }
+        look(&mut failing)?;
+        Ok(failing
+            .into_iter()
+            .map(|unit| {
+                let verb = watch.get(&unit).copied().flatten();
+                UnitFailure {
+                    log: systemd.log_tail(&unit, LOG_LINES),
+                    result: match verb {
+                        Some(_) => "failed after its job was done".into(),
+                        None => "left failed by the switch".into(),
+                    },
+                    unit: unit.to_string(),
+                    verb,
+                }
+            })
+            .collect())
     }
 
     /// How many jobs this node queued on systemd.
@@ -182,6 +323,57 @@ impl Node {
     }
 }
 
-fn unit_names(list: &[services::UnitFile]) -> Vec<&mesh_lib::model::UnitName> {
-    list.iter().map(|u| &u.unit).collect()
+/// The units' states: the ones named, and each template's loaded instances (systemd has no unit
+/// of a template's name to ask about).
+fn observe(
+    systemd: &dyn Systemd,
+    names: &BTreeSet<UnitName>,
+) -> Result<BTreeMap<UnitName, UnitNow>, ActivateError> {
+    let (templates, plain): (Vec<&UnitName>, Vec<&UnitName>) =
+        names.iter().partition(|n| n.is_template());
+    let mut now = systemd.units(&plain)?;
+    for t in templates {
+        for (name, state) in systemd.instances(t)? {
+            now.entry(name).or_insert(state);
+        }
+    }
+    Ok(now)
+}
+
+/// Runs `jobs` at once and waits for them; the ones that failed. A reload of a unit that no
+/// longer runs is done (it reads its configuration when it starts).
+fn run_jobs(
+    systemd: &dyn Systemd,
+    jobs: &[&UnitJob],
+    bound: Duration,
+) -> Result<Vec<UnitFailure>, ActivateError> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list: Vec<_> = jobs.iter().map(|j| (&j.unit, j.verb)).collect();
+    let outcomes = systemd.run(&list, bound)?;
+    let reloads: Vec<&UnitName> = outcomes
+        .iter()
+        .filter(|o| !o.ok() && o.verb == Verb::Reload)
+        .map(|o| &o.unit)
+        .collect();
+    let stopped: BTreeSet<UnitName> = systemd
+        .units(&reloads)?
+        .into_iter()
+        .filter(|(_, n)| !n.running())
+        .map(|(u, _)| u)
+        .collect();
+    Ok(outcomes
+        .into_iter()
+        .filter(|o| {
+            let reload_of_stopped = o.verb == Verb::Reload && stopped.contains(&o.unit);
+            !o.ok() && !reload_of_stopped
+        })
+        .map(|o| UnitFailure {
+            log: systemd.log_tail(&o.unit, LOG_LINES),
+            unit: o.unit.to_string(),
+            verb: Some(o.verb),
+            result: o.result,
+        })
+        .collect())
 }
