@@ -21,6 +21,7 @@ use crate::show;
 
 /// Where the commands act: the state directory, the root files go under, the network
 /// namespace the firewall and sockets are read and written in.
+#[derive(Debug, Clone)]
 pub struct Machine {
     pub state: PathBuf,
     pub root: PathBuf,
@@ -161,8 +162,7 @@ fn finish(
     )))
 }
 
-/// Switches back to `id` (a rollback): across the flip, the found firewall is loaded back from
-/// its dump first; the record follows what is in force.
+/// Switches back to `id` (a rollback): see [`Node::go_back`].
 pub fn go_back(
     node: &Node,
     id: GenerationId,
@@ -170,41 +170,7 @@ pub fn go_back(
     dry_run: bool,
     trigger: Trigger,
 ) -> Result<Switched, Failure> {
-    let mut restored = Vec::new();
-    if !dry_run
-        && generation.mode == Mode::Adopted
-        && node
-            .current()?
-            .is_some_and(|(_, _, c)| c.mode == Mode::Managed)
-    {
-        restored = node.restore_found_firewall()?;
-    }
-    let mut switched = node.switch(id, generation, trigger, None, dry_run)?;
-    switched.restored = restored
-        .into_iter()
-        .map(|(family, table)| format!("{family} {table}"))
-        .collect();
-    if !dry_run {
-        // The record follows what is in force, so the next build agrees with it.
-        if let Some(mut record) = node.record()? {
-            let taken = generation
-                .modules
-                .iter()
-                .filter(|(_, s)| **s == ModuleState::Taken)
-                .map(|(m, _)| m.clone());
-            let taken = if generation.mode == Mode::Adopted {
-                taken.collect()
-            } else {
-                record.taken.clone()
-            };
-            if record.taken != taken || record.mode != generation.mode {
-                record.taken = taken;
-                record.mode = generation.mode;
-                node.save_record(&record)?;
-            }
-        }
-    }
-    Ok(switched)
+    Ok(node.go_back(id, generation, dry_run, trigger)?)
 }
 
 pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
@@ -590,38 +556,58 @@ fn say_round(
     }
 }
 
+/// Says one round of reconcile: the deploys it settled, and what it did to the firewall.
+fn say_reconciled(
+    round: mesh_activator::reconcile::Round,
+    would: bool,
+    json_out: bool,
+    quiet: bool,
+) -> Result<(), Failure> {
+    use mesh_activator::reconcile::Done;
+    for s in &round.settled {
+        if json_out {
+            say!(
+                "{}",
+                json!({ "deploy": s.token, "state": s.state, "settled": s.what })
+            );
+        } else {
+            say!("deploy {}: {}", s.token, s.what);
+        }
+    }
+    match round.done? {
+        // A quiet round (--watch) says nothing: the log shows only what was repaired.
+        Done::Converged(_, done) if quiet && done == Default::default() => {}
+        Done::Converged(id, done) => say_round(&id, &done, would, json_out),
+        Done::Waiting { id, token } => {
+            if json_out {
+                say!("{}", json!({ "id": id, "waiting": token }));
+            } else if !quiet {
+                say!(
+                    "{}: waits for the confirmation of deploy {token}; its agent puts it in force, not reconcile",
+                    id.short()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn reconcile(machine: &Machine, args: ReconcileArgs) -> Result<(), Failure> {
+    let place = crate::remote::place(machine);
     let Some(seconds) = args.watch else {
-        let node = if args.dry_run {
-            machine.inspect()?
-        } else {
-            machine.open()?
-        };
-        let (_, id, g) = node.current()?.ok_or_else(|| {
-            Failure::user("this node has no generation yet: nothing to reconcile")
-        })?;
-        let done = if args.dry_run {
-            node.check_firewall(&g)?
-        } else {
-            node.converge_firewall(&g)?
-        };
-        say_round(&id, &done, args.dry_run, args.json);
-        return Ok(());
+        let spawn = crate::remote::Spawn(machine.clone());
+        let round = mesh_activator::reconcile::round(&place, &spawn, args.dry_run);
+        return say_reconciled(round, args.dry_run, args.json, false);
     };
     let json_out = args.json;
     mesh_activator::reconcile::watch(
-        &machine.state,
-        &machine.root,
-        machine.netns.clone(),
+        place,
+        std::sync::Arc::new(crate::remote::Spawn(machine.clone())),
         std::time::Duration::from_secs(seconds),
-        |round| match round {
-            // A quiet round says nothing: the log shows only what was repaired.
-            Ok((_, done)) if done == mesh_activator::firewall::Converged::default() => {}
-            Ok((id, done)) => say_round(&id, &done, false, json_out),
-            Err(e) => eprintln!(
-                "reconcile: {}",
-                crate::failure::Failure::from(e).report_text()
-            ),
+        |round| {
+            if let Err(e) = say_reconciled(round, false, json_out, true) {
+                eprintln!("reconcile: {}", e.report_text());
+            }
         },
     )
     .map_err(|e| Failure::system(format!("reconcile --watch: {e}")))?;

@@ -162,6 +162,14 @@ pub enum Command {
         /// The deploy's token.
         token: String,
     },
+    /// One step of a deploy, run by its agent under the agent's lock (not for people).
+    #[command(hide = true)]
+    DeployStep {
+        /// The deploy's token.
+        token: String,
+        /// `switch` or `revert`.
+        step: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -113,6 +113,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             command: StoreCommand::Serve,
         } => crate::remote::serve(&machine),
         Command::DeployAgent { token } => crate::remote::agent(&machine, &token),
+        Command::DeployStep { token, step } => crate::remote::step(&machine, &token, &step),
         Command::Fleet {
             command: FleetCommand::Build(args),
         } => crate::fleet::build(&state, args),

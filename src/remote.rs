@@ -9,16 +9,14 @@
 //! come over a new connection, proving the node still answers. Without it in time, or when a
 //! unit fails after the switch, it switches back to the generation that was in force.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use mesh_activator::deploy::{Deploy, DeployState};
-use mesh_activator::profile::Trigger;
+use mesh_activator::deploy::{agent, Deploy, DeployState};
 use mesh_lib::transfer;
 use serde_json::json;
 
-use crate::activate::{go_back, Machine};
+use crate::activate::Machine;
 use crate::failure::{Exit, Failure};
 
 fn transfer_failure(e: transfer::TransferError) -> Failure {
@@ -47,6 +45,46 @@ pub fn receive(machine: &Machine) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How this binary runs a deploy's agent and its steps: itself, with the node's options.
+pub struct Spawn(pub Machine);
+
+impl Spawn {
+    fn command(&self, args: &[&str]) -> Command {
+        let machine = &self.0;
+        let mut c = Command::new("/proc/self/exe");
+        c.args(args)
+            .env("MESH_STATE_DIR", &machine.state)
+            .env("MESH_ROOT", &machine.root)
+            .env("MESH_SETTLE", machine.settle.as_secs().to_string())
+            .env("MESH_CONTAINER_JOBS", machine.container_jobs.to_string());
+        match &machine.netns {
+            Some(ns) => c.env("MESH_NETNS", ns),
+            None => c.env_remove("MESH_NETNS"),
+        };
+        c
+    }
+}
+
+impl agent::Spawner for Spawn {
+    fn agent(&self, token: &str) -> Command {
+        self.command(&["deploy-agent", token])
+    }
+
+    fn step(&self, token: &str, step: agent::Step) -> Command {
+        self.command(&["deploy-step", token, step.word()])
+    }
+}
+
+/// Where the node is, for the agent and its steps.
+pub fn place(machine: &Machine) -> agent::Place {
+    agent::Place {
+        state: machine.state.clone(),
+        root: machine.root.clone(),
+        netns: machine.netns.clone(),
+        settle: machine.settle,
+    }
+}
+
 /// Arms a deploy of `generation` and starts its agent: the deploy, as armed.
 fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Deploy, Failure> {
     let node = mesh_activator::Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
@@ -54,41 +92,24 @@ fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Dep
     // Checked here, so that a generation the store cannot give is refused before anything.
     node.store.generation(&target)?;
     let previous = node.current()?.map(|(_, id, _)| id);
-    let deploy = Deploy::arm(&machine.state, target, previous, seconds)
+    let mut deploy = Deploy::arm(&machine.state, target, previous, seconds)
         .map_err(|e| Failure::system(format!("arming the deploy: {e}")))?;
-    let log = mesh_activator::deploy::folder(&machine.state).join(format!("{}.log", deploy.token));
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .map_err(|e| Failure::system(format!("{}: {e}", log.display())))?;
-    let err = out.try_clone().map_err(Failure::system)?;
-    let mut agent = Command::new("/proc/self/exe");
-    agent
-        .arg("deploy-agent")
-        .arg(&deploy.token)
-        .env("MESH_STATE_DIR", &machine.state)
-        .env("MESH_ROOT", &machine.root)
-        .env("MESH_SETTLE", machine.settle.as_secs().to_string())
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        // Its own process group: what ends the connection's session does not end it.
-        .process_group(0);
-    match &machine.netns {
-        Some(ns) => agent.env("MESH_NETNS", ns),
-        None => agent.env_remove("MESH_NETNS"),
-    };
-    agent
-        .spawn()
+    let pid = agent::spawn_agent(&place(machine), &Spawn(machine.clone()), &deploy.token)
         .map_err(|e| Failure::system(format!("starting the deploy's agent: {e}")))?;
+    // Named now, so that a restart before the agent records itself is seen for what it is.
+    deploy.agent = mesh_activator::deploy::AgentId::of(pid);
+    deploy
+        .save(&machine.state)
+        .map_err(|e| Failure::system(format!("the deploy's record: {e}")))?;
     Ok(deploy)
 }
 
-/// The deploy's record once its switch is done (switched, failed or reverted), or after 15
-/// minutes as it stands.
+/// The deploy's record once its switch is done (switched, failed or reverted), or as it stands
+/// a margin past its deadline (its agent stops a switch still running at the deadline, and
+/// going back is bounded too).
 fn switch_done(state: &std::path::Path, token: &str) -> std::io::Result<Deploy> {
-    let until = std::time::Instant::now() + Duration::from_secs(15 * 60);
+    let first = Deploy::load(state, token)?;
+    let until = std::time::Instant::now() + first.left() + agent::REVERT_BOUND;
     loop {
         let d = Deploy::load(state, token)?;
         if !matches!(d.state, DeployState::Starting | DeployState::Switching)
@@ -233,93 +254,32 @@ pub fn serve(machine: &Machine) -> Result<(), Failure> {
     }
 }
 
-/// What a switch changed, in counts: for a deploy's record and the deployer's table.
-fn changed(s: &mesh_activator::Switched) -> serde_json::Value {
-    json!({
-        "files": s.plan.actions.iter().filter(|a| a.changes_machine()).count(),
-        "firewall": s.firewall.as_ref().is_some_and(|f| *f != Default::default()),
-        "units": s.services.jobs.len(),
-        "containers": s.containers.iter().filter(|c| !matches!(c, mesh_activator::docker::Step::Hold { .. })).count(),
-    })
+/// `mesh deploy-agent TOKEN`: the deploy's agent (see [`agent`]).
+pub fn agent(machine: &Machine, token: &str) -> Result<(), Failure> {
+    agent::run(&place(machine), &Spawn(machine.clone()), token).map_err(Failure::system)
 }
 
-/// `mesh deploy-agent TOKEN`: switch, wait for the confirmation, or go back.
-pub fn agent(machine: &Machine, token: &str) -> Result<(), Failure> {
-    let state = machine.state.as_path();
-    let io = |e: std::io::Error| Failure::system(format!("the deploy's record: {e}"));
-    let mut deploy = Deploy::load(state, token).map_err(io)?;
-    // A deploy that could not switch says why in its record, and nothing is to be reverted.
-    let give_up = |deploy: &mut Deploy, e: mesh_activator::ActivateError| {
-        let why = Failure::from(e).report_text();
-        deploy
-            .set(state, DeployState::Failed, Some(why.clone()))
-            .map_err(io)?;
-        Err::<(), _>(Failure::system(why))
-    };
-    let node =
-        match mesh_activator::Node::open(&machine.state, &machine.root, machine.netns.clone()) {
-            Ok(n) => n.with_settle(machine.settle),
-            Err(e) => return give_up(&mut deploy, e),
-        };
-    deploy.previous = node.current()?.map(|(_, id, _)| id);
-    deploy
-        .set(state, DeployState::Switching, None)
-        .map_err(io)?;
-    let generation = node.store.generation(&deploy.target)?;
-    let switched = match node.switch(deploy.target, &generation, Trigger::Deploy, None, false) {
-        Ok(s) => s,
-        Err(e) => return give_up(&mut deploy, e),
-    };
-    deploy.changed = Some(changed(&switched));
-    let reason = if switched.failed.is_empty() {
-        deploy.set(state, DeployState::Switched, None).map_err(io)?;
-        if deploy.wait_for_confirmation(state, Duration::from_secs(deploy.confirm_within)) {
-            deploy
-                .set(state, DeployState::Confirmed, None)
-                .map_err(io)?;
-            return Ok(());
+/// `mesh deploy-step TOKEN STEP`: one step of a deploy, under its agent's lock; says how it
+/// went, one JSON line.
+pub fn step(machine: &Machine, token: &str, step: &str) -> Result<(), Failure> {
+    let step = match step {
+        "switch" => agent::Step::Switch,
+        "revert" => agent::Step::Revert,
+        other => {
+            return Err(Failure::user(format!(
+                "`{}` is not a deploy step (switch, revert)",
+                mesh_lib::text::escape(other)
+            )))
         }
-        format!(
-            "no confirmation within {} s of the switch",
-            deploy.confirm_within
-        )
-    } else {
-        let units: Vec<String> = switched.failed.iter().map(ToString::to_string).collect();
-        format!("units failed after the switch: {}", units.join("; "))
     };
-    match deploy.previous.filter(|p| *p != deploy.target) {
-        Some(previous) => {
-            let back = node
-                .store
-                .generation(&previous)
-                .map_err(Failure::from)
-                .and_then(|g| go_back(&node, previous, &g, false, Trigger::Revert));
-            match back {
-                Ok(_) => deploy
-                    .set(state, DeployState::Reverted, Some(reason))
-                    .map_err(io)?,
-                Err(e) => deploy
-                    .set(
-                        state,
-                        DeployState::Failed,
-                        Some(format!(
-                            "{reason}; switching back failed: {}",
-                            e.report_text()
-                        )),
-                    )
-                    .map_err(io)?,
-            }
-        }
-        None => deploy
-            .set(
-                state,
-                DeployState::Failed,
-                Some(format!(
-                    "{reason}; there was no other generation to switch back to"
-                )),
-            )
-            .map_err(io)?,
+    let outcome = agent::run_step(&place(machine), token, step);
+    if let Some(e) = &outcome.error {
+        eprintln!("deploy {token}: {} step: {e}", step.word());
     }
+    say_raw!(
+        "{}\n",
+        serde_json::to_string(&outcome).map_err(Failure::system)?
+    );
     Ok(())
 }
 

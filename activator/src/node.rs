@@ -88,6 +88,17 @@ impl Node {
         Self::open_with(state, root, netns, Some(lock))
     }
 
+    /// Opens the node to change it, under the lock another process holds for this one: a
+    /// deploy's step, run by the deploy's agent, which holds the lock until the deploy is
+    /// settled (see [`crate::deploy::agent`]).
+    pub fn open_under(
+        state: &Path,
+        root: &Path,
+        netns: Option<String>,
+    ) -> Result<Self, ActivateError> {
+        Self::open_with(state, root, netns, None)
+    }
+
     /// Opens the node to look at it, without the lock: for commands that change nothing.
     pub fn inspect(
         state: &Path,

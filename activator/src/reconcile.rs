@@ -1,23 +1,104 @@
-//! `mesh reconcile --watch`: the firewall of the generation in force, put back on a schedule.
-
-use std::path::Path;
+//! `mesh reconcile`: what runs at boot and on a schedule — deploys whose agent is gone settled
+//! (the node restarted in a deploy's window), then the firewall of the generation in force put
+//! back, unless that generation waits for its deploy's confirmation.
 
 use mesh_lib::GenerationId;
 
 use crate::node::Node;
 use crate::switch::ActivateError;
 
-/// What one round of [`watch`] did.
-pub type Round = Result<(GenerationId, crate::firewall::Converged), ActivateError>;
+/// What one round did: the deploys it settled, then the firewall put back in force — or not,
+/// while the generation in force waits for its deploy's confirmation.
+#[derive(Debug)]
+pub struct Round {
+    /// Deploys whose agent was gone, settled (see [`crate::deploy::agent::settle`]).
+    pub settled: Vec<crate::deploy::agent::Settled>,
+    /// What was done to the firewall.
+    pub done: Result<Done, ActivateError>,
+}
 
-/// `mesh reconcile --watch`: puts the current generation's firewall back in force every
-/// `every`, on a tokio runtime, until SIGTERM or SIGINT; each round takes the state
-/// directory's lock for its own length only (a round that finds it held by a switch waits for
-/// the next), and reads the current generation afresh. Returns after a clean shutdown.
+/// What a round did to the firewall.
+#[derive(Debug)]
+pub enum Done {
+    /// The generation in force, its firewall converged.
+    Converged(GenerationId, crate::firewall::Converged),
+    /// The generation in force waits for the confirmation of deploy `token`: its agent puts it
+    /// in force, never a reconcile (after a restart, a generation that closes the operator out
+    /// would be put back with nothing to revert it).
+    Waiting {
+        /// The generation.
+        id: GenerationId,
+        /// The deploy.
+        token: String,
+    },
+}
+
+/// One round: deploys whose agent is gone settled first, then the generation in force's
+/// firewall put back — unless it waits for a confirmation.
+pub fn round(
+    place: &crate::deploy::agent::Place,
+    spawner: &dyn crate::deploy::agent::Spawner,
+    dry_run: bool,
+) -> Round {
+    let settled = if dry_run {
+        Ok(Vec::new())
+    } else {
+        crate::deploy::agent::settle(place, spawner)
+    };
+    let (settled, problem) = match settled {
+        Ok(s) => (s, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let done = (|| {
+        if let Some(e) = problem {
+            return Err(ActivateError::Io {
+                what: "settling the deploys in",
+                path: place.state.clone(),
+                source: std::io::Error::other(e.to_string()),
+            });
+        }
+        let none = || {
+            ActivateError::NoSuchGeneration(
+                "this node has no generation yet: nothing to reconcile".into(),
+            )
+        };
+        // Looked at before the lock, which a waiting deploy's agent holds.
+        let look = Node::inspect(&place.state, &place.root, place.netns.clone())?;
+        let (_, id) = look
+            .profile
+            .current()
+            .map_err(|e| ActivateError::Io {
+                what: "reading the profile in",
+                path: place.state.clone(),
+                source: e,
+            })?
+            .ok_or_else(none)?;
+        if let Some(d) = crate::deploy::agent::waiting(&place.state, &id) {
+            return Ok(Done::Waiting { id, token: d.token });
+        }
+        let node = if dry_run {
+            look
+        } else {
+            Node::open(&place.state, &place.root, place.netns.clone())?
+        };
+        let (_, id, generation) = node.current()?.ok_or_else(none)?;
+        let converged = if dry_run {
+            node.check_firewall(&generation)?
+        } else {
+            node.converge_firewall(&generation)?
+        };
+        Ok(Done::Converged(id, converged))
+    })();
+    Round { settled, done }
+}
+
+/// `mesh reconcile --watch`: [`round`] every `every`, on a tokio runtime, until SIGTERM or
+/// SIGINT; each round takes the state directory's lock for its own length only (a round that
+/// finds it held by a switch waits for the next), and reads the current generation afresh.
+/// Returns after a clean shutdown.
 pub fn watch(
-    state: &Path,
-    root: &Path,
-    netns: Option<String>,
+    place: crate::deploy::agent::Place,
+    spawner: std::sync::Arc<dyn crate::deploy::agent::Spawner>,
     every: std::time::Duration,
     mut report: impl FnMut(Round) + Send,
 ) -> std::io::Result<()> {
@@ -31,17 +112,11 @@ pub fn watch(
         loop {
             tokio::select! {
                 _ = interval.tick() => {
-                    let (state, root, netns) = (state.to_owned(), root.to_owned(), netns.clone());
-                    let round = tokio::task::spawn_blocking(move || {
-                        let node = Node::open(&state, &root, netns)?;
-                        let (_, id, generation) = node
-                            .current()?
-                            .ok_or_else(|| ActivateError::NoSuchGeneration("this node has no generation yet".into()))?;
-                        Ok((id, node.converge_firewall(&generation)?))
-                    })
-                    .await
-                    .map_err(std::io::Error::other)?;
-                    report(round);
+                    let (place, spawner) = (place.clone(), spawner.clone());
+                    let done = tokio::task::spawn_blocking(move || round(&place, spawner.as_ref(), false))
+                        .await
+                        .map_err(std::io::Error::other)?;
+                    report(done);
                 }
                 _ = terminate.recv() => return Ok(()),
                 _ = tokio::signal::ctrl_c() => return Ok(()),

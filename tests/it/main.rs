@@ -5,6 +5,7 @@ mod build;
 mod cache;
 mod containers;
 mod crash;
+mod deploy_edges;
 mod faults;
 mod firewall_adopted;
 mod firewall_drivers;

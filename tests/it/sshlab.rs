@@ -96,6 +96,33 @@ impl LabNode {
         self.sshd = Some(child);
     }
 
+    /// A restart, as a test can make one: every process in the node's namespace killed (its
+    /// sshd, a deploy's agent), its ruleset flushed. [`LabNode::boot`] then runs what runs at
+    /// boot.
+    pub fn crash(&mut self) {
+        if let Some(mut old) = self.sshd.take() {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        let out = Command::new("ip")
+            .args(["netns", "pids", &self.netns])
+            .output()
+            .expect("ip runs");
+        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = Command::new("kill").args(["-9", pid]).output();
+        }
+        run(Command::new("ip").args(["netns", "exec", &self.netns, "nft", "flush", "ruleset"]));
+    }
+
+    /// What runs at boot, in its order (examples/systemd): `mesh reconcile`, then sshd. What
+    /// reconcile said.
+    pub fn boot(&mut self) -> Output {
+        let reconciled = self.mesh(&["reconcile"]);
+        self.start_sshd();
+        wait_listening(&self.netns, &self.address);
+        reconciled
+    }
+
     /// A new host key, and sshd told to read it: a client with the old known_hosts refuses it.
     pub fn change_host_key(&mut self) {
         let key = self.dir.join("host_key");

@@ -23,6 +23,7 @@
 //!
 //! A crash anywhere leaves, after the next switch or rollback, the old or the new generation.
 
+pub(crate) mod back;
 pub(crate) mod commit;
 pub(crate) mod containers;
 pub(crate) mod error;

@@ -9,9 +9,18 @@
 //!
 //! States: `starting` → `switching` → `switched` (waiting for the confirmation) → `confirmed`
 //! or `reverted`; `failed` when the switch did not happen (nothing to revert).
+//!
+//! The deadline is armed with the deploy, before the switch starts: a switch still running at
+//! it is stopped and the node brought back, and the confirmation must come before it. The
+//! record names the agent that carries the deploy (its pid, its start, the boot), so that what
+//! runs at boot ([`agent::settle`], from `mesh reconcile`) finds a deploy whose agent is gone
+//! — the node restarted — and settles it: back to the generation before once the deadline has
+//! passed, or a new agent for the time that is left.
+
+pub mod agent;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use mesh_lib::{atomic, GenerationId};
 use serde::{Deserialize, Serialize};
@@ -67,13 +76,76 @@ pub struct Deploy {
     pub armed: String,
     /// When it last changed.
     pub updated: String,
+    /// By when the switch must be done and confirmed (RFC 3339, UTC): `armed` plus
+    /// `confirm_within`. (Absent in a record of an older mesh: then from the switch's end.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// The process that carries it, while it is not settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentId>,
+}
+
+/// A process, told apart from a later one that got its pid and from one of an earlier boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentId {
+    /// Its pid.
+    pub pid: u32,
+    /// When it started, in clock ticks since the boot (`/proc/PID/stat`'s 22nd field).
+    pub start: u64,
+    /// The boot it runs in (`/proc/sys/kernel/random/boot_id`).
+    pub boot: String,
+}
+
+impl AgentId {
+    /// The process `pid`, as it is now (`None` when there is none).
+    pub fn of(pid: u32) -> Option<Self> {
+        Some(Self {
+            pid,
+            start: start_time(pid)?,
+            boot: boot_id(),
+        })
+    }
+
+    /// This process.
+    pub fn this() -> Option<Self> {
+        Self::of(std::process::id())
+    }
+
+    /// Whether the process still runs: the same pid, started at the same time, in this boot.
+    pub fn alive(&self) -> bool {
+        self.boot == boot_id() && start_time(self.pid) == Some(self.start)
+    }
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// A process's start time, in clock ticks since the boot; `None` when it does not run (or is
+/// a zombie: its work is over).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name (in parentheses, which may hold anything): state, then the
+    // fields from the 4th on; the start time is the 22nd.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
 }
 
 /// Now, to the microsecond: two deploys armed within one second (a deploy and the next, on a
 /// fast link) still sort by when they were armed. The text has a fixed width, so it sorts as
 /// the time does.
 fn now() -> String {
-    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
+    stamp(SystemTime::now())
+}
+
+fn stamp(t: SystemTime) -> String {
+    humantime::format_rfc3339_micros(t).to_string()
 }
 
 /// The folder of the deploys' records.
@@ -87,6 +159,11 @@ fn record_path(state: &Path, token: &str) -> PathBuf {
 
 fn marker_path(state: &Path, token: &str) -> PathBuf {
     folder(state).join(format!("{token}.confirmed"))
+}
+
+/// The agent's log of a deploy: what its switch and its revert said.
+pub fn log_path(state: &Path, token: &str) -> PathBuf {
+    folder(state).join(format!("{token}.log"))
 }
 
 /// A token is 32 lowercase hex digits: never a path.
@@ -113,6 +190,7 @@ impl Deploy {
         confirm_within: u64,
     ) -> std::io::Result<Self> {
         atomic::create_dir_all(&folder(state))?;
+        let armed = SystemTime::now();
         let deploy = Self {
             token: new_token()?,
             target,
@@ -121,8 +199,10 @@ impl Deploy {
             state: DeployState::Starting,
             reason: None,
             changed: None,
-            armed: now(),
-            updated: now(),
+            armed: stamp(armed),
+            updated: stamp(armed),
+            deadline: Some(stamp(armed + Duration::from_secs(confirm_within))),
+            agent: None,
         };
         deploy.save(state)?;
         Ok(deploy)
@@ -190,18 +270,35 @@ impl Deploy {
         atomic::write_file(&marker_path(state, token), b"confirmed\n", 0o600)
     }
 
+    /// Whether the deployer confirmed it.
+    pub fn confirmed(&self, state: &Path) -> bool {
+        marker_path(state, &self.token).exists()
+    }
+
+    /// The deadline, when the record has one.
+    pub fn deadline(&self) -> Option<SystemTime> {
+        let at = self.deadline.as_deref()?;
+        humantime::parse_rfc3339(at).ok()
+    }
+
+    /// How long until the deadline (zero once it passed).
+    pub fn left(&self) -> Duration {
+        self.deadline()
+            .and_then(|d| d.duration_since(SystemTime::now()).ok())
+            .unwrap_or_default()
+    }
+
     /// Waits until the deployer confirms or `within` passes; whether it confirmed.
     pub fn wait_for_confirmation(&self, state: &Path, within: Duration) -> bool {
         let until = Instant::now() + within;
-        let marker = marker_path(state, &self.token);
         loop {
-            if marker.exists() {
+            if self.confirmed(state) {
                 return true;
             }
             if Instant::now() >= until {
                 return false;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }

@@ -1,0 +1,538 @@
+//! The deploy's agent: the process that carries one deploy on the node, detached from the
+//! connection that armed it. It takes the state directory's lock and keeps it until the deploy
+//! is settled (nothing else switches the node meanwhile), runs the switch in a process of its
+//! own — so that a switch still running at the deadline (an engine that never answers) is
+//! stopped, never waited for — then waits for the deployer's confirmation until the deadline,
+//! or goes back to the generation in force before, in a bounded process of its own too.
+//!
+//! [`settle`] is what runs at boot (from `mesh reconcile`): a deploy whose agent is gone — the
+//! node restarted — is settled there: a switch cut short is finished from its journal and
+//! reverted; a switched deploy not confirmed is reverted once its deadline has passed, or gets
+//! a new agent for the time that is left, which puts its generation in force again (the restart
+//! emptied the ruleset) and waits for the confirmation over a new connection as before.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::deploy::{AgentId, Deploy, DeployState};
+use crate::lock::{LockError, StateLock};
+use crate::node::Node;
+use crate::profile::Trigger;
+use crate::switch::{ActivateError, Switched, UnitFailure};
+
+/// How long going back may take, beyond the deadline, before it is given up as hung.
+pub const REVERT_BOUND: Duration = Duration::from_secs(120);
+
+/// A step of a deploy, run in a process of its own under the agent's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Switch to the deploy's generation.
+    Switch,
+    /// Finish what a switch left (its journal), then go back to the generation in force before.
+    Revert,
+}
+
+impl Step {
+    /// Its word on the command line.
+    pub fn word(self) -> &'static str {
+        match self {
+            Step::Switch => "switch",
+            Step::Revert => "revert",
+        }
+    }
+}
+
+/// How the binary runs the agent and the steps: the commands, the node's options set.
+pub trait Spawner: Send + Sync {
+    /// The command that runs the agent of deploy `token`.
+    fn agent(&self, token: &str) -> Command;
+    /// The command that runs `step` of deploy `token` (it prints a [`StepOutcome`]).
+    fn step(&self, token: &str, step: Step) -> Command;
+}
+
+/// What a step's process prints: one JSON line on its standard output.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StepOutcome {
+    /// Whether it did what it was for.
+    pub ok: bool,
+    /// What the switch changed, in counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<serde_json::Value>,
+    /// The units that failed after the switch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+    /// Why it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Why an agent could not carry its deploy.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The deploy's record.
+    #[error("the deploy's record: {0}")]
+    Record(#[from] std::io::Error),
+    /// The node's lock stayed held by another process.
+    #[error("the node stays locked: {0}")]
+    Locked(#[from] LockError),
+}
+
+/// What a switch changed, in counts: for a deploy's record and the deployer's table.
+pub fn changed(s: &Switched) -> serde_json::Value {
+    serde_json::json!({
+        "files": s.plan.actions.iter().filter(|a| a.changes_machine()).count(),
+        "firewall": s.firewall.as_ref().is_some_and(|f| *f != Default::default()),
+        "units": s.services.jobs.len(),
+        "containers": s.containers.iter().filter(|c| !matches!(c, crate::docker::Step::Hold { .. })).count(),
+    })
+}
+
+/// Where a node is, for the steps: its state directory, root, namespace and settle window.
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// The state directory.
+    pub state: PathBuf,
+    /// The root files go under.
+    pub root: PathBuf,
+    /// The network namespace.
+    pub netns: Option<String>,
+    /// The settle window of its switches.
+    pub settle: Duration,
+}
+
+impl Place {
+    /// The node, under the lock the agent holds.
+    fn node(&self) -> Result<Node, ActivateError> {
+        Ok(Node::open_under(&self.state, &self.root, self.netns.clone())?.with_settle(self.settle))
+    }
+}
+
+/// Runs `step` of deploy `token`, here (the step's own process): what it says.
+pub fn run_step(place: &Place, token: &str, step: Step) -> StepOutcome {
+    let failed = |e: String| StepOutcome {
+        error: Some(e),
+        ..StepOutcome::default()
+    };
+    let deploy = match Deploy::load(&place.state, token) {
+        Ok(d) => d,
+        Err(e) => return failed(format!("the deploy's record: {e}")),
+    };
+    let node = match place.node() {
+        Ok(n) => n,
+        Err(e) => return failed(said(&e)),
+    };
+    let done = match step {
+        Step::Switch => switch_step(&node, &deploy),
+        Step::Revert => revert_step(&node, &deploy),
+    };
+    done.unwrap_or_else(|e| failed(said(&e)))
+}
+
+/// An error and its causes, in one line.
+fn said(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+fn switch_step(node: &Node, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
+    let generation = node.store.generation(&deploy.target)?;
+    let mut switched = node.switch(deploy.target, &generation, Trigger::Deploy, None, false)?;
+    if switched.firewall.is_none() {
+        // Already in force (a deploy armed again after a restart): its files are, but the
+        // restart emptied the ruleset, which a switch with nothing to do does not look at.
+        switched.firewall = Some(node.converge_firewall(&generation)?);
+    }
+    Ok(StepOutcome {
+        ok: true,
+        changed: Some(changed(&switched)),
+        failed: switched.failed.iter().map(UnitFailure::to_string).collect(),
+        error: None,
+    })
+}
+
+fn revert_step(node: &Node, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
+    node.recover()?;
+    let in_force = node.current()?.map(|(_, id, _)| id);
+    match deploy.previous {
+        Some(previous) if in_force != Some(previous) => {
+            let generation = node.store.generation(&previous)?;
+            node.go_back(previous, &generation, false, Trigger::Revert)?;
+        }
+        _ => {}
+    }
+    Ok(StepOutcome {
+        ok: true,
+        ..StepOutcome::default()
+    })
+}
+
+/// How a step's process ended.
+enum Ran {
+    Said(StepOutcome),
+    /// It was still running at its bound, and was stopped.
+    Stopped,
+}
+
+/// Runs `step` in a process of its own, stopped (with everything it started) if it is still
+/// running at `until`.
+fn bounded(spawner: &dyn Spawner, token: &str, step: Step, until: Instant) -> Ran {
+    use std::os::unix::process::CommandExt;
+    let mut command = spawner.step(token, step);
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .process_group(0);
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Ran::Said(StepOutcome {
+                error: Some(format!("starting its {} step: {e}", step.word())),
+                ..StepOutcome::default()
+            })
+        }
+    };
+    let mut out = child.stdout.take().expect("piped");
+    // Read while it runs: its answer is one line, but a full pipe must never stop it.
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        text
+    });
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() >= until => {
+                let pgid = rustix::process::Pid::from_raw(child.id() as i32);
+                if let Some(pgid) = pgid {
+                    let _ =
+                        rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ran::Stopped;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => break,
+        }
+    }
+    let text = reader.join().unwrap_or_default();
+    let said = text
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<StepOutcome>(l).ok());
+    Ran::Said(said.unwrap_or_else(|| StepOutcome {
+        error: Some(format!(
+            "its {} step ended without an answer (see the deploy's log)",
+            step.word()
+        )),
+        ..StepOutcome::default()
+    }))
+}
+
+/// The instant `deadline` (wall clock) falls at, on the monotonic clock.
+fn instant_of(deadline: Option<SystemTime>) -> Instant {
+    let left = deadline
+        .and_then(|d| d.duration_since(SystemTime::now()).ok())
+        .unwrap_or_default();
+    Instant::now() + left
+}
+
+/// Takes the node's lock, waiting up to `within` for a holder that is finishing (the
+/// `mesh reconcile` that started this agent lets it go as it ends).
+fn lock_within(state: &Path, within: Duration) -> Result<StateLock, LockError> {
+    let until = Instant::now() + within;
+    loop {
+        match StateLock::take(state) {
+            Err(LockError::Held { .. }) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Carries deploy `token`: switches (or, for a deploy switched before the node restarted, puts
+/// its generation in force again), waits for the confirmation until the deadline, or goes back.
+pub fn run(place: &Place, spawner: &dyn Spawner, token: &str) -> Result<(), AgentError> {
+    let state = place.state.as_path();
+    if Deploy::load(state, token)?.state.settled() {
+        return Ok(());
+    }
+    let _lock = lock_within(state, Duration::from_secs(30))?;
+    // Read again under the lock: a `mesh reconcile` may have settled it meanwhile.
+    let mut deploy = Deploy::load(state, token)?;
+    if deploy.state.settled() {
+        return Ok(());
+    }
+    deploy.agent = AgentId::this();
+    if deploy.deadline.is_none() {
+        // A record of an older mesh: the deadline from now.
+        deploy.deadline = Some(super::stamp(
+            SystemTime::now() + Duration::from_secs(deploy.confirm_within),
+        ));
+    }
+    // A deploy armed again after a restart keeps what its first switch changed.
+    let resumed = deploy.changed.is_some();
+    let until = instant_of(deploy.deadline());
+    deploy.set(state, DeployState::Switching, None)?;
+
+    let reason = match bounded(spawner, token, Step::Switch, until) {
+        Ran::Stopped => format!(
+            "the switch did not finish within {} s (the deploy's deadline): it was stopped",
+            deploy.confirm_within
+        ),
+        Ran::Said(s) if !s.ok => {
+            let why = s.error.unwrap_or_else(|| "the switch failed".into());
+            if !moved(place, &deploy) {
+                // Nothing changed: nothing to go back from.
+                deploy.agent = None;
+                deploy.set(state, DeployState::Failed, Some(why))?;
+                return Ok(());
+            }
+            why
+        }
+        Ran::Said(s) if !s.failed.is_empty() => {
+            deploy.changed = s.changed.or(deploy.changed.take());
+            format!("units failed after the switch: {}", s.failed.join("; "))
+        }
+        Ran::Said(s) => {
+            if !resumed {
+                deploy.changed = s.changed;
+            }
+            deploy.set(state, DeployState::Switched, None)?;
+            if deploy.wait_for_confirmation(state, deploy.left()) {
+                deploy.agent = None;
+                deploy.set(state, DeployState::Confirmed, None)?;
+                return Ok(());
+            }
+            format!(
+                "no confirmation within {} s of the deploy",
+                deploy.confirm_within
+            )
+        }
+    };
+    revert(place, spawner, &mut deploy, reason)
+}
+
+/// Whether the node moved from the generation in force before the deploy (a switch that
+/// failed after it changed something, or a journal to finish).
+fn moved(place: &Place, deploy: &Deploy) -> bool {
+    let journal = crate::switch::journal::journal_path(&place.state).exists();
+    let in_force = place
+        .node()
+        .ok()
+        .and_then(|n| n.current().ok().flatten())
+        .map(|(_, id, _)| id);
+    journal || in_force != deploy.previous
+}
+
+/// Goes back to the generation in force before the deploy, in a bounded process, and records
+/// how the deploy ended.
+fn revert(
+    place: &Place,
+    spawner: &dyn Spawner,
+    deploy: &mut Deploy,
+    reason: String,
+) -> Result<(), AgentError> {
+    let state = place.state.as_path();
+    deploy.agent = AgentId::this();
+    if deploy.previous.is_none() {
+        deploy.agent = None;
+        deploy.set(
+            state,
+            DeployState::Failed,
+            Some(format!(
+                "{reason}; there was no other generation to switch back to"
+            )),
+        )?;
+        return Ok(());
+    }
+    let until = Instant::now() + REVERT_BOUND.max(Duration::from_secs(deploy.confirm_within));
+    let (end, why) = match bounded(spawner, &deploy.token, Step::Revert, until) {
+        Ran::Said(s) if s.ok => (DeployState::Reverted, reason),
+        Ran::Said(s) => (
+            DeployState::Failed,
+            format!(
+                "{reason}; switching back failed: {}",
+                s.error.unwrap_or_default()
+            ),
+        ),
+        Ran::Stopped => (
+            DeployState::Failed,
+            format!(
+                "{reason}; switching back did not finish within {} s either",
+                until.saturating_duration_since(Instant::now()).as_secs()
+            ),
+        ),
+    };
+    deploy.agent = None;
+    deploy.set(state, end, Some(why))?;
+    Ok(())
+}
+
+/// What [`settle`] did with a deploy whose agent was gone.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settled {
+    /// The deploy.
+    pub token: String,
+    /// How it stands now.
+    pub state: DeployState,
+    /// What was done, in words.
+    pub what: String,
+}
+
+/// A deploy is left to its agent for this long after it was armed before a missing agent is
+/// taken for gone (the agent records itself as it starts).
+const AGENT_START: Duration = Duration::from_secs(30);
+
+/// Settles every deploy whose agent is gone (the node restarted, or the agent was killed):
+/// see the module's documentation. Deploys whose agent runs are left to it.
+pub fn settle(place: &Place, spawner: &dyn Spawner) -> Result<Vec<Settled>, AgentError> {
+    let state = place.state.as_path();
+    let mut out = Vec::new();
+    for d in Deploy::all(state)? {
+        if d.state.settled() {
+            continue;
+        }
+        let gone = match &d.agent {
+            Some(agent) => !agent.alive(),
+            None => humantime::parse_rfc3339(&d.armed)
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|e| e > AGENT_START),
+        };
+        if !gone {
+            continue;
+        }
+        // A switch, a rollback or another settling holds the node: the next round will see.
+        let lock = match StateLock::take(state) {
+            Ok(l) => l,
+            Err(LockError::Held { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let mut deploy = Deploy::load(state, &d.token)?;
+        if deploy.state.settled() {
+            continue;
+        }
+        let settled = match deploy.state {
+            DeployState::Starting => {
+                deploy.agent = None;
+                deploy.set(
+                    state,
+                    DeployState::Failed,
+                    Some("its agent was gone before the switch started (the node restarted?): nothing changed".into()),
+                )?;
+                "failed: the switch never started".to_owned()
+            }
+            DeployState::Switched if deploy.confirmed(state) => {
+                deploy.agent = None;
+                deploy.set(state, DeployState::Confirmed, None)?;
+                "confirmed before its agent was gone".to_owned()
+            }
+            DeployState::Switched if !deploy.left().is_zero() => {
+                // The time that is left: a new agent puts the generation in force again (the
+                // restart emptied the ruleset) and waits. It takes the lock as this one lets
+                // it go; what runs next at boot (sshd) waits until the generation is in force
+                // again, so that no confirmation comes through a ruleset the restart emptied.
+                let left = deploy.left();
+                deploy.state = DeployState::Switching;
+                deploy.save(state)?;
+                let agent = spawn_agent(place, spawner, &deploy.token)?;
+                deploy.agent = AgentId::of(agent);
+                deploy.save(state)?;
+                drop(lock);
+                let until = Instant::now() + left + Duration::from_secs(5);
+                let now = loop {
+                    let d = Deploy::load(state, &deploy.token)?;
+                    if d.state != DeployState::Switching || Instant::now() >= until {
+                        break d;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                };
+                out.push(Settled {
+                    token: deploy.token.clone(),
+                    state: now.state,
+                    what: match now.state {
+                        DeployState::Switched => format!(
+                            "armed again for the {} s left: {} is in force again and waits for the confirmation",
+                            left.as_secs(),
+                            deploy.target.short()
+                        ),
+                        other => format!(
+                            "armed again, then {}{}",
+                            serde_json::to_value(other)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default(),
+                            now.reason.map(|r| format!(": {r}")).unwrap_or_default()
+                        ),
+                    },
+                });
+                continue;
+            }
+            DeployState::Switched => {
+                let reason = format!(
+                    "no confirmation within {} s of the deploy (the node restarted meanwhile)",
+                    deploy.confirm_within
+                );
+                revert(place, spawner, &mut deploy, reason)?;
+                "switched back: its deadline passed".to_owned()
+            }
+            _ => {
+                let reason = "the switch was cut short (the node restarted during it)".to_owned();
+                revert(place, spawner, &mut deploy, reason)?;
+                "switched back: its switch was cut short".to_owned()
+            }
+        };
+        drop(lock);
+        let now = Deploy::load(state, &deploy.token)?;
+        out.push(Settled {
+            token: now.token,
+            state: now.state,
+            what: settled,
+        });
+    }
+    Ok(out)
+}
+
+/// Starts the agent of deploy `token`, detached (a process group of its own, its output to the
+/// deploy's log): its pid.
+pub fn spawn_agent(place: &Place, spawner: &dyn Spawner, token: &str) -> Result<u32, AgentError> {
+    use std::os::unix::process::CommandExt;
+    let log = super::log_path(&place.state, token);
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)?;
+    let err = out.try_clone()?;
+    let child = spawner
+        .agent(token)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()?;
+    Ok(child.id())
+}
+
+/// The deploy waiting for its confirmation with `id` as its generation, if there is one: a
+/// generation that waits is its agent's to put in force, never `mesh reconcile`'s.
+pub fn waiting(state: &Path, id: &mesh_lib::GenerationId) -> Option<Deploy> {
+    Deploy::all(state)
+        .ok()?
+        .into_iter()
+        .find(|d| !d.state.settled() && d.target == *id)
+}
