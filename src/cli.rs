@@ -230,10 +230,19 @@ pub struct DeployArgs {
     pub nodes: Vec<String>,
     #[command(flatten)]
     pub file: FleetFile,
-    /// Seconds a node waits, once switched, for the confirmation over a new connection before
-    /// it switches back by itself.
+    /// The deploy's deadline on each node, in seconds from when its switch is armed: a switch
+    /// still running then is stopped, and without the confirmation over a new connection by
+    /// then the node switches back by itself.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub confirm_timeout: u64,
+    /// Seconds a read or a write on a node's connection may make no progress before its deploy
+    /// fails (a link that stalls mid-copy: nothing switched; what arrived whole is kept).
+    #[arg(long, value_name = "SECONDS", env = "MESH_IO_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub io_timeout: u64,
+    /// Replace the generation of a node that runs one switched to by hand, which the fleet did
+    /// not build (without it, such a node is reported `foreign` and left as it is).
+    #[arg(long)]
+    pub replace_foreign: bool,
     /// Send the objects each node lacks and show its plan; switch nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -250,9 +259,15 @@ pub enum StoreCommand {
     /// Read a stream of objects on stdin; store them once every one matches its name (one that
     /// does not stores nothing, exit 3); print one JSON object: objects and bytes stored.
     Receive,
-    /// A deploy's requests, a line each on stdin (record, missing, receive, switch), answered
-    /// in turn on stdout: what `mesh deploy` speaks over its one connection to a node.
-    Serve,
+    /// A deploy's requests, a line each on stdin (hello, record, current, lacks, missing,
+    /// receive, switch), answered in turn on stdout: what `mesh deploy` speaks over its one
+    /// connection to a node.
+    Serve {
+        /// End the session when no byte of a stream comes for this long (a link cut mid-copy);
+        /// the objects that arrived whole are kept.
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+        io_timeout: Option<u64>,
+    },
 }
 
 #[derive(Args, Debug)]

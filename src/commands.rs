@@ -110,8 +110,8 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             command: StoreCommand::Receive,
         } => crate::remote::receive(&machine),
         Command::Store {
-            command: StoreCommand::Serve,
-        } => crate::remote::serve(&machine),
+            command: StoreCommand::Serve { io_timeout },
+        } => crate::remote::serve(&machine, io_timeout.map(std::time::Duration::from_secs)),
         Command::DeployAgent { token } => crate::remote::agent(&machine, &token),
         Command::DeployStep { token, step } => crate::remote::step(&machine, &token, &step),
         Command::Fleet {

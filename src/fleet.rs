@@ -185,6 +185,7 @@ pub fn status(state: &Path, args: FleetArgs) -> Result<(), Failure> {
             short(l.current.as_ref()),
             match (l.current, l.built) {
                 (Some(_), Some(_)) if l.up_to_date() => "yes",
+                _ if l.foreign => "foreign",
                 (_, Some(_)) => "NO",
                 _ => "-",
             },
@@ -214,6 +215,8 @@ pub fn deploy(state: &Path, args: DeployArgs) -> Result<(), Failure> {
         dry_run: args.dry_run,
         state_dir: state.to_owned(),
         evaluator: crate::commands::evaluator().clone(),
+        io_timeout: std::time::Duration::from_secs(args.io_timeout),
+        replace_foreign: args.replace_foreign,
     };
     let progress = Progress::new(args.json);
     let rows = mesh_fleet::deploy::run(&fleet, &nodes, &options, &progress);
@@ -263,9 +266,12 @@ pub fn deploy(state: &Path, args: DeployArgs) -> Result<(), Failure> {
         .iter()
         .map(|r| format!("{} ({})", r.node, r.result.word()))
         .collect();
-    let refusals = not_ok
-        .iter()
-        .all(|r| matches!(r.result, Outcome::Reverted | Outcome::HostKeyRefused));
+    let refusals = not_ok.iter().all(|r| {
+        matches!(
+            r.result,
+            Outcome::Reverted | Outcome::HostKeyRefused | Outcome::Foreign
+        )
+    });
     let message = format!(
         "{} of {} node(s) did not end as deployed: {}",
         not_ok.len(),

@@ -154,19 +154,24 @@ pub fn arm(
 /// connection, so that a node pays one process (and one login shell) for it, not five:
 ///
 /// ```text
+/// hello                     -> mesh serve 2
+/// io-timeout SECONDS        -> ok                               (the bound below, from now)
 /// record                    -> record none | record LEN\n<LEN bytes: the node record>
+/// current                   -> current none | current {"id", "trigger", "deployed", "waiting"}
+/// lacks ID                  -> <generation ID, when it lacks it; else the blobs it lacks>end
 /// missing\n<want list>end   -> <the missing ones>end
 /// receive\n<object stream>  -> received OBJECTS BYTES            (the stream as `store receive`)
 /// switch ID SECONDS         -> <the deploy's record, JSON, once its switch is done>
 /// ```
 ///
 /// A request that fails is answered `error MESSAGE` (and a stream that cannot be read ends the
-/// session, since what follows it cannot be found).
-pub fn serve(machine: &Machine) -> Result<(), Failure> {
+/// session, since what follows it cannot be found). With `io_timeout`, a stream from which no
+/// byte comes for that long (a link cut mid-copy, which no FIN announces) ends the session too,
+/// and the objects that arrived whole are kept.
+pub fn serve(machine: &Machine, io_timeout: Option<Duration>) -> Result<(), Failure> {
     use std::io::{BufRead, Write};
     let store = mesh_lib::Store::open(&machine.state)?;
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
+    let mut input = std::io::BufReader::with_capacity(1 << 16, TimedStdin(io_timeout));
     let mut out = std::io::stdout().lock();
     let answer = |out: &mut std::io::StdoutLock, bytes: &[u8]| -> Result<(), Failure> {
         out.write_all(bytes)
@@ -216,6 +221,53 @@ pub fn serve(machine: &Machine) -> Result<(), Failure> {
                     Err(e) => answer(&mut out, format!("error {e}\n").as_bytes())?,
                 }
             }
+            ["hello"] => answer(&mut out, b"mesh serve 2\n")?,
+            ["io-timeout", seconds] => match seconds.parse::<u64>() {
+                Ok(s) if s > 0 => {
+                    input.get_mut().0 = Some(Duration::from_secs(s));
+                    answer(&mut out, b"ok\n")?
+                }
+                _ => answer(
+                    &mut out,
+                    format!(
+                        "error `{}` is not a number of seconds\n",
+                        mesh_lib::text::escape(seconds)
+                    )
+                    .as_bytes(),
+                )?,
+            },
+            ["current"] => {
+                let text = match in_force(machine) {
+                    Ok(Some(v)) => format!("current {v}\n"),
+                    Ok(None) => "current none\n".to_owned(),
+                    Err(e) => format!("error {}\n", e.report_text().replace('\n', " ")),
+                };
+                answer(&mut out, text.as_bytes())?;
+            }
+            ["lacks", id] => {
+                let text = match id.parse::<mesh_lib::GenerationId>() {
+                    Ok(id) if !store.has_generation(&id) => format!("generation {id}\nend\n"),
+                    Ok(id) => match store.generation(&id) {
+                        Ok(g) => {
+                            let mut blobs: Vec<_> = g.files.values().map(|f| f.blob).collect();
+                            blobs.sort();
+                            blobs.dedup();
+                            let wanted: Vec<transfer::Object> =
+                                blobs.into_iter().map(transfer::Object::Blob).collect();
+                            let mut text = Vec::new();
+                            transfer::write_list(&mut text, &transfer::missing(&store, &wanted))
+                                .map_err(Failure::system)?;
+                            format!("{}end\n", String::from_utf8_lossy(&text))
+                        }
+                        Err(e) => format!("error {e}\n"),
+                    },
+                    Err(_) => format!(
+                        "error `{}` is not a generation id\n",
+                        mesh_lib::text::escape(id)
+                    ),
+                };
+                answer(&mut out, text.as_bytes())?;
+            }
             ["receive"] => match transfer::receive(&store, &mut input) {
                 Ok(got) => answer(
                     &mut out,
@@ -232,7 +284,7 @@ pub fn serve(machine: &Machine) -> Result<(), Failure> {
                         .and_then(|d| {
                             switch_done(&machine.state, &d.token).map_err(Failure::system)
                         })
-                        .and_then(|d| serde_json::to_string(&d).map_err(Failure::system))
+                        .map(|d| told(machine, &d).to_string())
                         .unwrap_or_else(|e| format!("error {}", e.report_text())),
                     _ => format!("error `{seconds}` is not a number of seconds from 1 to 86400"),
                 };
@@ -252,6 +304,68 @@ pub fn serve(machine: &Machine) -> Result<(), Failure> {
             )?,
         }
     }
+}
+
+/// How many lines of a deploy's log a deployer is told when it did not end as deployed.
+const LOG_LINES: usize = 12;
+
+/// A deploy as the deployer is told it: its record, the generation in force on the node now
+/// (read, not assumed), and — when it failed or reverted — the last lines of its log.
+fn told(machine: &Machine, deploy: &Deploy) -> serde_json::Value {
+    let mut v = serde_json::to_value(deploy).unwrap_or_default();
+    let in_force = mesh_activator::profile::Profile::open(&machine.state)
+        .ok()
+        .and_then(|p| p.current().ok().flatten())
+        .map(|(_, id)| id.to_string());
+    v["in_force"] = json!(in_force);
+    if matches!(deploy.state, DeployState::Reverted | DeployState::Failed) {
+        let log = std::fs::read_to_string(mesh_activator::deploy::log_path(
+            &machine.state,
+            &deploy.token,
+        ))
+        .unwrap_or_default();
+        let lines: Vec<String> = log
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| mesh_lib::text::escape(l).into_owned())
+            .collect();
+        v["log"] = json!(lines[lines.len().saturating_sub(LOG_LINES)..]);
+    }
+    v
+}
+
+/// Standard input, read with a bound on how long one read may wait.
+struct TimedStdin(Option<Duration>);
+
+impl std::io::Read for TimedStdin {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let stdin = rustix::stdio::stdin();
+        if let Some(bound) = self.0 {
+            let mut fds = [rustix::event::PollFd::new(
+                &stdin,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec::try_from(bound)
+                .map_err(|_| std::io::Error::other("an I/O timeout too long"))?;
+            if rustix::event::poll(&mut fds, Some(&timeout))? == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("nothing came for {} s", bound.as_secs()),
+                ));
+            }
+        }
+        Ok(rustix::io::read(stdin, buf)?)
+    }
+}
+
+/// The generation in force, as `current` answers it: its id, what put it in force (the
+/// profile log's trigger), whether a deploy recorded here switched to it, and the deploy that
+/// waits for its confirmation, if one does.
+fn in_force(machine: &Machine) -> Result<Option<serde_json::Value>, Failure> {
+    let node = mesh_activator::Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
+    Ok(node
+        .in_force()?
+        .map(|c| json!({ "id": c.id, "trigger": c.trigger, "deployed": c.deployed, "waiting": c.waiting })))
 }
 
 /// `mesh deploy-agent TOKEN`: the deploy's agent (see [`agent`]).
@@ -307,10 +421,7 @@ pub fn confirm(machine: &Machine, token: &str, json_out: bool) -> Result<(), Fai
         std::thread::sleep(Duration::from_millis(50));
     }
     if json_out {
-        say!(
-            "{}",
-            serde_json::to_string(&deploy).map_err(Failure::system)?
-        );
+        say!("{}", told(machine, &deploy));
     } else {
         say!(
             "deploy {}: {}{}",
@@ -375,11 +486,11 @@ pub fn deploys(
     };
     if json_out {
         let value = if token.is_some() {
-            serde_json::to_value(&list[0])
+            told(machine, &list[0])
         } else {
-            serde_json::to_value(json!({ "deploys": list }))
+            serde_json::to_value(json!({ "deploys": list })).map_err(Failure::system)?
         };
-        say!("{}", value.map_err(Failure::system)?);
+        say!("{}", value);
         return Ok(());
     }
     if list.is_empty() {

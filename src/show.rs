@@ -546,7 +546,7 @@ pub fn fields(f: &[mesh_lib::diff::FieldChange]) -> String {
 pub fn status(s: &mesh_activator::Status) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "mode: {}", s.mode);
-    match s.current {
+    match &s.current {
         Some(c) => {
             let _ = writeln!(o, "current: generation {} ({})", c.number, c.id);
         }

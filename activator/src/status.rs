@@ -43,12 +43,49 @@ pub struct Status {
 }
 
 /// The generation in force.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Current {
     /// Its number in the profile.
     pub number: u64,
     /// Its id.
     pub id: GenerationId,
+    /// What put it in force, as the profile's log says (`build`: a switch of a declaration or a
+    /// generation by hand).
+    pub trigger: Option<crate::profile::Trigger>,
+    /// Whether a deploy recorded here switched to it.
+    pub deployed: bool,
+    /// The deploy that waits for its confirmation, if one does.
+    pub waiting: Option<String>,
+}
+
+impl Node {
+    /// The generation in force, what put it there, and the deploys that did (read without the
+    /// lock).
+    pub fn in_force(&self) -> Result<Option<Current>, ActivateError> {
+        let err = |e| crate::switch::error::io_err("reading the profile in", &self.state)(e);
+        let Some((number, id)) = self.profile.current().map_err(err)? else {
+            return Ok(None);
+        };
+        let trigger = self
+            .profile
+            .log()
+            .map_err(err)?
+            .into_iter()
+            .rev()
+            .find(|e| e.number == number)
+            .map(|e| e.trigger);
+        let deploys = crate::deploy::Deploy::all(&self.state).unwrap_or_default();
+        Ok(Some(Current {
+            number,
+            id,
+            trigger,
+            deployed: deploys.iter().any(|d| d.target == id),
+            waiting: deploys
+                .iter()
+                .find(|d| !d.state.settled())
+                .map(|d| d.token.clone()),
+        }))
+    }
 }
 
 /// Items by state: found and kept (held), prepared (staged), the mesh's (managed).
@@ -136,10 +173,7 @@ impl Node {
         let host = HostStore::load(&self.state)?;
         let mut status = Status {
             mode: record.as_ref().map_or(Mode::Managed, |r| r.mode),
-            current: current.as_ref().map(|(n, id, _)| Current {
-                number: *n,
-                id: *id,
-            }),
+            current: self.in_force()?,
             files: Counts::default(),
             containers: Counts::default(),
             units: Counts::default(),

@@ -1,9 +1,13 @@
-//! `mesh deploy`: per node, over one connection — its record read, its generation built with it
-//! here, the objects it lacks asked for and sent (each checked by hash on arrival), and a switch
-//! armed with a deadline that runs detached on the node. The deployer then confirms over a *new*
-//! connection, which proves the node still answers after the switch (an open session survives a
-//! firewall that refuses new ones); without the confirmation in time the node switches back by
-//! itself. Nodes go in parallel; one that fails or is unreachable does not stop the others.
+//! `mesh deploy`: per node, over one connection — its record and the generation in force read,
+//! its generation built with it here (nothing more when the node already runs it), the objects
+//! it lacks asked for and sent (the generation as a delta from the one in force, the contents
+//! compressed; each checked by hash on arrival, and kept once whole even if the copy is cut
+//! after it), and a switch armed with a deadline that runs detached on the node. The deployer
+//! then confirms over a *new* connection, which proves the node still answers after the switch
+//! (an open session survives a firewall that refuses new ones); without the confirmation in
+//! time the node switches back by itself. Nodes go in parallel; one that fails or is
+//! unreachable does not stop the others. Every read and write is bounded by an I/O timeout, so
+//! a link that stalls mid-copy is reported as that, with nothing switched.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,7 +33,19 @@ pub struct Options {
     pub state_dir: PathBuf,
     /// Where builds evaluate.
     pub evaluator: Evaluator,
+    /// How long a read or a write on a node's connection may make no progress.
+    pub io_timeout: Duration,
+    /// Replace a generation the node runs that the fleet did not build (switched by hand).
+    pub replace_foreign: bool,
 }
+
+/// How long the deployer waits, past a deploy's deadline, for the node's verdict: the agent
+/// stops a switch still running at the deadline, and going back is bounded too.
+pub const VERDICT_MARGIN: Duration = Duration::from_secs(15);
+
+/// How long the node's agent gives going back, past the deadline (the activator's
+/// `deploy::agent::REVERT_BOUND`: the node answers the switch no later than that).
+const REVERT_BOUND: Duration = Duration::from_secs(120);
 
 /// How a node's deploy ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -47,12 +63,20 @@ pub enum Outcome {
     HostKeyRefused,
     /// A dry run: the objects were sent, the plan is shown, nothing was switched.
     Planned,
+    /// The node already runs the generation: nothing sent, nothing switched.
+    Unchanged,
+    /// The node runs a generation switched to by hand that the fleet did not build: not
+    /// replaced (`--replace-foreign` replaces it).
+    Foreign,
 }
 
 impl Outcome {
     /// Whether the node ended as asked.
     pub fn ok(self) -> bool {
-        matches!(self, Outcome::Confirmed | Outcome::Planned)
+        matches!(
+            self,
+            Outcome::Confirmed | Outcome::Planned | Outcome::Unchanged
+        )
     }
 
     /// The word for the table.
@@ -64,6 +88,8 @@ impl Outcome {
             Outcome::Unreachable => "unreachable",
             Outcome::HostKeyRefused => "host key refused",
             Outcome::Planned => "planned",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Foreign => "foreign",
         }
     }
 }
@@ -86,10 +112,35 @@ pub struct Row {
     pub reason: Option<String>,
     /// Objects sent (the ones the node lacked).
     pub objects_sent: usize,
-    /// Bytes written to the node's commands (objects, lists).
+    /// Bytes written to the node's commands (objects, lists), counted as they are written: a
+    /// copy cut halfway counts what went.
     pub bytes_sent: u64,
     /// Seconds it took.
     pub seconds: f64,
+    /// The generation in force on the node after the deploy, as the node said it (`None`: not
+    /// read, the node did not answer).
+    pub in_force: Option<GenerationId>,
+    /// The last lines of the node's log of the deploy, when it failed or reverted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub log: Vec<String>,
+    /// How far it got.
+    #[serde(skip)]
+    phase: Phase,
+    /// When its switch was armed: its deadline is counted from then.
+    #[serde(skip)]
+    armed: Option<Instant>,
+}
+
+/// How far a node's deploy got: what a dropped connection means depends on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Phase {
+    /// Reading, building, asking: nothing on the node changed.
+    #[default]
+    Preparing,
+    /// Sending objects: nothing switched.
+    Copying,
+    /// The switch was armed: the node goes on by itself.
+    Switching,
 }
 
 /// Deploys `nodes` of `fleet`.
@@ -106,6 +157,10 @@ pub fn run(fleet: &Fleet, nodes: &[&Node], options: &Options, progress: &Progres
             objects_sent: 0,
             bytes_sent: 0,
             seconds: 0.0,
+            in_force: None,
+            log: Vec::new(),
+            phase: Phase::Preparing,
+            armed: None,
         };
         one(fleet, n, options, progress, &mut row);
         row.seconds = started.elapsed().as_secs_f64();
@@ -205,7 +260,7 @@ fn deploy_over(
     link: &mut Link,
 ) -> Result<(), SshError> {
     let name = node.name.to_string();
-    let mut serve = link.serve()?;
+    let mut serve = link.serve(options.io_timeout)?;
     let outcome = converse(node, options, progress, row, &mut serve);
     link.sent += serve.finish();
     let token = match outcome {
@@ -217,7 +272,27 @@ fn deploy_over(
             row.reason = Some(said);
             return Ok(());
         }
-        Err(ServeError::Ssh(e)) if row.to.is_none() || row.changed.is_some() => return Err(e),
+        // Cut or stalled before the switch was armed: nothing switched, whatever the link did.
+        Err(e) if row.phase != Phase::Switching => {
+            let what = match row.phase {
+                Phase::Copying => "the copy failed or stalled",
+                _ => "the conversation failed",
+            };
+            row.result = Outcome::Failed;
+            row.reason = Some(format!(
+                "{what} after {} bytes ({e}); nothing was switched",
+                link.sent
+            ));
+            return Ok(());
+        }
+        Err(ServeError::Stalled(said)) => {
+            row.result = Outcome::Failed;
+            row.reason = Some(format!(
+                "{said}; the node's deploy goes on by itself: it reverts unless confirmed"
+            ));
+            return Ok(());
+        }
+        Err(ServeError::Ssh(e)) if row.changed.is_some() => return Err(e),
         // Dropped while the node switched: the deploy goes on there; find it again.
         Err(ServeError::Ssh(_)) => {
             progress.say(
@@ -250,6 +325,7 @@ fn converse(
     serve: &mut Serve<'_>,
 ) -> Result<Option<String>, ServeError> {
     let name = node.name.to_string();
+    let version = serve.hello()?;
     progress.say(&name, "reading its record");
     let record = match serve.record()? {
         Some(bytes) => match NodeRecord::parse(&bytes) {
@@ -261,6 +337,12 @@ fn converse(
         },
         None => None,
     };
+    let current = match version {
+        Some(_) => serve.current()?,
+        None => None,
+    };
+    row.in_force = current.as_ref().map(|c| c.id);
+    row.from = row.in_force;
     progress.say(&name, "building");
     let label = PathBuf::from(format!("{name}'s record"));
     let built = match crate::build::node(
@@ -276,43 +358,93 @@ fn converse(
         }
     };
     row.to = Some(built.id);
-    let generation = match built.generation() {
-        Ok(g) => g,
-        Err(e) => {
-            row.reason = Some(format!("the build cannot be read back: {e}"));
+    if let Some(c) = &current {
+        if c.id == built.id && !options.dry_run {
+            row.result = Outcome::Unchanged;
             return Ok(None);
         }
-    };
-    // The generation and every content it declares; a held original is the node's own.
-    let mut objects = vec![Object::Generation(built.id)];
-    let mut blobs: Vec<_> = generation.files.values().map(|f| f.blob).collect();
-    blobs.sort();
-    blobs.dedup();
-    objects.extend(blobs.into_iter().map(Object::Blob));
-    progress.say(&name, "asking what it lacks");
-    let mut list = Vec::new();
-    transfer::write_list(&mut list, &objects).expect("writing to memory");
-    let answer = serve.missing(&list)?;
-    let missing = transfer::read_list(answer.as_slice())
-        .map_err(|e| ServeError::Said(format!("its answer to the want list: {e}")))?;
-    if !missing.is_empty() {
-        progress.say(&name, &format!("sending {} object(s)", missing.len()));
-        let store = Store::open(&options.state_dir).map_err(|e| ServeError::Said(e.to_string()))?;
-        let mut stream = Vec::new();
-        transfer::send(&store, &missing, &mut stream)
-            .map_err(|e| ServeError::Said(format!("reading what to send: {e}")))?;
-        serve.receive(&stream)?;
-        row.objects_sent = missing.len();
+        if let Some(token) = &c.waiting {
+            row.reason = Some(format!(
+                "deploy {token} waits for its confirmation there: deploy again once it is settled (`mesh deploys` on the node)"
+            ));
+            return Ok(None);
+        }
+        let by_hand = matches!(c.trigger.as_deref(), Some("build" | "rollback"));
+        if by_hand && !c.deployed && !options.replace_foreign {
+            row.result = Outcome::Foreign;
+            row.reason = Some(format!(
+                "it runs {}, switched to by hand, which the fleet did not build: not replaced (--replace-foreign replaces it)",
+                c.id.short()
+            ));
+            return Ok(None);
+        }
     }
     let id = built.id.to_string();
+    row.phase = Phase::Copying;
+    let store = Store::open(&options.state_dir).map_err(|e| ServeError::Said(e.to_string()))?;
+    match version {
+        Some(_) => {
+            let base = current.as_ref().map(|c| c.id);
+            progress.say(&name, "asking what it lacks");
+            let mut lacking = serve.lacks(&id)?;
+            if lacking.contains(&Object::Generation(built.id)) {
+                let object = Object::Generation(built.id);
+                let encoded = [(object, transfer::encoding_for(&store, object, base))];
+                progress.say(&name, "sending the generation");
+                send(serve, &store, &encoded, row)?;
+                lacking = serve.lacks(&id)?;
+            }
+            if !lacking.is_empty() {
+                progress.say(&name, &format!("sending {} content(s)", lacking.len()));
+                let encoded: Vec<_> = lacking
+                    .iter()
+                    .map(|o| (*o, transfer::encoding_for(&store, *o, None)))
+                    .collect();
+                send(serve, &store, &encoded, row)?;
+            }
+        }
+        None => {
+            // A node whose mesh predates `hello`: the want list of every object.
+            let generation = match built.generation() {
+                Ok(g) => g,
+                Err(e) => {
+                    row.reason = Some(format!("the build cannot be read back: {e}"));
+                    return Ok(None);
+                }
+            };
+            let mut objects = vec![Object::Generation(built.id)];
+            let mut blobs: Vec<_> = generation.files.values().map(|f| f.blob).collect();
+            blobs.sort();
+            blobs.dedup();
+            objects.extend(blobs.into_iter().map(Object::Blob));
+            progress.say(&name, "asking what it lacks");
+            let mut list = Vec::new();
+            transfer::write_list(&mut list, &objects).expect("writing to memory");
+            let answer = serve.missing(&list)?;
+            let missing = transfer::read_list(answer.as_slice())
+                .map_err(|e| ServeError::Said(format!("its answer to the want list: {e}")))?;
+            if !missing.is_empty() {
+                progress.say(&name, &format!("sending {} object(s)", missing.len()));
+                let encoded: Vec<_> = missing
+                    .iter()
+                    .map(|o| (*o, transfer::Encoding::Raw))
+                    .collect();
+                send(serve, &store, &encoded, row)?;
+            }
+        }
+    }
     if options.dry_run {
         row.result = Outcome::Planned;
         return Ok(None);
     }
     progress.say(&name, "switching");
-    let record = serve.switch(&id, options.confirm_within)?;
+    row.phase = Phase::Switching;
+    row.armed = Some(Instant::now());
+    let within = Duration::from_secs(options.confirm_within) + VERDICT_MARGIN + REVERT_BOUND;
+    let record = serve.switch(&id, options.confirm_within, within)?;
     row.from = record["previous"].as_str().and_then(|p| p.parse().ok());
     row.changed = record.get("changed").cloned();
+    told(row, &record);
     match record["state"].as_str() {
         Some("switched") => Ok(record["token"].as_str().map(str::to_owned)),
         Some("reverted") => {
@@ -331,6 +463,35 @@ fn converse(
             Ok(None)
         }
     }
+}
+
+/// What the node told of its deploy: the generation in force, and its log when it did not end
+/// as deployed.
+fn told(row: &mut Row, record: &serde_json::Value) {
+    if let Some(id) = record["in_force"].as_str().and_then(|i| i.parse().ok()) {
+        row.in_force = Some(id);
+    }
+    if let Some(lines) = record["log"].as_array() {
+        row.log = lines
+            .iter()
+            .filter_map(|l| l.as_str().map(str::to_owned))
+            .collect();
+    }
+}
+
+/// Sends `objects`, each encoded as it says, and counts them.
+fn send(
+    serve: &mut Serve<'_>,
+    store: &Store,
+    objects: &[(Object, transfer::Encoding)],
+    row: &mut Row,
+) -> Result<(), ServeError> {
+    let mut stream = Vec::new();
+    transfer::send_encoded(store, objects, &mut stream)
+        .map_err(|e| ServeError::Said(format!("reading what to send: {e}")))?;
+    serve.receive(&stream)?;
+    row.objects_sent += objects.len();
+    Ok(())
 }
 
 /// The deploy of `row.to` on `node`, found over a new connection after the first dropped, once
@@ -370,7 +531,9 @@ fn confirm(
 ) {
     let name = node.name.to_string();
     progress.say(&name, "confirming over a new connection");
-    let deadline = Instant::now() + Duration::from_secs(options.confirm_within);
+    // The node's deadline was armed a little after ours: ours passes first.
+    let deadline =
+        row.armed.unwrap_or_else(Instant::now) + Duration::from_secs(options.confirm_within);
     let mut last = String::new();
     while Instant::now() < deadline {
         match Link::open(fleet, node) {
@@ -381,11 +544,13 @@ fn confirm(
                 match ran {
                     Ok(r) if r.ok() => {
                         row.result = Outcome::Confirmed;
+                        told(row, &serde_json::from_slice(&r.stdout).unwrap_or_default());
                         return;
                     }
                     Ok(r) => {
                         let record: serde_json::Value =
                             serde_json::from_slice(&r.stdout).unwrap_or_default();
+                        told(row, &record);
                         row.result = if record["state"] == "reverted" {
                             Outcome::Reverted
                         } else {
@@ -409,12 +574,13 @@ fn confirm(
         &name,
         "no confirmation went through: waiting for the node to switch back",
     );
-    // The node reverts at its deadline, which began a little after ours: allow it time.
-    let until = Instant::now() + Duration::from_secs(30);
+    // The node reverts at its deadline, which began a little after ours: allow it a margin.
+    let until = deadline + VERDICT_MARGIN;
     while Instant::now() < until {
         std::thread::sleep(Duration::from_secs(1));
         if let Ok(mut fresh) = Link::open(fleet, node) {
             if let Ok(record) = deploy_record(&mut fresh, token) {
+                told(row, &record);
                 if record["state"] == "reverted" {
                     row.result = Outcome::Reverted;
                     row.reason = Some(format!(

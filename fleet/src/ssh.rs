@@ -18,11 +18,15 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SshError {
     /// The node's host key is not the one known: refused, as ssh refuses it.
-    #[error("the host key of {node} is not the one known for it: refused ({message})")]
+    #[error("the host key of {node} is not the one known for it: refused (known: {}; offered: {}){}", .pinned.as_deref().unwrap_or("not read"), .offered.as_deref().unwrap_or("not read"), if .message.is_empty() { String::new() } else { format!(": {}", .message) })]
     HostKey {
         /// The node.
         node: String,
-        /// What ssh said.
+        /// The fingerprint of the key known for it (`SHA256:…`).
+        pinned: Option<String>,
+        /// The fingerprint of the key it offered.
+        offered: Option<String>,
+        /// What ssh said last.
         message: String,
     },
     /// No connection could be made.
@@ -98,9 +102,22 @@ fn classify(node: &Node, e: &openssh::Error) -> SshError {
         || message.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
         || message.contains("host key for")
     {
+        let (pinned, offered) = fingerprints(&message);
+        // ssh's banner is long: its conclusion is the line that says what it did.
+        let last = message
+            .lines()
+            .find(|l| l.contains("has changed and you have requested strict checking"))
+            .or_else(|| message.lines().find(|l| l.contains("verification failed")))
+            .unwrap_or_default()
+            .trim_end_matches(')')
+            .trim_end_matches("\\r")
+            .trim()
+            .to_owned();
         SshError::HostKey {
             node: name,
-            message,
+            pinned,
+            offered,
+            message: last,
         }
     } else {
         SshError::Unreachable {
@@ -108,6 +125,36 @@ fn classify(node: &Node, e: &openssh::Error) -> SshError {
             message,
         }
     }
+}
+
+/// From what ssh said of a changed host key: the fingerprint of the key known for the host
+/// (the `Offending … key in FILE:LINE`, read and hashed) and of the one it offered.
+fn fingerprints(said: &str) -> (Option<String>, Option<String>) {
+    let offered = said
+        .split_whitespace()
+        .find(|w| w.starts_with("SHA256:"))
+        .map(|w| w.trim_end_matches("\\r").trim_end_matches('.').to_owned());
+    let pinned = said.lines().find_map(|l| {
+        let at = l.split(" key in ").nth(1)?.trim().trim_end_matches("\\r");
+        let (file, line) = at.rsplit_once(':')?;
+        let line: usize = line.trim().parse().ok()?;
+        let text = std::fs::read_to_string(file).ok()?;
+        let entry = text.lines().nth(line.checked_sub(1)?)?;
+        known_fingerprint(entry)
+    });
+    (pinned, offered)
+}
+
+/// The `SHA256:…` fingerprint of the key on a `known_hosts` line.
+fn known_fingerprint(line: &str) -> Option<String> {
+    let mut words = line.split_whitespace().peekable();
+    if words.peek().is_some_and(|w| w.starts_with('@')) {
+        words.next();
+    }
+    let _hosts = words.next()?;
+    let key = format!("{} {}", words.next()?, words.next()?);
+    let key = ssh_key::PublicKey::from_openssh(&key).ok()?;
+    Some(key.fingerprint(ssh_key::HashAlg::Sha256).to_string())
 }
 
 impl Link {
@@ -213,13 +260,16 @@ impl Drop for Link {
 }
 
 /// A conversation with the node's `mesh store serve` (see it for the requests): the node's side
-/// of a deploy in one remote process, over the link's connection.
+/// of a deploy in one remote process, over the link's connection. Every write and read is
+/// bounded by the I/O timeout: a link that stalls mid-copy fails the conversation, never hangs
+/// it; what was written is counted as it goes.
 pub struct Serve<'a> {
     runtime: &'a tokio::runtime::Runtime,
     child: openssh::RemoteChild<'a>,
     stdin: Option<openssh::ChildStdin>,
     stdout: tokio::io::BufReader<openssh::ChildStdout>,
     node: String,
+    io_timeout: Duration,
     /// Bytes written to it.
     pub sent: u64,
 }
@@ -233,11 +283,30 @@ pub enum ServeError {
     /// What the node answered instead.
     #[error("{0}")]
     Said(String),
+    /// Nothing moved for the I/O timeout.
+    #[error("{0}")]
+    Stalled(String),
 }
 
+/// The generation in force on a node, as its `current` answers.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Current {
+    /// Its id.
+    pub id: mesh_lib::GenerationId,
+    /// What put it in force (`build`: a switch by hand; `deploy`, `revert`, `take`, …).
+    pub trigger: Option<String>,
+    /// Whether a deploy recorded on the node switched to it.
+    pub deployed: bool,
+    /// A deploy that waits for its confirmation there.
+    pub waiting: Option<String>,
+}
+
+/// How many bytes are written at a time: each write is counted, and bounded in time.
+const CHUNK: usize = 64 << 10;
+
 impl Link {
-    /// Starts the node's `mesh store serve`.
-    pub fn serve(&self) -> Result<Serve<'_>, SshError> {
+    /// Starts the node's `mesh store serve`, its requests bounded by `io_timeout`.
+    pub fn serve(&self, io_timeout: Duration) -> Result<Serve<'_>, SshError> {
         let session = self.session.as_ref().expect("open until closed");
         let argv = self.node.remote.args(&["store", "serve"]);
         let node = self.node.name.to_string();
@@ -265,6 +334,7 @@ impl Link {
             stdin,
             stdout: tokio::io::BufReader::new(stdout),
             node,
+            io_timeout,
             sent: 0,
         })
     }
@@ -278,33 +348,74 @@ impl Serve<'_> {
         })
     }
 
+    fn stalled(&self, doing: &str, bound: Duration) -> ServeError {
+        ServeError::Stalled(format!(
+            "{doing} {} stalled: nothing moved for {} s",
+            self.node,
+            bound.as_secs()
+        ))
+    }
+
     fn send(&mut self, bytes: &[u8]) -> Result<(), ServeError> {
-        let Some(stdin) = self.stdin.as_mut() else {
-            return Err(self.dropped("its input is closed"));
-        };
-        let wrote = self.runtime.block_on(async {
-            stdin.write_all(bytes).await?;
-            stdin.flush().await
-        });
-        wrote.map_err(|e| self.dropped(e))?;
-        self.sent += bytes.len() as u64;
+        let bound = self.io_timeout;
+        for chunk in bytes.chunks(CHUNK) {
+            let Some(stdin) = self.stdin.as_mut() else {
+                return Err(self.dropped("its input is closed"));
+            };
+            let wrote = self.runtime.block_on(async {
+                tokio::time::timeout(bound, async {
+                    stdin.write_all(chunk).await?;
+                    stdin.flush().await
+                })
+                .await
+            });
+            match wrote {
+                Ok(Ok(())) => self.sent += chunk.len() as u64,
+                Ok(Err(e)) => return Err(self.dropped(e)),
+                Err(_) => return Err(self.stalled("sending to", bound)),
+            }
+        }
         Ok(())
     }
 
-    fn line(&mut self) -> Result<String, ServeError> {
+    fn line_within(&mut self, bound: Duration) -> Result<String, ServeError> {
         use tokio::io::AsyncBufReadExt;
         let mut line = String::new();
-        let read = self.runtime.block_on(self.stdout.read_line(&mut line));
+        let stdout = &mut self.stdout;
+        let read = self
+            .runtime
+            .block_on(async { tokio::time::timeout(bound, stdout.read_line(&mut line)).await });
         match read {
-            Ok(0) => Err(self.dropped("it ended")),
-            Ok(_) => match line.strip_prefix("error ") {
+            Err(_) => Err(self.stalled("waiting for an answer from", bound)),
+            Ok(Ok(0)) => Err(self.dropped("it ended")),
+            Ok(Ok(_)) => match line.strip_prefix("error ") {
                 Some(e) => Err(ServeError::Said(
                     mesh_lib::text::escape(e.trim_end()).into_owned(),
                 )),
                 None => Ok(line.trim_end_matches('\n').to_owned()),
             },
-            Err(e) => Err(self.dropped(e)),
+            Ok(Err(e)) => Err(self.dropped(e)),
         }
+    }
+
+    fn line(&mut self) -> Result<String, ServeError> {
+        self.line_within(self.io_timeout)
+    }
+
+    /// Which version of the conversation the node speaks (`None`: the first, which knows no
+    /// `hello`); from 2 on, its reads are bounded by this side's I/O timeout too.
+    pub fn hello(&mut self) -> Result<Option<u32>, ServeError> {
+        self.send(b"hello\n")?;
+        let version = match self.line() {
+            Ok(l) => l.strip_prefix("mesh serve ").and_then(|v| v.parse().ok()),
+            Err(ServeError::Said(_)) => None,
+            Err(e) => return Err(e),
+        };
+        if version.is_some() {
+            self.send(format!("io-timeout {}\n", self.io_timeout.as_secs().max(1)).as_bytes())?;
+            self.line()?;
+        }
+        Ok(version)
     }
 
     /// The node record's bytes (`None`: never adopted).
@@ -317,20 +428,44 @@ impl Serve<'_> {
             Some(len) => {
                 let len: usize = len.parse().map_err(|_| self.dropped("a bad answer"))?;
                 let mut bytes = vec![0; len];
-                let read = self.runtime.block_on(self.stdout.read_exact(&mut bytes));
-                read.map_err(|e| self.dropped(e))?;
-                Ok(Some(bytes))
+                let bound = self.io_timeout;
+                let stdout = &mut self.stdout;
+                let read = self.runtime.block_on(async {
+                    tokio::time::timeout(bound, stdout.read_exact(&mut bytes)).await
+                });
+                match read {
+                    Ok(Ok(_)) => Ok(Some(bytes)),
+                    Ok(Err(e)) => Err(self.dropped(e)),
+                    Err(_) => Err(self.stalled("reading the record of", bound)),
+                }
             }
             None => Err(self.dropped(format!("an answer that is not a record: {line}"))),
         }
     }
 
-    /// The objects of `list` (a want list) the node lacks, as a want list.
-    pub fn missing(&mut self, list: &[u8]) -> Result<Vec<u8>, ServeError> {
-        let mut request = b"missing\n".to_vec();
-        request.extend_from_slice(list);
-        request.extend_from_slice(b"end\n");
-        self.send(&request)?;
+    /// The generation in force on the node (version 2).
+    pub fn current(&mut self) -> Result<Option<Current>, ServeError> {
+        self.send(b"current\n")?;
+        let line = self.line()?;
+        match line.strip_prefix("current ") {
+            Some("none") => Ok(None),
+            Some(json) => serde_json::from_str(json)
+                .map(Some)
+                .map_err(|e| self.dropped(format!("its answer to current: {e}"))),
+            None => Err(self.dropped(format!("an answer that is not current: {line}"))),
+        }
+    }
+
+    /// What of generation `id` the node lacks (version 2): the generation itself, or the blobs
+    /// it declares that the node does not have.
+    pub fn lacks(&mut self, id: &str) -> Result<Vec<mesh_lib::transfer::Object>, ServeError> {
+        self.send(format!("lacks {id}\n").as_bytes())?;
+        let list = self.list()?;
+        mesh_lib::transfer::read_list(list.as_slice())
+            .map_err(|e| ServeError::Said(format!("its answer to lacks: {e}")))
+    }
+
+    fn list(&mut self) -> Result<Vec<u8>, ServeError> {
         let mut out = Vec::new();
         loop {
             let line = self.line()?;
@@ -342,11 +477,19 @@ impl Serve<'_> {
         }
     }
 
+    /// The objects of `list` (a want list) the node lacks, as a want list.
+    pub fn missing(&mut self, list: &[u8]) -> Result<Vec<u8>, ServeError> {
+        let mut request = b"missing\n".to_vec();
+        request.extend_from_slice(list);
+        request.extend_from_slice(b"end\n");
+        self.send(&request)?;
+        self.list()
+    }
+
     /// Sends an object stream; what the node stored: (objects, bytes).
     pub fn receive(&mut self, stream: &[u8]) -> Result<(usize, u64), ServeError> {
-        let mut request = b"receive\n".to_vec();
-        request.extend_from_slice(stream);
-        self.send(&request)?;
+        self.send(b"receive\n")?;
+        self.send(stream)?;
         let line = self.line()?;
         let mut words = line.strip_prefix("received ").unwrap_or("").split(' ');
         match (words.next().map(str::parse), words.next().map(str::parse)) {
@@ -355,11 +498,16 @@ impl Serve<'_> {
         }
     }
 
-    /// Arms a deploy of `id` (confirm within `seconds`) and waits for its switch: the deploy's
-    /// record as the node keeps it.
-    pub fn switch(&mut self, id: &str, seconds: u64) -> Result<serde_json::Value, ServeError> {
+    /// Arms a deploy of `id` (its deadline `seconds` away) and waits for its switch — no longer
+    /// than `within`: the deploy's record as the node keeps it.
+    pub fn switch(
+        &mut self,
+        id: &str,
+        seconds: u64,
+        within: Duration,
+    ) -> Result<serde_json::Value, ServeError> {
         self.send(format!("switch {id} {seconds}\n").as_bytes())?;
-        let line = self.line()?;
+        let line = self.line_within(within)?;
         serde_json::from_str(&line).map_err(|e| self.dropped(format!("its answer: {e}")))
     }
 
@@ -367,7 +515,10 @@ impl Serve<'_> {
     pub fn finish(mut self) -> u64 {
         drop(self.stdin.take());
         let child = self.child;
-        let _ended = self.runtime.block_on(child.wait());
+        let bound = self.io_timeout;
+        let _ended = self
+            .runtime
+            .block_on(async { tokio::time::timeout(bound, child.wait()).await });
         self.sent
     }
 }

@@ -36,6 +36,10 @@ pub struct Line {
     pub drifted_files: Option<usize>,
     /// Whether its firewall is as its generation says (`None`: not read).
     pub firewall_in_force: Option<bool>,
+    /// Whether it runs a generation switched to by hand (a switch or a rollback on the node)
+    /// that no deploy put there and the fleet does not build: `mesh deploy` leaves it as it is
+    /// unless told `--replace-foreign`.
+    pub foreign: bool,
 }
 
 impl Line {
@@ -82,6 +86,7 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         not_taken: Vec::new(),
         drifted_files: None,
         firewall_in_force: None,
+        foreign: false,
     };
     let mut link = match Link::open(fleet, node) {
         Ok(l) => l,
@@ -140,6 +145,11 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         Err(e) => line.problem = Some(e),
     }
     link.close();
+    let by_hand = matches!(current["trigger"].as_str(), Some("build" | "rollback"));
+    line.foreign = by_hand
+        && current["deployed"] == false
+        && line.current.is_some()
+        && line.current != line.built;
     line
 }
 

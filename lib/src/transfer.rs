@@ -1,6 +1,7 @@
 //! Moving store objects from one node's store to another's, the `nix copy` way: the sender asks
 //! which of a generation's objects the receiver lacks, and sends only those; the receiver checks
-//! every object against its name before it stores any.
+//! every object against its name before it stores it, and keeps every object that arrived whole
+//! and checked even when the stream is cut after it (the next transfer sends only the rest).
 //!
 //! Both are line-oriented text on a byte stream (an SSH channel in practice):
 //!
@@ -9,8 +10,17 @@
 //!                                                 blob b3:HEX
 //! object stream:                                  blob b3:HEX LEN\n<LEN bytes>
 //!                                                 generation b3:HEX LEN\n<LEN bytes: canonical JSON>
+//!                                                 blob b3:HEX LEN zstd\n<LEN bytes, zstd>
+//!                                                 generation b3:HEX LEN zstd\n<…>
+//!                                                 generation b3:HEX LEN delta b3:BASE\n<LEN bytes>
 //!                                                 end\n
 //! ```
+//!
+//! An object's bytes travel as they are, compressed (`zstd`), or — a generation — as a
+//! **delta** from a generation the receiver has (`delta BASE`: zstd with BASE's canonical
+//! encoding as its dictionary, so that the files, containers and rules a new generation shares
+//! with the one in force cost next to nothing). Whatever the encoding, what is checked against
+//! the name is what it decodes to; ids are of the canonical encoding, never of what travelled.
 
 use std::io::{BufRead, Read, Write};
 
@@ -36,6 +46,22 @@ impl std::fmt::Display for Object {
     }
 }
 
+/// How an object's bytes travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// As they are.
+    Raw,
+    /// Compressed with zstd.
+    Zstd,
+    /// A generation, compressed with zstd against the canonical encoding of a generation the
+    /// receiver has.
+    Delta(GenerationId),
+}
+
+/// The compression level: a generation or a configuration file is small, and the link is the
+/// cost.
+const LEVEL: i32 = 9;
+
 /// A transfer that cannot go on.
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
@@ -50,7 +76,7 @@ pub enum TransferError {
         expected: &'static str,
     },
     /// An object whose bytes do not hash to its name.
-    #[error("{object} does not match its name (its bytes hash to {actual}): nothing was stored")]
+    #[error("{object} does not match its name (its bytes hash to {actual}): it was not stored")]
     Mismatch {
         /// The object.
         object: Object,
@@ -58,11 +84,19 @@ pub enum TransferError {
         actual: String,
     },
     /// The stream ended before its `end`.
-    #[error("the stream ended before its end, after {0} object(s): nothing was stored")]
+    #[error("the stream ended before its end, after {0} whole object(s), which were kept")]
     CutShort(usize),
-    /// More than [`MAX_OBJECT`] bytes announced.
-    #[error("{0} announces more than {MAX_OBJECT} bytes: nothing was stored")]
+    /// More than [`MAX_OBJECT`] bytes announced, or decoded.
+    #[error("{0} announces or decodes to more than {MAX_OBJECT} bytes: it was not stored")]
     TooLarge(Object),
+    /// A delta from a generation the receiver does not have, or bytes that do not decode.
+    #[error("{object} cannot be decoded: {why}; it was not stored")]
+    Undecodable {
+        /// The object.
+        object: Object,
+        /// Why.
+        why: String,
+    },
     /// Reading or writing the stream failed.
     #[error("the stream: {0}")]
     Io(#[from] std::io::Error),
@@ -74,14 +108,18 @@ pub enum TransferError {
 /// The largest object a stream may announce (1 GiB): a bound on what a receiver allocates.
 pub const MAX_OBJECT: u64 = 1 << 30;
 
-fn parse_object(line: &str, n: usize) -> Result<(Object, Option<u64>), TransferError> {
+/// An object's line: the object, its length when it has one, and how its bytes travel.
+fn parse_object(line: &str, n: usize) -> Result<(Object, Option<u64>, Encoding), TransferError> {
     let bad = |expected| TransferError::Format {
         line: n,
         text: crate::text::escape(line).into_owned(),
         expected,
     };
-    let mut words = line.split(' ');
-    let (kind, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let words: Vec<&str> = line.split(' ').collect();
+    let (kind, name) = (
+        words.first().copied().unwrap_or(""),
+        words.get(1).copied().unwrap_or(""),
+    );
     let object = match kind {
         "generation" => Object::Generation(
             name.parse()
@@ -90,14 +128,24 @@ fn parse_object(line: &str, n: usize) -> Result<(Object, Option<u64>), TransferE
         "blob" => Object::Blob(name.parse().map_err(|_| bad("a blob hash after `blob`"))?),
         _ => return Err(bad("`generation ID` or `blob HASH`")),
     };
-    let len = match words.next() {
+    let len = match words.get(2) {
         Some(len) => Some(len.parse().map_err(|_| bad("a length in bytes"))?),
         None => None,
     };
-    if words.next().is_some() {
-        return Err(bad("two or three words"));
-    }
-    Ok((object, len))
+    let encoding = match (&words[words.len().min(3)..], object) {
+        ([], _) => Encoding::Raw,
+        (["zstd"], _) => Encoding::Zstd,
+        (["delta", base], Object::Generation(_)) => Encoding::Delta(
+            base.parse()
+                .map_err(|_| bad("a generation id after `delta`"))?,
+        ),
+        _ => {
+            return Err(bad(
+                "`zstd` or `delta BASE` (a generation's) after the length",
+            ))
+        }
+    };
+    Ok((object, len, encoding))
 }
 
 /// Writes a want list.
@@ -117,8 +165,8 @@ pub fn read_list(input: impl BufRead) -> Result<Vec<Object>, TransferError> {
             continue;
         }
         match parse_object(&line, i + 1)? {
-            (object, None) => out.push(object),
-            (_, Some(_)) => {
+            (object, None, Encoding::Raw) => out.push(object),
+            _ => {
                 return Err(TransferError::Format {
                     line: i + 1,
                     text: crate::text::escape(&line).into_owned(),
@@ -142,27 +190,77 @@ pub fn missing(store: &Store, wanted: &[Object]) -> Vec<Object> {
         .collect()
 }
 
-/// Writes the stream of `objects` read from `store`; the bytes written.
+/// Writes the stream of `objects` read from `store`, each as it is; the bytes written.
 pub fn send(store: &Store, objects: &[Object], out: &mut impl Write) -> Result<u64, TransferError> {
+    let each: Vec<(Object, Encoding)> = objects.iter().map(|o| (*o, Encoding::Raw)).collect();
+    send_encoded(store, &each, out)
+}
+
+/// How a sender that the receiver understands (`mesh store serve` 2 and later) sends `object`:
+/// a generation as a delta from `base` when the sender has it, else compressed; a blob
+/// compressed.
+pub fn encoding_for(store: &Store, object: Object, base: Option<GenerationId>) -> Encoding {
+    match (object, base) {
+        (Object::Generation(id), Some(base)) if base != id && store.has_generation(&base) => {
+            Encoding::Delta(base)
+        }
+        _ => Encoding::Zstd,
+    }
+}
+
+/// An object's bytes, read from `store`.
+fn bytes_of(store: &Store, object: Object) -> Result<Vec<u8>, TransferError> {
+    Ok(match object {
+        Object::Generation(id) => canonical(store, &id)?,
+        Object::Blob(hash) => store.blob(&hash)?,
+    })
+}
+
+fn canonical(store: &Store, id: &GenerationId) -> Result<Vec<u8>, TransferError> {
+    store.generation(id)?.canonical_bytes().map_err(|e| {
+        TransferError::Store(StoreError::Io {
+            op: "encoding",
+            path: store.root().to_owned(),
+            source: std::io::Error::other(e),
+        })
+    })
+}
+
+/// `bytes` compressed, with `dictionary` (a generation's canonical encoding) when given.
+fn compress(bytes: &[u8], dictionary: Option<&[u8]>) -> std::io::Result<Vec<u8>> {
+    let mut c = match dictionary {
+        Some(d) => zstd::bulk::Compressor::with_dictionary(LEVEL, d)?,
+        None => zstd::bulk::Compressor::new(LEVEL)?,
+    };
+    c.compress(bytes)
+}
+
+/// Writes the stream of `objects` read from `store`, each encoded as it says (a compressed
+/// object that would be no smaller goes as it is); the bytes written.
+pub fn send_encoded(
+    store: &Store,
+    objects: &[(Object, Encoding)],
+    out: &mut impl Write,
+) -> Result<u64, TransferError> {
     let mut sent = 0u64;
-    for o in objects {
-        let bytes = match o {
-            Object::Generation(id) => {
-                store
-                    .generation(id)?
-                    .canonical_bytes()
-                    .map_err(|e| StoreError::Io {
-                        op: "encoding",
-                        path: store.root().to_owned(),
-                        source: std::io::Error::other(e),
-                    })?
-            }
-            Object::Blob(hash) => store.blob(hash)?,
+    for (o, encoding) in objects {
+        let bytes = bytes_of(store, *o)?;
+        let dictionary = match encoding {
+            Encoding::Delta(base) => Some(canonical(store, base)?),
+            _ => None,
         };
-        let header = format!("{o} {}\n", bytes.len());
+        let packed = match encoding {
+            Encoding::Raw => None,
+            _ => Some(compress(&bytes, dictionary.as_deref())?).filter(|p| p.len() < bytes.len()),
+        };
+        let (header, body) = match (&packed, encoding) {
+            (None, _) => (format!("{o} {}\n", bytes.len()), &bytes),
+            (Some(p), Encoding::Delta(base)) => (format!("{o} {} delta {base}\n", p.len()), p),
+            (Some(p), _) => (format!("{o} {} zstd\n", p.len()), p),
+        };
         out.write_all(header.as_bytes())?;
-        out.write_all(&bytes)?;
-        sent += (header.len() + bytes.len()) as u64;
+        out.write_all(body)?;
+        sent += (header.len() + body.len()) as u64;
     }
     out.write_all(b"end\n")?;
     out.flush()?;
@@ -174,16 +272,57 @@ pub fn send(store: &Store, objects: &[Object], out: &mut impl Write) -> Result<u
 pub struct Received {
     /// Objects stored.
     pub objects: usize,
-    /// Their bytes.
+    /// Their bytes (decoded).
     pub bytes: u64,
 }
 
-/// Reads a stream and stores its objects once every one checks out against its name (a blob's
-/// bytes hash to it; a generation's canonical encoding does): one that does not stores nothing.
+/// The objects checked and not yet stored.
+#[derive(Default)]
+struct Checked {
+    blobs: Vec<Vec<u8>>,
+    generations: Vec<Generation>,
+    size: u64,
+}
+
+/// Past this many bytes checked, they are stored before more are read.
+const KEEP_EVERY: u64 = 64 << 20;
+
+impl Checked {
+    /// Stores what was checked: one pack for the blobs, then one sync.
+    fn keep(&mut self, store: &Store) -> Result<(), TransferError> {
+        if self.blobs.is_empty() && self.generations.is_empty() {
+            return Ok(());
+        }
+        store.put_blobs_deferred(self.blobs.iter().map(|b| (b.as_slice(), true)))?;
+        for g in &self.generations {
+            store.put_generation(g)?;
+        }
+        store.sync()?;
+        *self = Checked::default();
+        Ok(())
+    }
+}
+
+/// Reads a stream and stores each object once it checks out against its name (a blob's bytes
+/// hash to it; a generation's canonical encoding does, whatever way it travelled). On any error
+/// — an object that does not check out, a stream cut short, a read that failed or timed out —
+/// the objects that arrived whole and checked before it are kept.
 pub fn receive(store: &Store, mut input: impl BufRead) -> Result<Received, TransferError> {
-    let mut blobs: Vec<Vec<u8>> = Vec::new();
-    let mut generations: Vec<Generation> = Vec::new();
+    let mut checked = Checked::default();
     let mut received = Received::default();
+    let result = read_objects(store, &mut input, &mut checked, &mut received);
+    let kept = checked.keep(store);
+    result?;
+    kept?;
+    Ok(received)
+}
+
+fn read_objects(
+    store: &Store,
+    input: &mut impl BufRead,
+    checked: &mut Checked,
+    received: &mut Received,
+) -> Result<(), TransferError> {
     let mut n = 0;
     loop {
         let mut line = String::new();
@@ -193,9 +332,9 @@ pub fn receive(store: &Store, mut input: impl BufRead) -> Result<Received, Trans
         n += 1;
         let line = line.strip_suffix('\n').unwrap_or(&line);
         if line == "end" {
-            break;
+            return Ok(());
         }
-        let (object, len) = parse_object(line, n)?;
+        let (object, len, encoding) = parse_object(line, n)?;
         let Some(len) = len else {
             return Err(TransferError::Format {
                 line: n,
@@ -206,11 +345,12 @@ pub fn receive(store: &Store, mut input: impl BufRead) -> Result<Received, Trans
         if len > MAX_OBJECT {
             return Err(TransferError::TooLarge(object));
         }
-        let mut bytes = Vec::with_capacity(len as usize);
-        (&mut input).take(len).read_to_end(&mut bytes)?;
-        if bytes.len() as u64 != len {
+        let mut wire = Vec::with_capacity(len as usize);
+        (&mut *input).take(len).read_to_end(&mut wire)?;
+        if wire.len() as u64 != len {
             return Err(TransferError::CutShort(received.objects));
         }
+        let bytes = decode(store, object, encoding, wire)?;
         match object {
             Object::Blob(hash) => {
                 let actual = BlobHash::of(&bytes);
@@ -220,8 +360,9 @@ pub fn receive(store: &Store, mut input: impl BufRead) -> Result<Received, Trans
                         actual: actual.to_string(),
                     });
                 }
-                received.bytes += len;
-                blobs.push(bytes);
+                received.bytes += bytes.len() as u64;
+                checked.size += bytes.len() as u64;
+                checked.blobs.push(bytes);
             }
             Object::Generation(id) => {
                 let actual = GenerationId::of(&bytes);
@@ -240,19 +381,48 @@ pub fn receive(store: &Store, mut input: impl BufRead) -> Result<Received, Trans
                         },
                     });
                 }
-                received.bytes += len;
-                generations.extend(parsed);
+                received.bytes += bytes.len() as u64;
+                checked.size += bytes.len() as u64;
+                checked.generations.extend(parsed);
             }
         }
         received.objects += 1;
+        if checked.size > KEEP_EVERY {
+            checked.keep(store)?;
+        }
     }
-    // One pack for the lot, then one sync: received objects are durable when this returns.
-    store.put_blobs_deferred(blobs.iter().map(|b| (b.as_slice(), true)))?;
-    for g in &generations {
-        store.put_generation(g)?;
+}
+
+/// An object's bytes from what travelled.
+fn decode(
+    store: &Store,
+    object: Object,
+    encoding: Encoding,
+    wire: Vec<u8>,
+) -> Result<Vec<u8>, TransferError> {
+    let undecodable = |why: String| TransferError::Undecodable { object, why };
+    let dictionary = match encoding {
+        Encoding::Raw => return Ok(wire),
+        Encoding::Zstd => None,
+        Encoding::Delta(base) => Some(
+            canonical(store, &base)
+                .map_err(|e| undecodable(format!("its base {base} is not here ({e})")))?,
+        ),
+    };
+    let decoder = zstd::stream::read::Decoder::with_dictionary(
+        wire.as_slice(),
+        dictionary.as_deref().unwrap_or(&[]),
+    );
+    let mut out = Vec::new();
+    decoder
+        .map_err(|e| undecodable(e.to_string()))?
+        .take(MAX_OBJECT + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| undecodable(e.to_string()))?;
+    if out.len() as u64 > MAX_OBJECT {
+        return Err(TransferError::TooLarge(object));
     }
-    store.sync()?;
-    Ok(received)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -289,9 +459,10 @@ mod tests {
         ));
         assert!(!to.has_blob(&two), "nothing stored");
         assert!(matches!(
-            receive(&to, &stream[..stream.len() - 4]),
-            Err(TransferError::CutShort(1))
+            receive(&to, &stream[..stream.len() - 5]),
+            Err(TransferError::CutShort(0))
         ));
+        assert!(!to.has_blob(&two), "a part of an object is not kept");
         let got = receive(&to, stream.as_slice()).unwrap();
         assert_eq!(
             got,
@@ -301,5 +472,134 @@ mod tests {
             }
         );
         assert_eq!(to.blob(&two).unwrap(), b"two");
+    }
+
+    fn generation_of(files: usize, changed: &str) -> Generation {
+        let mut g: Generation = serde_json::from_value(serde_json::json!({
+            "format": 1, "node": "n", "mode": "managed",
+            "settings": { "ports": {}, "private_network": { "range": "10.0.0.0/24", "address": "10.0.0.1", "hub": false } },
+            "modules": { "m": "taken" }, "files": {}, "containers": {}, "openings": [], "units": {},
+            "firewall": { "guard": { "nftables": [] }, "base": null }
+        }))
+        .unwrap();
+        for i in 0..files {
+            let content = if i == 0 {
+                changed.to_owned()
+            } else {
+                format!("file {i}")
+            };
+            g.files.insert(
+                crate::TargetPath::new(&format!("/etc/f{i:03}")).unwrap(),
+                serde_json::from_value(serde_json::json!({
+                    "module": "m", "blob": BlobHash::of(content.as_bytes()), "size": content.len(),
+                    "mode": "0644", "owner": "root", "group": "root", "state": { "kind": "managed" }
+                }))
+                .unwrap(),
+            );
+        }
+        g
+    }
+
+    /// A generation sent as a delta from one the receiver has costs a small part of its
+    /// encoding, and decodes to the very bytes its id names; blobs travel compressed; a delta
+    /// from a generation the receiver lacks is refused, naming it.
+    #[test]
+    fn a_generation_travels_as_a_delta() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (from, to) = (
+            Store::open(a.path()).unwrap(),
+            Store::open(b.path()).unwrap(),
+        );
+        let old = from.put_generation(&generation_of(200, "one")).unwrap();
+        let new = from.put_generation(&generation_of(200, "two")).unwrap();
+        let blob = from
+            .put_blob(&b"a configuration line\n".repeat(200), false)
+            .unwrap();
+        let size = from
+            .generation(&new)
+            .unwrap()
+            .canonical_bytes()
+            .unwrap()
+            .len();
+
+        let mut without_base = Vec::new();
+        let objects = [(
+            Object::Generation(new),
+            encoding_for(&from, Object::Generation(new), Some(old)),
+        )];
+        send_encoded(&from, &objects, &mut without_base).unwrap();
+        assert!(
+            without_base.len() < size / 20,
+            "{} bytes for a generation of {size}",
+            without_base.len()
+        );
+        assert!(matches!(
+            receive(&to, without_base.as_slice()),
+            Err(TransferError::Undecodable { .. })
+        ));
+        assert!(!to.has_generation(&new));
+
+        let mut base = Vec::new();
+        send_encoded(
+            &from,
+            &[(Object::Generation(old), Encoding::Zstd)],
+            &mut base,
+        )
+        .unwrap();
+        receive(&to, base.as_slice()).unwrap();
+        receive(&to, without_base.as_slice()).unwrap();
+        assert_eq!(
+            to.generation(&new).unwrap().canonical_bytes().unwrap(),
+            from.generation(&new).unwrap().canonical_bytes().unwrap()
+        );
+
+        let mut packed = Vec::new();
+        let sent =
+            send_encoded(&from, &[(Object::Blob(blob), Encoding::Zstd)], &mut packed).unwrap();
+        assert!(sent < 200, "{sent} bytes for 4 KB of repeated lines");
+        assert_eq!(receive(&to, packed.as_slice()).unwrap().bytes, 4200);
+        assert!(to.has_blob(&blob));
+    }
+
+    /// A stream cut after some objects: those that arrived whole and checked are kept, the one
+    /// cut is not; a tampered object after good ones stores the good ones only.
+    #[test]
+    fn what_arrived_whole_is_kept() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (from, to) = (
+            Store::open(a.path()).unwrap(),
+            Store::open(b.path()).unwrap(),
+        );
+        let hashes: Vec<BlobHash> = (0..5)
+            .map(|i| {
+                from.put_blob(format!("object {i}").repeat(100).as_bytes(), false)
+                    .unwrap()
+            })
+            .collect();
+        let objects: Vec<Object> = hashes.iter().map(|h| Object::Blob(*h)).collect();
+        let mut stream = Vec::new();
+        send(&from, &objects, &mut stream).unwrap();
+        let cut = stream.len() / 2;
+        assert!(matches!(
+            receive(&to, &stream[..cut]),
+            Err(TransferError::CutShort(2))
+        ));
+        let kept: Vec<bool> = hashes.iter().map(|h| to.has_blob(h)).collect();
+        assert_eq!(kept, [true, true, false, false, false]);
+        let mut want = Vec::new();
+        write_list(&mut want, &objects).unwrap();
+        assert_eq!(missing(&to, &read_list(want.as_slice()).unwrap()).len(), 3);
+
+        let (c, _) = (tempfile::tempdir().unwrap(), ());
+        let other = Store::open(c.path()).unwrap();
+        let mut tampered = stream.clone();
+        let at = stream.len() - 30;
+        tampered[at] ^= 1;
+        assert!(matches!(
+            receive(&other, tampered.as_slice()),
+            Err(TransferError::Mismatch { .. })
+        ));
+        let kept: Vec<bool> = hashes.iter().map(|h| other.has_blob(h)).collect();
+        assert_eq!(kept, [true, true, true, true, false]);
     }
 }

@@ -6,7 +6,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::sshlab::{node_decl, Lab};
+use crate::sshlab::{decl_with_data, node_decl, write_data, Lab};
 use crate::support::have_root_tools;
 
 fn tools() -> bool {
@@ -30,6 +30,17 @@ fn row<'a>(json: &'a serde_json::Value, node: &str) -> &'a serde_json::Value {
         .iter()
         .find(|r| r["node"] == node)
         .unwrap_or_else(|| panic!("no row for {node}: {json}"))
+}
+
+/// A first deploy of the lab's nodes, which must go through.
+fn deployed(lab: &Lab) -> serde_json::Value {
+    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    json_of(&out)
 }
 
 /// A deploy started in the background: `mesh deploy --json ARGS`.
@@ -85,12 +96,7 @@ fn a_restart_in_the_confirm_window_never_strands_the_node() {
         return;
     }
     let mut lab = Lab::new("boot", 1, |n| node_decl(n, "open\\n", true));
-    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    deployed(&lab);
     let before = lab.nodes[0].current().unwrap();
 
     // Restarted before the deadline.
@@ -193,12 +199,7 @@ fn a_hung_switch_ends_at_the_deadline() {
         return;
     }
     let lab = Lab::new("hang", 1, |n| node_decl(n, "one\\n", true));
-    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    deployed(&lab);
     let before = lab.nodes[0].current().unwrap();
 
     // The node's mesh, with an engine that never answers.
@@ -259,5 +260,229 @@ fn a_hung_switch_ends_at_the_deadline() {
         "{}",
         String::from_utf8_lossy(&status.stderr)
     );
-    let _ = Command::new("true").status();
+}
+
+/// A copy cut halfway (the link slowed, then its packets dropped): the deploy fails within
+/// the I/O timeout with the right reason — the copy stalled, nothing switched — counting the
+/// bytes that went; the node is in its old generation, and keeps the objects that arrived
+/// whole, so the next deploy sends only the rest.
+#[test]
+fn a_copy_cut_halfway_is_said_and_resumed() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("cut", 1, |n| node_decl(n, "one\\n", true));
+    deployed(&lab);
+    let before = lab.nodes[0].current().unwrap();
+
+    write_data(&lab, "node0", 40, 100_000, "cut");
+    lab.declare("node0", &decl_with_data("node0", "two\\n", 40));
+    lab.throttle("node0", "2mbit");
+    let deployer = deploy_in_background(&lab, &["--confirm-timeout", "20", "--io-timeout", "3"]);
+    std::thread::sleep(Duration::from_secs(4));
+    lab.cut("node0");
+    let cut_at = Instant::now();
+    let out = deployer.wait_with_output().unwrap();
+    let verdict = cut_at.elapsed();
+    let json = json_of(&out);
+    let r = row(&json, "node0");
+    assert_eq!(r["result"], "failed", "{json}");
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the copy failed or stalled") && reason.contains("nothing was switched"),
+        "{reason}"
+    );
+    let first_bytes = r["bytes_sent"].as_u64().unwrap();
+    assert!(
+        first_bytes > 200_000,
+        "the bytes that went are counted: {r}"
+    );
+    assert!(
+        verdict < Duration::from_secs(15),
+        "the verdict took {verdict:?}"
+    );
+    assert_eq!(lab.nodes[0].current().unwrap(), before, "nothing switched");
+
+    // The node's end gives up on its own (its I/O timeout) and keeps what arrived whole.
+    std::thread::sleep(Duration::from_secs(5));
+    lab.uncut("node0");
+    lab.unthrottle("node0");
+    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+    let json = json_of(&out);
+    let r = row(&json, "node0");
+    assert_eq!(r["result"], "confirmed", "{json}");
+    let sent = r["objects_sent"].as_u64().unwrap();
+    assert!(
+        sent < 41,
+        "only what had not arrived is sent again ({sent} of 41 objects): {r}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(lab.nodes[0].root().join("etc/motd")).unwrap(),
+        "two\n"
+    );
+}
+
+/// A deploy to a node that already runs the generation: `unchanged`, nothing switched, no
+/// second connection, exit 0 — and the row says the generation in force, as the node said it.
+#[test]
+fn a_deploy_with_nothing_to_do_switches_nothing() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("same", 1, |n| node_decl(n, "one\\n", true));
+    let json = deployed(&lab);
+    assert_eq!(
+        row(&json, "node0")["in_force"],
+        row(&json, "node0")["to"],
+        "{json}"
+    );
+    let generations = lab.nodes[0].mesh(&["generations", "--json"]).stdout;
+    let logins = lab.logins("node0");
+    let json = deployed(&lab);
+    let r = row(&json, "node0");
+    assert_eq!(r["result"], "unchanged", "{json}");
+    assert_eq!(r["in_force"], r["to"], "{json}");
+    assert_eq!(
+        lab.logins("node0"),
+        logins + 1,
+        "one connection, no confirmation's"
+    );
+    assert_eq!(
+        lab.nodes[0].mesh(&["generations", "--json"]).stdout,
+        generations,
+        "no switch, not even a no-op one"
+    );
+    let text = String::from_utf8_lossy(&lab.mesh(&["deploy", "--confirm-timeout", "20"]).stdout)
+        .into_owned();
+    assert!(text.contains("unchanged"), "{text}");
+}
+
+/// The fingerprint ssh-keygen gives a public key file.
+fn fingerprint(key: &std::path::Path) -> String {
+    let out = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(key)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_owned()
+}
+
+/// Rows a script can trust: a refused host key names the pinned fingerprint and the one
+/// offered; a reverted node's row carries the last lines of the node's log of it and the
+/// generation in force after, read from the node.
+#[test]
+fn rows_say_fingerprints_logs_and_what_is_in_force() {
+    if !tools() {
+        return;
+    }
+    let mut lab = Lab::new("rows", 2, |n| node_decl(n, "one\\n", true));
+    deployed(&lab);
+    let pinned = fingerprint(&lab.nodes[1].dir.join("host_key.pub"));
+    lab.nodes[1].change_host_key();
+    let offered = fingerprint(&lab.nodes[1].dir.join("host_key.pub"));
+    lab.declare("node0", &node_decl("node0", "closed\\n", false));
+    let before = lab.nodes[0].current().unwrap();
+    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "5"]);
+    let json = json_of(&out);
+    let refused = row(&json, "node1");
+    assert_eq!(refused["result"], "host-key-refused", "{json}");
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&pinned) && reason.contains(&offered),
+        "pinned {pinned}, offered {offered}: {reason}"
+    );
+    let reverted = row(&json, "node0");
+    assert_eq!(reverted["result"], "reverted", "{json}");
+    assert_eq!(reverted["in_force"], before.as_str(), "{reverted}");
+    let log = reverted["log"].as_array().expect("the node's log lines");
+    assert!(!log.is_empty(), "{reverted}");
+}
+
+/// A generation switched to by hand on a node, which the fleet did not build: `fleet status`
+/// flags it `foreign`, and `mesh deploy` leaves it as it is (exit 2) unless told
+/// `--replace-foreign`.
+#[test]
+fn a_generation_switched_by_hand_is_foreign() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("hand", 1, |n| node_decl(n, "one\\n", true));
+    deployed(&lab);
+    let by_hand = lab.dir.path().join("by-hand.ncl");
+    std::fs::write(&by_hand, node_decl("node0", "by hand\\n", true)).unwrap();
+    let ran = lab.nodes[0].mesh(&["switch", by_hand.to_str().unwrap()]);
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let hand = lab.nodes[0].current().unwrap();
+
+    let board = json_of(&lab.mesh(&["fleet", "status", "--json"]));
+    assert_eq!(board["nodes"][0]["foreign"], true, "{board}");
+    let text = String::from_utf8_lossy(&lab.mesh(&["fleet", "status"]).stdout).into_owned();
+    assert!(text.contains("foreign"), "{text}");
+
+    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let json = json_of(&out);
+    assert_eq!(row(&json, "node0")["result"], "foreign", "{json}");
+    assert_eq!(lab.nodes[0].current().unwrap(), hand, "left as it is");
+
+    let out = lab.mesh(&[
+        "deploy",
+        "--json",
+        "--confirm-timeout",
+        "20",
+        "--replace-foreign",
+    ]);
+    let json = json_of(&out);
+    assert_eq!(row(&json, "node0")["result"], "confirmed", "{json}");
+    let board = json_of(&lab.mesh(&["fleet", "status", "--json"]));
+    assert_eq!(board["nodes"][0]["foreign"], false, "{board}");
+}
+
+/// One changed file in a node of 201 files: the generation travels as a delta from the one in
+/// force and the content compressed — far less than the generation's own encoding — and on
+/// the wire (both SSH connections) less than the rsync + ssh loop a user would otherwise run.
+#[test]
+fn one_changed_file_sends_a_delta() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("delta", 1, |n| node_decl(n, "one\\n", true));
+    write_data(&lab, "node0", 199, 200, "delta");
+    lab.declare("node0", &decl_with_data("node0", "one\\n", 199));
+    deployed(&lab);
+    lab.declare("node0", &decl_with_data("node0", "two\\n", 199));
+    let wire = lab.wire("node0");
+    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+    let on_wire = lab.wire("node0") - wire;
+    let json = json_of(&out);
+    let r = row(&json, "node0");
+    assert_eq!(r["result"], "confirmed", "{json}");
+    assert_eq!(r["objects_sent"], 2, "{r}");
+    let store = mesh_lib::Store::open(&lab.deployer_state()).unwrap();
+    let id: mesh_lib::GenerationId = r["to"].as_str().unwrap().parse().unwrap();
+    let encoded = store
+        .generation(&id)
+        .unwrap()
+        .canonical_bytes()
+        .unwrap()
+        .len() as u64;
+    let sent = r["bytes_sent"].as_u64().unwrap();
+    assert!(
+        sent * 5 < encoded,
+        "{sent} bytes sent for a generation of {encoded}"
+    );
+    assert!(on_wire < 17_000, "{on_wire} bytes on the wire");
 }

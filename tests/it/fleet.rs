@@ -66,7 +66,10 @@ fn five_nodes_in_parallel_then_only_what_changed() {
             r["objects_sent"], 3,
             "the generation and its two contents: {r}"
         );
-        assert!(r["bytes_sent"].as_u64().unwrap() > 65536, "{r}");
+        assert!(
+            r["bytes_sent"].as_u64().unwrap() < 65536 / 4,
+            "64 KiB of repeated text travel compressed: {r}"
+        );
     }
 
     for n in &lab.nodes {
@@ -127,7 +130,11 @@ fn a_node_that_closes_ssh_reverts_by_itself() {
     let started = Instant::now();
     let (code, json, err) = deploy(&lab, &["--confirm-timeout", "4"]);
     assert_eq!(code, 2, "reverted is a refusal: {json}\n{err}");
-    assert_eq!(row(&json, "node0")["result"], "confirmed");
+    assert_eq!(
+        row(&json, "node0")["result"],
+        "unchanged",
+        "node0's generation did not change"
+    );
     let r = row(&json, "node1");
     assert_eq!(r["result"], "reverted", "{r}");
     assert!(started.elapsed() < Duration::from_secs(60));

@@ -417,6 +417,94 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// The deployer's end of `node`'s link.
+    fn near_end(&self, node: &str) -> String {
+        let i = self.nodes.iter().position(|n| n.name == node).unwrap();
+        let suffix = format!("x{i}");
+        let out = Command::new("ip")
+            .args(["-n", &self.deployer, "-o", "link", "show"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                l.split(':')
+                    .nth(1)
+                    .map(|n| n.trim().split('@').next().unwrap_or("").to_owned())
+            })
+            .find(|n| n.starts_with("md") && n.ends_with(&suffix))
+            .expect("the node's link")
+    }
+
+    /// Makes `node` reachable again after [`Lab::cut`].
+    pub fn uncut(&self, node: &str) {
+        run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &self.deployer,
+            "nft",
+            "delete",
+            "table",
+            "inet",
+            &format!("cut_{node}"),
+        ]));
+    }
+
+    /// Slows what the deployer sends `node` to `rate` (tc's words, e.g. `4mbit`).
+    pub fn throttle(&self, node: &str, rate: &str) {
+        let dev = self.near_end(node);
+        self.tc(&[
+            "add", "dev", &dev, "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms",
+        ]);
+    }
+
+    /// Lifts [`Lab::throttle`].
+    pub fn unthrottle(&self, node: &str) {
+        let dev = self.near_end(node);
+        self.tc(&["del", "dev", &dev, "root"]);
+    }
+
+    /// `tc qdisc ARGS` in the deployer's namespace.
+    fn tc(&self, args: &[&str]) {
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.deployer, "tc", "qdisc"])
+            .args(args));
+    }
+
+    /// Bytes the deployer sent `node` over its link so far, everything on the wire (SSH's).
+    pub fn wire(&self, node: &str) -> u64 {
+        let dev = self.near_end(node);
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                &self.deployer,
+                "-j",
+                "-s",
+                "link",
+                "show",
+                "dev",
+                &dev,
+            ])
+            .output()
+            .unwrap();
+        let links: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        links[0]["stats64"]["tx"]["bytes"]
+            .as_u64()
+            .expect("tx bytes")
+    }
+
+    /// How many connections `node`'s sshd accepted so far.
+    pub fn logins(&self, node: &str) -> usize {
+        let n = self.nodes.iter().find(|n| n.name == node).unwrap();
+        std::fs::read_to_string(n.dir.join("sshd.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("Accepted publickey"))
+            .count()
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         self.nodes.clear();
@@ -458,4 +546,37 @@ mesh.node {{
 
 pub fn path_of(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// A node with `count` files of its own beside the usual two, their contents in
+/// `nodes/data/NAME-I` (imported as text).
+pub fn decl_with_data(name: &str, motd: &str, count: usize) -> String {
+    let files: String = (0..count)
+        .map(|i| {
+            format!(
+                "      {{ path = \"/etc/data/f{i:03}\", content = import \"data/{name}-{i:03}\" as 'Text }},\n"
+            )
+        })
+        .collect();
+    node_decl(name, motd, true).replace(
+        "      # 64 KiB that never change: a deploy sends them once.",
+        &format!("{files}      # 64 KiB that never change: a deploy sends them once."),
+    )
+}
+
+/// Writes `count` data files for `name`, each `size` bytes of text that does not compress
+/// much (hex of a hash chain), different for each `seed`.
+pub fn write_data(lab: &Lab, name: &str, count: usize, size: usize, seed: &str) {
+    let dir = lab.dir.path().join("nodes/data");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..count {
+        let mut text = String::with_capacity(size);
+        let mut h = mesh_lib::BlobHash::of(format!("{seed} {name} {i}").as_bytes()).to_string();
+        while text.len() < size {
+            text.push_str(&h[3..]);
+            h = mesh_lib::BlobHash::of(h.as_bytes()).to_string();
+        }
+        text.truncate(size);
+        std::fs::write(dir.join(format!("{name}-{i:03}")), text).unwrap();
+    }
 }

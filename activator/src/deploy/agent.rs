@@ -288,6 +288,16 @@ pub fn run(place: &Place, spawner: &dyn Spawner, token: &str) -> Result<(), Agen
     let resumed = deploy.changed.is_some();
     let until = instant_of(deploy.deadline());
     deploy.set(state, DeployState::Switching, None)?;
+    say(&format!(
+        "{} {} (deadline {})",
+        if resumed {
+            "putting in force again, after a restart:"
+        } else {
+            "switching to"
+        },
+        deploy.target,
+        deploy.deadline.as_deref().unwrap_or("?")
+    ));
 
     let reason = match bounded(spawner, token, Step::Switch, until) {
         Ran::Stopped => format!(
@@ -313,9 +323,11 @@ pub fn run(place: &Place, spawner: &dyn Spawner, token: &str) -> Result<(), Agen
                 deploy.changed = s.changed;
             }
             deploy.set(state, DeployState::Switched, None)?;
+            say("switched: waiting for the deployer's confirmation over a new connection");
             if deploy.wait_for_confirmation(state, deploy.left()) {
                 deploy.agent = None;
                 deploy.set(state, DeployState::Confirmed, None)?;
+                say("confirmed");
                 return Ok(());
             }
             format!(
@@ -360,6 +372,12 @@ fn revert(
         )?;
         return Ok(());
     }
+    say(&format!(
+        "{reason}: switching back to {}",
+        deploy
+            .previous
+            .map_or_else(|| "(none)".to_owned(), |p| p.to_string())
+    ));
     let until = Instant::now() + REVERT_BOUND.max(Duration::from_secs(deploy.confirm_within));
     let (end, why) = match bounded(spawner, &deploy.token, Step::Revert, until) {
         Ran::Said(s) if s.ok => (DeployState::Reverted, reason),
@@ -378,9 +396,18 @@ fn revert(
             ),
         ),
     };
+    say(&match end {
+        DeployState::Reverted => "switched back".to_owned(),
+        _ => why.clone(),
+    });
     deploy.agent = None;
     deploy.set(state, end, Some(why))?;
     Ok(())
+}
+
+/// A line of the deploy's log (the agent's standard error is its log), stamped.
+fn say(line: &str) {
+    eprintln!("{} {line}", super::now());
 }
 
 /// What [`settle`] did with a deploy whose agent was gone.
