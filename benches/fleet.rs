@@ -68,6 +68,8 @@ fn deploy(
         "10",
         "--confirm-timeout",
         "30",
+        // The reference loop below switches the nodes by hand: their generations are foreign.
+        "--replace-foreign",
     ];
     args.extend_from_slice(nodes);
     let (started, cpu) = (Instant::now(), busy());

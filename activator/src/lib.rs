@@ -36,6 +36,7 @@ pub mod sockets;
 pub mod status;
 pub mod switch;
 pub mod systemd;
+pub mod trust;
 pub mod users;
 
 pub use node::Node;

@@ -23,6 +23,7 @@ pub mod state;
 pub mod store;
 pub mod text;
 pub mod transfer;
+pub mod trust;
 
 pub use id::{BlobHash, GenerationId};
 pub use model::Generation;

@@ -129,6 +129,10 @@ pub struct NodeRecord {
     /// Modules taken on this node.
     #[serde(default)]
     pub taken: BTreeSet<ModuleName>,
+    /// Where the node's trusted signers are, when not [`crate::trust::TRUSTED_SIGNERS`] (set at
+    /// genesis).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_signers: Option<crate::TargetPath>,
 }
 
 /// A record that cannot be read.
@@ -193,6 +197,7 @@ impl NodeRecord {
             pinned: BTreeMap::new(),
             found: Found::default(),
             taken: BTreeSet::new(),
+            trusted_signers: None,
         }
     }
 

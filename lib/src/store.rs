@@ -4,6 +4,7 @@
 //! STATE/store/blobs/ab/abcdef…       a loose blob, named by the blake3 of its bytes (read-only)
 //! STATE/store/packs/abcdef….pack     many blobs of one build in one file (see [`crate::pack`])
 //! STATE/store/generations/abcdef…    a generation's canonical encoding, named by its id
+//! STATE/store/signatures/abcdef…/01…  its signatures (sshsig), each named by its text's digest
 //! ```
 //!
 //! Invariants:
@@ -458,6 +459,52 @@ impl Store {
         self.generation_path(id).is_file()
     }
 
+    fn signatures_dir(&self, id: &GenerationId) -> PathBuf {
+        self.root.join("signatures").join(id.hex())
+    }
+
+    /// Keeps a signature of generation `id` (armored `sshsig`; see [`crate::trust`]) beside
+    /// it, named by the digest of its text. What it vouches for is checked where it is used.
+    pub fn put_signature(&self, id: &GenerationId, armored: &str) -> Result<BlobHash, StoreError> {
+        let name = BlobHash::of(armored.as_bytes());
+        let dir = self.signatures_dir(id);
+        let path = dir.join(format!("{}.sig", name.hex()));
+        if !path.exists() {
+            atomic::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
+            atomic::write_file(&path, armored.as_bytes(), OBJECT_MODE)
+                .map_err(io_err("writing", &path))?;
+        }
+        Ok(name)
+    }
+
+    /// The signatures kept for generation `id`, each checked against its name (one that is not
+    /// what its name says is left out): (name, armored text).
+    pub fn signatures(&self, id: &GenerationId) -> Result<Vec<(BlobHash, String)>, StoreError> {
+        let dir = self.signatures_dir(id);
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("listing", &dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(io_err("listing", &dir))?.path();
+            let Some(name) = path
+                .file_stem()
+                .and_then(|n| n.to_str())
+                .and_then(|n| BlobHash::from_hex(n).ok())
+            else {
+                continue;
+            };
+            let text = fs::read_to_string(&path).map_err(io_err("reading", &path))?;
+            if BlobHash::of(text.as_bytes()) == name {
+                out.push((name, text));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// Whether a generation is present and its bytes are those its id names.
     pub fn has_intact_generation(&self, id: &GenerationId) -> bool {
         fs::read(self.generation_path(id)).is_ok_and(|bytes| GenerationId::of(&bytes) == *id)
@@ -536,6 +583,11 @@ impl Store {
         let mut report = GcReport::default();
         for id in self.generation_ids()? {
             if !keep_generations.contains(&id) {
+                // Its signatures first: a signature without its generation vouches for nothing.
+                let signatures = self.signatures_dir(&id);
+                if signatures.exists() {
+                    fs::remove_dir_all(&signatures).map_err(io_err("removing", &signatures))?;
+                }
                 let path = self.generation_path(&id);
                 fs::remove_file(&path).map_err(io_err("removing", &path))?;
                 crate::crash::point("gc-removed");

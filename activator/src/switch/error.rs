@@ -27,6 +27,17 @@ pub enum ActivateError {
     /// Another switch holds the lock.
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// A generation from elsewhere that no trusted signer vouches for.
+    #[error("{0}; nothing was changed")]
+    Untrusted(Box<mesh_lib::trust::Refusal>),
+    /// The node's trusted signers cannot be read: nothing from elsewhere is accepted.
+    #[error("the trusted signers {path}: {why}; nothing from elsewhere is accepted, nothing was changed")]
+    Signers {
+        /// Their file.
+        path: mesh_lib::TargetPath,
+        /// Why.
+        why: String,
+    },
     /// The plan refused.
     #[error("{0}; nothing was changed")]
     Plan(#[from] PlanError),
@@ -171,7 +182,9 @@ impl ActivateError {
     /// How to report it.
     pub fn kind(&self) -> Kind {
         match self {
-            ActivateError::Lock(LockError::Held { .. }) => Kind::Refused,
+            ActivateError::Lock(LockError::Held { .. })
+            | ActivateError::Untrusted(_)
+            | ActivateError::Signers { .. } => Kind::Refused,
             ActivateError::Plan(PlanError::UnknownId { .. }) => Kind::User,
             ActivateError::Plan(_) => Kind::Refused,
             ActivateError::Root(
