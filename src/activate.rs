@@ -25,7 +25,7 @@ pub struct Machine {
     pub state: PathBuf,
     pub root: PathBuf,
     pub netns: Option<String>,
-    /// How many containers' steps a switch runs at once.
+    /// How many containers a switch creates and starts at once (its stops are all at once).
     pub container_jobs: usize,
 }
 

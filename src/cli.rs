@@ -59,8 +59,8 @@ pub struct Global {
         value_parser = clap::value_parser!(u64).range(64..)
     )]
     pub eval_memory: u64,
-    /// How many containers' steps a switch runs at once (each container's own steps stay in
-    /// their order).
+    /// How many containers a switch creates and starts at once (each container's own steps
+    /// stay in their order). Stops are not bound by it: a switch asks every stop at once.
     #[arg(
         long,
         global = true,
