@@ -52,6 +52,7 @@ fn build_with(state: &Path, decl: &Path, record: Option<&NodeRecord>) -> Result<
         state_dir: state,
         use_cache: true,
         evaluator: crate::commands::evaluator(),
+        tree: crate::commands::tree_rule(),
         per_module: true,
     })?)
 }

@@ -59,6 +59,16 @@ pub struct Global {
         value_parser = clap::value_parser!(u64).range(64..)
     )]
     pub eval_memory: u64,
+    /// The fleet file (default for `mesh fleet` and `mesh deploy`: the nearest fleet.ncl from
+    /// the working folder upwards). Its folder is the fleet's tree for the declarations in it:
+    /// where their imports may lead.
+    #[arg(long, global = true, env = "MESH_FLEET", value_name = "FILE")]
+    pub fleet: Option<PathBuf>,
+    /// The fleet's tree, given outright: a declaration's imports may lead only into it (and to
+    /// the mesh's library). Default: the folder of the nearest fleet.ncl above the declaration
+    /// (or of --fleet's), else its checkout (.git), else its own folder.
+    #[arg(long, global = true, env = "MESH_TREE", value_name = "DIR")]
+    pub tree: Option<PathBuf>,
     /// How many containers a switch creates and starts at once (each container's own steps
     /// stay in their order). Stops are not bound by it: a switch asks every stop at once.
     #[arg(
@@ -165,17 +175,9 @@ pub enum FleetCommand {
     Status(FleetArgs),
 }
 
-/// The fleet file and how many of its nodes at once: every fleet command takes them.
+/// How many of the fleet's nodes at once: every fleet command takes it (and the global --fleet).
 #[derive(Args, Debug)]
-pub struct FleetFile {
-    /// The fleet file.
-    #[arg(
-        long,
-        env = "MESH_FLEET",
-        value_name = "FILE",
-        default_value = "fleet.ncl"
-    )]
-    pub fleet: PathBuf,
+pub struct AtOnce {
     /// Nodes at once.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub parallel: u64,
@@ -184,7 +186,7 @@ pub struct FleetFile {
 #[derive(Args, Debug)]
 pub struct FleetArgs {
     #[command(flatten)]
-    pub file: FleetFile,
+    pub at_once: AtOnce,
     /// Only these nodes (default: every node of the fleet).
     #[arg(long = "node", value_name = "NODE")]
     pub nodes: Vec<String>,
@@ -208,7 +210,7 @@ pub struct DeployArgs {
     /// The nodes to deploy (default: every node of the fleet).
     pub nodes: Vec<String>,
     #[command(flatten)]
-    pub file: FleetFile,
+    pub at_once: AtOnce,
     /// Seconds a node waits, once switched, for the confirmation over a new connection before
     /// it switches back by itself.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::OnceLock;
 
-use mesh_compiler::{build, BuildRequest, Built, Evaluator, Limits};
+use mesh_compiler::{build, BuildRequest, Built, Evaluator, Limits, TreeRule};
 use mesh_lib::{GenerationId, NodeRecord, Store};
 use serde_json::json;
 
@@ -67,11 +67,27 @@ pub fn evaluator() -> &'static Evaluator {
     EVALUATOR.get_or_init(|| Evaluator::this_binary(Limits::default()))
 }
 
+/// How every build of this run finds the fleet's tree: what `--tree` and `--fleet` said.
+static TREE: OnceLock<TreeRule> = OnceLock::new();
+
+/// How this run's builds find the fleet's tree.
+pub fn tree_rule() -> &'static TreeRule {
+    TREE.get_or_init(TreeRule::default)
+}
+
 pub fn run(cli: Cli) -> Result<(), Failure> {
     let _first = EVALUATOR.set(Evaluator::this_binary(Limits {
         time: std::time::Duration::from_secs(cli.global.eval_timeout),
         memory_mib: cli.global.eval_memory,
     }));
+    let _first = TREE.set(TreeRule {
+        tree: cli.global.tree.clone(),
+        fleet: cli.global.fleet.clone(),
+    });
+    let place = crate::fleet::Place {
+        file: cli.global.fleet,
+        tree: cli.global.tree,
+    };
     let state = state_dir(cli.global.state_dir)?;
     mesh_lib::state::secure(&state)?;
     let machine = activate::Machine {
@@ -114,14 +130,14 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::DeployAgent { token } => crate::remote::agent(&machine, &token),
         Command::Fleet {
             command: FleetCommand::Build(args),
-        } => crate::fleet::build(&state, args),
+        } => crate::fleet::build(&state, &place, args),
         Command::Fleet {
             command: FleetCommand::Records(args),
-        } => crate::fleet::records(&state, args),
+        } => crate::fleet::records(&state, &place, args),
         Command::Fleet {
             command: FleetCommand::Status(args),
-        } => crate::fleet::status(&state, args),
-        Command::Deploy(args) => crate::fleet::deploy(&state, args),
+        } => crate::fleet::status(&state, &place, args),
+        Command::Deploy(args) => crate::fleet::deploy(&state, &place, args),
     }
 }
 
@@ -138,6 +154,7 @@ fn build_node(
         state_dir: state,
         use_cache,
         evaluator: evaluator(),
+        tree: tree_rule(),
         per_module: true,
     })?;
     Ok(built)
