@@ -84,6 +84,15 @@ pub struct Global {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Start a fleet: write into DIR (default: here) a small one that builds as it is — a fleet
+    /// file, a catalogue of two modules, one node's declaration, the records folder, a
+    /// .gitignore, the CI gate (ci/check.sh: `mesh fleet build --check ci/ids.txt`, with the ids
+    /// the nodes build now) and the mesh's library in .mesh/ for editors. Writes over nothing.
+    Init(InitArgs),
+    /// The mesh's Nickel library (what `import "mesh.ncl"` reads), as this binary ships it and
+    /// builds with: printed, or written as DIR/mesh.ncl for the `nickel` command and the Nickel
+    /// language server (put DIR on NICKEL_IMPORT_PATH).
+    Lib(LibArgs),
     /// Compile a node declaration into a generation in the store; print its id on the last line.
     Build(BuildArgs),
     /// Show a generation for a person: files and their states, containers, ports, openings and
@@ -159,6 +168,27 @@ pub enum Command {
         /// The deploy's token.
         token: String,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// The fleet's folder, made if missing (it may hold other files, none of the fleet's).
+    #[arg(default_value = ".", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The first node's name.
+    #[arg(long, value_name = "NAME", default_value = "node-1")]
+    pub node: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LibArgs {
+    /// Write the library as DIR/mesh.ncl (replacing one a mesh wrote there; any other file is
+    /// refused) instead of printing it.
+    #[arg(long, value_name = "DIR")]
+    pub write: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]

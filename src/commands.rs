@@ -76,6 +76,11 @@ pub fn tree_rule() -> &'static TreeRule {
 }
 
 pub fn run(cli: Cli) -> Result<(), Failure> {
+    // What reads no state: the library is printed or written wherever a state directory is not.
+    let command = match cli.command {
+        Command::Lib(args) => return crate::setup::lib(args),
+        command => command,
+    };
     let _first = EVALUATOR.set(Evaluator::this_binary(Limits {
         time: std::time::Duration::from_secs(cli.global.eval_timeout),
         memory_mib: cli.global.eval_memory,
@@ -96,7 +101,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         netns: cli.global.netns,
         container_jobs: cli.global.container_jobs as usize,
     };
-    match cli.command {
+    match command {
+        Command::Init(args) => crate::setup::init(&state, args),
+        Command::Lib(_) => unreachable!("answered before the state directory"),
         Command::Build(args) => build_cmd(&state, args),
         Command::Show(args) => show_cmd(&state, args),
         Command::Verify(flag) => verify_cmd(&state, flag.json),
