@@ -162,6 +162,12 @@ pub enum Command {
     /// node, from -> to, what changed, result, time. Exit 0 when every node is confirmed, 2 when
     /// one was reverted or its host key refused, 3 when one failed or is unreachable.
     Deploy(DeployArgs),
+    /// Print the completion script of SHELL for the mesh's commands and options, e.g.
+    /// `mesh completions bash > /etc/bash_completion.d/mesh`.
+    Completions(CompletionsArgs),
+    /// Man pages for the mesh and each of its commands (the --help text, as roff): the page of
+    /// COMMAND printed (`mesh man fleet build | man -l -`), or every page written to DIR.
+    Man(ManArgs),
     /// The detached side of `mesh switch --confirm-within` (not for people).
     #[command(hide = true)]
     DeployAgent {
@@ -187,6 +193,23 @@ pub struct InitArgs {
 pub struct LibArgs {
     /// Write the library as DIR/mesh.ncl (replacing one a mesh wrote there; any other file is
     /// refused) instead of printing it.
+    #[arg(long, value_name = "DIR")]
+    pub write: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// The command whose page is printed, e.g. `fleet build` (default: the mesh's own page).
+    #[arg(value_name = "COMMAND", conflicts_with = "write")]
+    pub command: Vec<String>,
+    /// Write every page (mesh.1, mesh-build.1, mesh-fleet-build.1, …) into DIR instead.
     #[arg(long, value_name = "DIR")]
     pub write: Option<PathBuf>,
 }

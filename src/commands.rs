@@ -76,9 +76,12 @@ pub fn tree_rule() -> &'static TreeRule {
 }
 
 pub fn run(cli: Cli) -> Result<(), Failure> {
-    // What reads no state: the library is printed or written wherever a state directory is not.
+    // What reads no state: a build of the package (flake.nix) makes completions and man pages
+    // where no state directory can be.
     let command = match cli.command {
         Command::Lib(args) => return crate::setup::lib(args),
+        Command::Completions(args) => return crate::setup::completions(args),
+        Command::Man(args) => return crate::setup::man(args),
         command => command,
     };
     let _first = EVALUATOR.set(Evaluator::this_binary(Limits {
@@ -103,7 +106,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
     };
     match command {
         Command::Init(args) => crate::setup::init(&state, args),
-        Command::Lib(_) => unreachable!("answered before the state directory"),
+        Command::Lib(_) | Command::Completions(_) | Command::Man(_) => {
+            unreachable!("answered before the state directory")
+        }
         Command::Build(args) => build_cmd(&state, args),
         Command::Show(args) => show_cmd(&state, args),
         Command::Verify(flag) => verify_cmd(&state, flag.json),

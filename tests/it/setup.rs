@@ -1,10 +1,26 @@
 //! Issue 23: a fleet of one's own in the first hour — `mesh init` writes a fleet that builds as
-//! it is, with its CI gate; `mesh lib` writes the library the build uses, for editors.
+//! it is, with its CI gate; `mesh lib` writes the library the build uses, for editors; the shell
+//! completions and the man pages cover every command, with the `--help` text.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::{mesh, repo, run, Ran};
+
+/// Whether `tool` is on PATH; in CI (`CI=true`) its absence is a failure, never a skip.
+fn tool_here(tool: &str) -> bool {
+    let here = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !here {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("this test needs {tool}, and CI must run it");
+        }
+        eprintln!("NOT RUN outside CI: this check needs {tool}");
+    }
+    here
+}
 
 /// `mesh ARGS` in `dir`, with `state` as the state directory.
 fn mesh_in(state: &Path, dir: &Path, args: &[&str]) -> Ran {
@@ -229,4 +245,138 @@ fn the_written_library_is_the_one_the_build_uses() {
         std::fs::read_to_string(dir.join("mesh.ncl")).unwrap(),
         "{ mine = 1 }\n"
     );
+}
+
+/// The commands `mesh WORDS --help` lists, each with the words that run it, recursively: every
+/// command a person may run, from the binary's own help.
+fn commands(state: &Path, words: &[String]) -> Vec<Vec<String>> {
+    let mut c = mesh(state);
+    c.args(words).arg("--help");
+    let help = run(c);
+    assert_eq!(help.code, 0, "{words:?}: {}", help.stderr);
+    let mut out = vec![words.to_vec()];
+    let listed = help
+        .stdout
+        .split("\nCommands:\n")
+        .nth(1)
+        .map(|rest| rest.split("\n\n").next().unwrap_or(""))
+        .unwrap_or("");
+    for line in listed.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        if name.is_empty() || name == "help" || !line.starts_with("  ") || line.starts_with("   ") {
+            continue;
+        }
+        let mut sub = words.to_vec();
+        sub.push(name.to_owned());
+        out.extend(commands(state, &sub));
+    }
+    out
+}
+
+/// Text with its whitespace made single spaces.
+fn words_of(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The man pages (`mesh man --write DIR`) and the completions of bash, zsh and fish cover every
+/// command `--help` lists. Each page, rendered, says what the command's `--help` says first and
+/// names every option it lists; each script names every command and parses in its shell. None
+/// of it needs a state directory (a package's build makes them where there is none).
+#[test]
+fn completions_and_man_pages_cover_every_command() {
+    let state = tempfile::tempdir().unwrap();
+    let all = commands(state.path(), &[]);
+    assert!(all.len() > 25, "{all:?}");
+    assert!(all.contains(&vec!["fleet".to_owned(), "build".to_owned()]));
+    let no_state = |args: &[&str]| {
+        let mut c = mesh(state.path());
+        c.env("MESH_STATE_DIR", "/proc/no-state-here").args(args);
+        run(c)
+    };
+
+    let pages = tempfile::tempdir().unwrap();
+    let wrote = no_state(&["man", "--write", pages.path().to_str().unwrap()]);
+    assert_eq!(wrote.code, 0, "{}", wrote.stderr);
+    let groff = tool_here("groff");
+    for words in &all {
+        let name = std::iter::once("mesh")
+            .chain(words.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("-");
+        let page = pages.path().join(format!("{name}.1"));
+        assert!(
+            page.is_file(),
+            "no man page for {words:?}: {}",
+            wrote.stdout
+        );
+        if !groff {
+            continue;
+        }
+        let rendered = Command::new("groff")
+            .args(["-k", "-man", "-Tutf8", "-P-cbou", "-rLL=5000n", "-rHY=0"])
+            .arg(&page)
+            .output()
+            .unwrap();
+        assert!(rendered.status.success(), "{name}");
+        let text = words_of(&String::from_utf8_lossy(&rendered.stdout))
+            .replace(['\u{2010}', '\u{2212}'], "-")
+            .replace(['\u{2018}', '\u{2019}'], "'")
+            .replace(['\u{201c}', '\u{201d}'], "\"");
+        let mut c = mesh(state.path());
+        c.args(words).arg("--help");
+        let help = run(c).stdout;
+        let about = words_of(help.split("\n\n").next().unwrap());
+        assert!(
+            text.contains(&about),
+            "{name}: the page does not say what --help says:\n{about}\n---\n{text}"
+        );
+        for flag in help
+            .split_whitespace()
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+        {
+            let flag = flag.trim_end_matches([',', '.', ')', ':']);
+            let flag = flag.split(['=', '[', '<']).next().unwrap();
+            assert!(text.contains(flag), "{name}: the page does not name {flag}");
+        }
+    }
+    let one = no_state(&["man", "fleet", "build"]);
+    assert_eq!(one.code, 0, "{}", one.stderr);
+    assert_eq!(
+        one.stdout,
+        std::fs::read_to_string(pages.path().join("mesh-fleet-build.1")).unwrap()
+    );
+    let unknown = no_state(&["man", "fleet", "nope"]);
+    assert_eq!(unknown.code, 1, "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("records"), "{}", unknown.stderr);
+
+    for (shell, parse) in [
+        ("bash", &["bash", "-n"][..]),
+        ("zsh", &["zsh", "-n"][..]),
+        ("fish", &["fish", "--no-execute"][..]),
+    ] {
+        let script = no_state(&["completions", shell]);
+        assert_eq!(script.code, 0, "{shell}: {}", script.stderr);
+        for words in all.iter().filter(|w| !w.is_empty()) {
+            let last = words.last().unwrap();
+            assert!(
+                script.stdout.contains(last.as_str()),
+                "{shell}: no completion of {words:?}"
+            );
+        }
+        if tool_here(parse[0]) {
+            let file = pages.path().join(format!("completion.{shell}"));
+            std::fs::write(&file, &script.stdout).unwrap();
+            let out = Command::new(parse[0])
+                .args(&parse[1..])
+                .arg(&file)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{shell} does not parse its completions: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    assert_eq!(no_state(&["completions", "tcsh"]).code, 1);
 }
