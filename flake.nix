@@ -18,6 +18,20 @@
           # The suite needs root, network namespaces and a Docker engine: the check below runs
           # the parts that need none of them.
           doCheck = false;
+          nativeBuildInputs = [ pkgs.installShellFiles ];
+          # Completions for bash, zsh and fish and a man page per command, made by the binary
+          # just built from the command line's own definition (their text is `--help`'s), and
+          # the mesh's Nickel library in share/mesh (for NICKEL_IMPORT_PATH). The commands read
+          # no state directory, so the build's sandbox is no trouble.
+          postInstall = pkgs.lib.optionalString (pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform) ''
+            installShellCompletion --cmd mesh \
+              --bash <($out/bin/mesh completions bash) \
+              --zsh <($out/bin/mesh completions zsh) \
+              --fish <($out/bin/mesh completions fish)
+            $out/bin/mesh man --write man
+            installManPage man/*.1
+            $out/bin/mesh lib --write $out/share/mesh
+          '';
           # The nftables driver opens libnftables (libnftables.so.1) at run time; without it on
           # the search path it falls back to the `nft` command.
           postFixup = ''
@@ -40,9 +54,8 @@
           nativeCheckInputs = [ pkgs.nftables pkgs.iproute2 ];
           checkPhase = ''
             runHook preCheck
-            # The source here is no git checkout; the examples import their catalogue across
-            # folders, which only a checkout (a folder holding .git) puts in one fleet's tree.
-            mkdir -p .git
+            # The source here is no checkout: the examples' fleet file (examples/fleet.ncl)
+            # makes their folder one fleet's tree all the same.
             cargo test --workspace --locked --offline
             runHook postCheck
           '';

@@ -18,8 +18,14 @@
 //! changed, against the cold build. Targets: cold within 0.7x one whole evaluation; one module
 //! changed under 10% of cold.
 //!
-//! `MESH_BENCH_ONLY=builds` (or `containers`) runs one half. Everything the bench creates
-//! carries its prefix and is removed at the end.
+//! Rollback stops (issue 23): 60 takes whose mesh containers declare no stop timeout (the
+//! engine's default, 10 s), rolled back: against the CLI making the same calls all 60 at once,
+//! and 32 at a time (in waves, as the container jobs once bounded the stops). Target: within
+//! 1.2x of all at once, faster than the waves. (What remains beyond one stop is the engine's own
+//! work — sixty teardowns and starts — which the CLI all at once waits for too.)
+//!
+//! `MESH_BENCH_ONLY=builds` (or `containers`) runs one half; `stops`, the rollback stops alone.
+//! Everything the bench creates carries its prefix and is removed at the end.
 
 mod common;
 
@@ -76,84 +82,134 @@ fn seconds(d: Duration) -> String {
 
 const N: usize = 60;
 
-fn containers(rows: &mut Vec<Row>) {
-    let prefix = format!("meshscale{}", std::process::id());
-    let image = format!("{prefix}-busybox:1");
-    let _cleanup = common::DockerCleanup(prefix.clone(), image.clone());
-    common::import_busybox(&image);
+/// The seed's sixty containers on the engine: the predecessor's, each named, on its volume, a
+/// process that ignores SIGTERM (busybox `sleep` as PID 1), and the node declaring a module per
+/// container; removed when dropped.
+struct Sixty {
+    prefix: String,
+    image: String,
+    dir: tempfile::TempDir,
+    decl: PathBuf,
+    ns: String,
+    _ns: common::Netns,
+    _cleanup: common::DockerCleanup,
+}
 
-    let name = |i: usize| format!("{prefix}-app{i}");
-    let apps: Vec<usize> = (0..N).collect();
-    at_a_time(16, &apps, |&i| {
-        docker(&[
-            "run",
-            "-d",
-            "--name",
-            &name(i),
-            "--stop-timeout",
-            "2",
+impl Sixty {
+    /// `tag` keeps this set's names apart; `found_stop` is the predecessor's `--stop-timeout`,
+    /// `stop` the one the mesh's containers declare (`None`: the engine's default, 10 s).
+    fn new(tag: &str, found_stop: u32, stop: Option<u32>) -> Self {
+        let prefix = format!("meshscale{}{tag}", std::process::id());
+        let image = format!("{prefix}-busybox:1");
+        let cleanup = common::DockerCleanup(prefix.clone(), image.clone());
+        common::import_busybox(&image);
+        let apps: Vec<usize> = (0..N).collect();
+        let name = |i: usize| format!("{prefix}-app{i}");
+        at_a_time(16, &apps, |&i| {
+            let mut args = vec!["run".to_owned(), "-d".into(), "--name".into(), name(i)];
+            args.extend(["--stop-timeout".into(), found_stop.to_string()]);
+            args.extend(Self::run_args(&prefix, &image, i));
+            docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        });
+        let stop = stop.map_or(String::new(), |s| format!(", stop_timeout = {s}"));
+        let modules: String = (0..N)
+            .map(|i| {
+                format!(
+                    "{{ name = \"app{i}\", config = fun s => {{ containers = [{{ name = \"{}\", image = \"{image}\", command = [\"/bin/busybox\", \"sleep\", \"100000\"], volumes = [{{ source = \"{prefix}-vol{i}\", target = \"/data\" }}]{stop} }}] }} }},\n",
+                    name(i)
+                )
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let decl = common::container_node(dir.path(), &modules);
+        let ns = format!("{prefix}-ns");
+        Self {
+            _ns: common::Netns::add(ns.clone()),
+            ns,
+            prefix,
+            image,
+            dir,
+            decl,
+            _cleanup: cleanup,
+        }
+    }
+
+    /// The arguments of `docker run` and `docker create` after the name and the stop timeout.
+    fn run_args(prefix: &str, image: &str, i: usize) -> Vec<String> {
+        [
             "-v",
             &format!("{prefix}-vol{i}:/data"),
-            &image,
+            image,
             "/bin/busybox",
             "sleep",
             "100000",
-        ]);
-    });
-    let modules: String = (0..N)
-        .map(|i| {
-            format!(
-                "{{ name = \"app{i}\", config = fun s => {{ containers = [{{ name = \"{}\", image = \"{image}\", command = [\"/bin/busybox\", \"sleep\", \"100000\"], volumes = [{{ source = \"{prefix}-vol{i}\", target = \"/data\" }}], stop_timeout = 2 }}] }} }},\n",
-                name(i)
-            )
-        })
-        .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let decl = common::container_node(dir.path(), &modules);
-    let ns = format!("{prefix}-ns");
-    let _ns = common::Netns::add(ns.clone());
-    let mesh = |args: &[&str]| common::mesh(&dir.path().join("state"), dir.path(), Some(&ns), args);
-    let timed = |args: &[&str]| {
-        let t = Instant::now();
-        mesh(args);
-        t.elapsed()
-    };
-    mesh(&["adopt", decl.to_str().unwrap()]);
-    let all: Vec<String> = (0..N).map(|i| format!("app{i}")).collect();
-    let mut take: Vec<&str> = vec!["take"];
-    take.extend(all.iter().map(String::as_str));
-    let mesh_take = timed(&take);
-    let mesh_back = timed(&["rollback", "--to", "1"]);
-    let mesh_forward = timed(&["rollback", "--to", "2"]);
-    mesh(&["rollback", "--to", "1"]);
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
 
-    // The same calls through the CLI.
-    let take_one = |&i: &usize| {
-        let n = name(i);
+    fn name(&self, i: usize) -> String {
+        format!("{}-app{i}", self.prefix)
+    }
+
+    fn mesh(&self, args: &[&str]) -> Duration {
+        let t = Instant::now();
+        common::mesh(
+            &self.dir.path().join("state"),
+            self.dir.path(),
+            Some(&self.ns),
+            args,
+        );
+        t.elapsed()
+    }
+
+    /// `mesh adopt`, then how long `mesh take` of all sixty modules took.
+    fn adopt_and_take(&self) -> Duration {
+        self.mesh(&["adopt", self.decl.to_str().unwrap()]);
+        let all: Vec<String> = (0..N).map(|i| format!("app{i}")).collect();
+        let mut take: Vec<&str> = vec!["take"];
+        take.extend(all.iter().map(String::as_str));
+        self.mesh(&take)
+    }
+
+    /// The take of container `i` through the CLI, the mesh's container created with `stop`
+    /// (`None`: the engine's default): stop, rename, create, start.
+    fn cli_take(&self, i: usize, stop: Option<u32>) {
+        let n = self.name(i);
         docker(&["stop", &n]);
         docker(&["rename", &n, &format!("{n}.found")]);
-        docker(&[
-            "create",
-            "--name",
-            &n,
-            "--stop-timeout",
-            "2",
-            "-v",
-            &format!("{prefix}-vol{i}:/data"),
-            &image,
-            "/bin/busybox",
-            "sleep",
-            "100000",
-        ]);
+        let mut args = vec!["create".to_owned(), "--name".into(), n.clone()];
+        if let Some(s) = stop {
+            args.extend(["--stop-timeout".into(), s.to_string()]);
+        }
+        args.extend(Self::run_args(&self.prefix, &self.image, i));
+        docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
         docker(&["start", &n]);
-    };
-    let back_one = |&i: &usize| {
-        let n = name(i);
+    }
+
+    /// The rollback of container `i` through the CLI: stop, remove, start, rename.
+    fn cli_back(&self, i: usize) {
+        let n = self.name(i);
         docker(&["stop", &n]);
         docker(&["rm", &n]);
         docker(&["start", &format!("{n}.found")]);
         docker(&["rename", &format!("{n}.found"), &n]);
-    };
+    }
+}
+
+/// The take, the rollback and the forward of sixty containers whose stops take 2 s, against
+/// the docker CLI 16 at a time and one by one.
+fn containers(rows: &mut Vec<Row>) {
+    let set = Sixty::new("c", 2, Some(2));
+    let apps: Vec<usize> = (0..N).collect();
+    let mesh_take = set.adopt_and_take();
+    let mesh_back = set.mesh(&["rollback", "--to", "1"]);
+    let mesh_forward = set.mesh(&["rollback", "--to", "2"]);
+    set.mesh(&["rollback", "--to", "1"]);
+
+    // The same calls through the CLI.
+    let take_one = |&i: &usize| set.cli_take(i, Some(2));
+    let back_one = |&i: &usize| set.cli_back(i);
     let cli16_take = at_a_time(16, &apps, take_one);
     let cli16_back = at_a_time(16, &apps, back_one);
     let cli16_forward = at_a_time(16, &apps, take_one);
@@ -185,6 +241,37 @@ fn containers(rows: &mut Vec<Row>) {
             percent: false,
         });
     }
+}
+
+/// Issue 23: a rollback across sixty takes whose containers (the mesh's) declare no stop
+/// timeout, so each waits the engine's default 10 s: the mesh asks every stop at once, so the
+/// rollback costs about one stop — against the CLI making the same calls all sixty at once, and
+/// in waves of 32 (the container jobs' bound, which once held the stops too: two stops' time).
+fn rollback_stops(rows: &mut Vec<Row>) {
+    let set = Sixty::new("s", 1, None);
+    let apps: Vec<usize> = (0..N).collect();
+    set.adopt_and_take();
+    let mesh_back = set.mesh(&["rollback", "--to", "1"]);
+    set.mesh(&["rollback", "--to", "2"]);
+    let cli_all_back = at_a_time(N, &apps, |&i| set.cli_back(i));
+    at_a_time(N, &apps, |&i| set.cli_take(i, None));
+    let cli32_back = at_a_time(32, &apps, |&i| set.cli_back(i));
+    rows.push(Row {
+        what: "rollback across 60 takes (stop 10 s, the default)".into(),
+        mesh: mesh_back,
+        reference: "docker CLI, all 60 at once".into(),
+        against: cli_all_back,
+        target: "<= 1.2x",
+        percent: false,
+    });
+    rows.push(Row {
+        what: String::new(),
+        mesh: mesh_back,
+        reference: "docker CLI, 32 at a time".into(),
+        against: cli32_back,
+        target: "< 1x",
+        percent: false,
+    });
 }
 
 /// A node of `n` modules, each in a file of its own with ten files, a container and an
@@ -317,14 +404,17 @@ fn main() {
     let mut rows = Vec::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let only = std::env::var("MESH_BENCH_ONLY").unwrap_or_default();
-    if only != "containers" {
+    if only != "containers" && only != "stops" {
         builds(&mut rows, 200, 5);
         builds(&mut rows, 800, 3);
     }
     let docker_ran =
         only != "builds" && rustix::process::geteuid().is_root() && common::docker_here();
     if docker_ran {
-        containers(&mut rows);
+        if only != "stops" {
+            containers(&mut rows);
+        }
+        rollback_stops(&mut rows);
     }
     println!("\nat the seed's scale, on {cores} cores (medians; containers: one run each)\n");
     println!(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as root: installs what the tests need if it is
 # missing (nftables, iptables, docker.io, busybox-static, iproute2, systemd and dbus for the units'
-# tests, openssh-server and -client for the fleet's, and nix-bin to parse flake.nix), starts
+# tests, openssh-server and -client for the fleet's, zsh, fish and groff for the completions and
+# man pages, and nix-bin to parse flake.nix), starts
 # dockerd if none runs, then runs every test. A test that needs root, namespaces or nft fails —
 # never skips — when CI=true and they are missing.
 set -euo pipefail
@@ -23,6 +24,10 @@ command -v ssh >/dev/null || need+=(openssh-client)
 # Each node's sshd runs in a mount namespace of its own (unshare, mount).
 command -v unshare >/dev/null || need+=(util-linux)
 command -v mount >/dev/null || need+=(mount)
+# The completion scripts are parsed by their shells, the man pages rendered by groff.
+command -v zsh >/dev/null || need+=(zsh)
+command -v fish >/dev/null || need+=(fish)
+command -v groff >/dev/null || need+=(groff-base)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing: ${need[*]}"

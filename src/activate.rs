@@ -26,7 +26,7 @@ pub struct Machine {
     pub state: PathBuf,
     pub root: PathBuf,
     pub netns: Option<String>,
-    /// How many containers' steps a switch runs at once.
+    /// How many containers a switch creates and starts at once (its stops are all at once).
     pub container_jobs: usize,
     /// How long a switch watches the units it started before it calls them up.
     pub settle: std::time::Duration,
@@ -56,6 +56,7 @@ fn build_with(state: &Path, decl: &Path, record: Option<&NodeRecord>) -> Result<
         state_dir: state,
         use_cache: true,
         evaluator: crate::commands::evaluator(),
+        tree: crate::commands::tree_rule(),
         per_module: true,
     })?)
 }

@@ -59,8 +59,18 @@ pub struct Global {
         value_parser = clap::value_parser!(u64).range(64..)
     )]
     pub eval_memory: u64,
-    /// How many containers' steps a switch runs at once (each container's own steps stay in
-    /// their order).
+    /// The fleet file (default for `mesh fleet` and `mesh deploy`: the nearest fleet.ncl from
+    /// the working folder upwards). Its folder is the fleet's tree for the declarations in it:
+    /// where their imports may lead.
+    #[arg(long, global = true, env = "MESH_FLEET", value_name = "FILE")]
+    pub fleet: Option<PathBuf>,
+    /// The fleet's tree, given outright: a declaration's imports may lead only into it (and to
+    /// the mesh's library). Default: the folder of the nearest fleet.ncl above the declaration
+    /// (or of --fleet's), else its checkout (.git), else its own folder.
+    #[arg(long, global = true, env = "MESH_TREE", value_name = "DIR")]
+    pub tree: Option<PathBuf>,
+    /// How many containers a switch creates and starts at once (each container's own steps
+    /// stay in their order). Stops are not bound by it: a switch asks every stop at once.
     #[arg(
         long,
         global = true,
@@ -87,6 +97,15 @@ pub struct Global {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Start a fleet: write into DIR (default: here) a small one that builds as it is — a fleet
+    /// file, a catalogue of two modules, one node's declaration, the records folder, a
+    /// .gitignore, the CI gate (ci/check.sh: `mesh fleet build --check ci/ids.txt`, with the ids
+    /// the nodes build now) and the mesh's library in .mesh/ for editors. Writes over nothing.
+    Init(InitArgs),
+    /// The mesh's Nickel library (what `import "mesh.ncl"` reads), as this binary ships it and
+    /// builds with: printed, or written as DIR/mesh.ncl for the `nickel` command and the Nickel
+    /// language server (put DIR on NICKEL_IMPORT_PATH).
+    Lib(LibArgs),
     /// Compile a node declaration into a generation in the store; print its id on the last line.
     Build(BuildArgs),
     /// Show a generation for a person: files and their states, containers, ports, openings and
@@ -156,6 +175,12 @@ pub enum Command {
     /// node, from -> to, what changed, result, time. Exit 0 when every node is confirmed, 2 when
     /// one was reverted or its host key refused, 3 when one failed or is unreachable.
     Deploy(DeployArgs),
+    /// Print the completion script of SHELL for the mesh's commands and options, e.g.
+    /// `mesh completions bash > /etc/bash_completion.d/mesh`.
+    Completions(CompletionsArgs),
+    /// Man pages for the mesh and each of its commands (the --help text, as roff): the page of
+    /// COMMAND printed (`mesh man fleet build | man -l -`), or every page written to DIR.
+    Man(ManArgs),
     /// The detached side of `mesh switch --confirm-within` (not for people).
     #[command(hide = true)]
     DeployAgent {
@@ -172,6 +197,44 @@ pub enum Command {
     },
 }
 
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// The fleet's folder, made if missing (it may hold other files, none of the fleet's).
+    #[arg(default_value = ".", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The first node's name.
+    #[arg(long, value_name = "NAME", default_value = "node-1")]
+    pub node: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LibArgs {
+    /// Write the library as DIR/mesh.ncl (replacing one a mesh wrote there; any other file is
+    /// refused) instead of printing it.
+    #[arg(long, value_name = "DIR")]
+    pub write: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// The command whose page is printed, e.g. `fleet build` (default: the mesh's own page).
+    #[arg(value_name = "COMMAND", conflicts_with = "write")]
+    pub command: Vec<String>,
+    /// Write every page (mesh.1, mesh-build.1, mesh-fleet-build.1, …) into DIR instead.
+    #[arg(long, value_name = "DIR")]
+    pub write: Option<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum FleetCommand {
     /// Build every node (in parallel), each with its record from the fleet's records folder;
@@ -186,17 +249,9 @@ pub enum FleetCommand {
     Status(FleetArgs),
 }
 
-/// The fleet file and how many of its nodes at once: every fleet command takes them.
+/// How many of the fleet's nodes at once: every fleet command takes it (and the global --fleet).
 #[derive(Args, Debug)]
-pub struct FleetFile {
-    /// The fleet file.
-    #[arg(
-        long,
-        env = "MESH_FLEET",
-        value_name = "FILE",
-        default_value = "fleet.ncl"
-    )]
-    pub fleet: PathBuf,
+pub struct AtOnce {
     /// Nodes at once.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub parallel: u64,
@@ -205,7 +260,7 @@ pub struct FleetFile {
 #[derive(Args, Debug)]
 pub struct FleetArgs {
     #[command(flatten)]
-    pub file: FleetFile,
+    pub at_once: AtOnce,
     /// Only these nodes (default: every node of the fleet).
     #[arg(long = "node", value_name = "NODE")]
     pub nodes: Vec<String>,
@@ -229,7 +284,7 @@ pub struct DeployArgs {
     /// The nodes to deploy (default: every node of the fleet).
     pub nodes: Vec<String>,
     #[command(flatten)]
-    pub file: FleetFile,
+    pub at_once: AtOnce,
     /// The deploy's deadline on each node, in seconds from when its switch is armed: a switch
     /// still running then is stopped, and without the confirmation over a new connection by
     /// then the node switches back by itself.

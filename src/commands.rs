@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::OnceLock;
 
-use mesh_compiler::{build, BuildRequest, Built, Evaluator, Limits};
+use mesh_compiler::{build, BuildRequest, Built, Evaluator, Limits, TreeRule};
 use mesh_lib::{GenerationId, NodeRecord, Store};
 use serde_json::json;
 
@@ -67,11 +67,35 @@ pub fn evaluator() -> &'static Evaluator {
     EVALUATOR.get_or_init(|| Evaluator::this_binary(Limits::default()))
 }
 
+/// How every build of this run finds the fleet's tree: what `--tree` and `--fleet` said.
+static TREE: OnceLock<TreeRule> = OnceLock::new();
+
+/// How this run's builds find the fleet's tree.
+pub fn tree_rule() -> &'static TreeRule {
+    TREE.get_or_init(TreeRule::default)
+}
+
 pub fn run(cli: Cli) -> Result<(), Failure> {
+    // What reads no state: a build of the package (flake.nix) makes completions and man pages
+    // where no state directory can be.
+    let command = match cli.command {
+        Command::Lib(args) => return crate::setup::lib(args),
+        Command::Completions(args) => return crate::setup::completions(args),
+        Command::Man(args) => return crate::setup::man(args),
+        command => command,
+    };
     let _first = EVALUATOR.set(Evaluator::this_binary(Limits {
         time: std::time::Duration::from_secs(cli.global.eval_timeout),
         memory_mib: cli.global.eval_memory,
     }));
+    let _first = TREE.set(TreeRule {
+        tree: cli.global.tree.clone(),
+        fleet: cli.global.fleet.clone(),
+    });
+    let place = crate::fleet::Place {
+        file: cli.global.fleet,
+        tree: cli.global.tree,
+    };
     let state = state_dir(cli.global.state_dir)?;
     mesh_lib::state::secure(&state)?;
     let machine = activate::Machine {
@@ -81,7 +105,11 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         container_jobs: cli.global.container_jobs as usize,
         settle: std::time::Duration::from_secs(cli.global.settle),
     };
-    match cli.command {
+    match command {
+        Command::Init(args) => crate::setup::init(&state, args),
+        Command::Lib(_) | Command::Completions(_) | Command::Man(_) => {
+            unreachable!("answered before the state directory")
+        }
         Command::Build(args) => build_cmd(&state, args),
         Command::Show(args) => show_cmd(&state, args),
         Command::Verify(flag) => verify_cmd(&state, flag.json),
@@ -116,14 +144,14 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::DeployStep { token, step } => crate::remote::step(&machine, &token, &step),
         Command::Fleet {
             command: FleetCommand::Build(args),
-        } => crate::fleet::build(&state, args),
+        } => crate::fleet::build(&state, &place, args),
         Command::Fleet {
             command: FleetCommand::Records(args),
-        } => crate::fleet::records(&state, args),
+        } => crate::fleet::records(&state, &place, args),
         Command::Fleet {
             command: FleetCommand::Status(args),
-        } => crate::fleet::status(&state, args),
-        Command::Deploy(args) => crate::fleet::deploy(&state, args),
+        } => crate::fleet::status(&state, &place, args),
+        Command::Deploy(args) => crate::fleet::deploy(&state, &place, args),
     }
 }
 
@@ -140,6 +168,7 @@ fn build_node(
         state_dir: state,
         use_cache,
         evaluator: evaluator(),
+        tree: tree_rule(),
         per_module: true,
     })?;
     Ok(built)

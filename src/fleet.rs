@@ -1,7 +1,7 @@
 //! `mesh fleet build|records|status` and `mesh deploy`: presentation of what the `mesh-fleet`
 //! crate does.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mesh_fleet::deploy::{Options, Outcome};
 use mesh_fleet::progress::Progress;
@@ -11,8 +11,31 @@ use serde_json::json;
 use crate::cli::{DeployArgs, FleetArgs, FleetBuildArgs};
 use crate::failure::{Exit, Failure};
 
-fn load(state: &Path, file: &Path) -> Result<Fleet, Failure> {
-    Ok(Fleet::load(file, state)?)
+/// Where the fleet is, as the global options say.
+pub struct Place {
+    /// The fleet file named (`--fleet`, `MESH_FLEET`); none: the nearest `fleet.ncl` from the
+    /// working folder upwards.
+    pub file: Option<PathBuf>,
+    /// The fleet's tree, given outright (`--tree`, `MESH_TREE`).
+    pub tree: Option<PathBuf>,
+}
+
+fn load(state: &Path, place: &Place) -> Result<Fleet, Failure> {
+    let file = match &place.file {
+        Some(file) => file.clone(),
+        None => {
+            let here = std::env::current_dir().map_err(Failure::system)?;
+            mesh_compiler::imports::nearest_fleet_file(&here).ok_or_else(|| {
+                Failure::user(format!(
+                    "no {} in {} or a folder above it (up to its checkout): name one with \
+                     --fleet FILE (MESH_FLEET), or start a fleet with `mesh init`",
+                    mesh_compiler::imports::FLEET_FILE,
+                    here.display()
+                ))
+            })?
+        }
+    };
+    Ok(Fleet::load(&file, state, place.tree.as_deref())?)
 }
 
 fn select<'a>(fleet: &'a Fleet, names: &[String]) -> Result<Vec<&'a Node>, Failure> {
@@ -24,8 +47,8 @@ fn short(id: Option<&mesh_lib::GenerationId>) -> String {
 }
 
 /// `mesh fleet build`.
-pub fn build(state: &Path, args: FleetBuildArgs) -> Result<(), Failure> {
-    let fleet = load(state, &args.fleet.file.fleet)?;
+pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Failure> {
+    let fleet = load(state, place)?;
     let nodes = select(&fleet, &args.fleet.nodes)?;
     let expected = match &args.check {
         Some(file) => Some(expected_ids(file)?),
@@ -36,7 +59,7 @@ pub fn build(state: &Path, args: FleetBuildArgs) -> Result<(), Failure> {
         &nodes,
         state,
         crate::commands::evaluator(),
-        args.fleet.file.parallel as usize,
+        args.fleet.at_once.parallel as usize,
     );
     let mut failed = Vec::new();
     let mut differ = Vec::new();
@@ -125,10 +148,10 @@ fn expected_ids(
 }
 
 /// `mesh fleet records`.
-pub fn records(state: &Path, args: FleetArgs) -> Result<(), Failure> {
-    let fleet = load(state, &args.file.fleet)?;
+pub fn records(state: &Path, place: &Place, args: FleetArgs) -> Result<(), Failure> {
+    let fleet = load(state, place)?;
     let nodes = select(&fleet, &args.nodes)?;
-    let fetched = mesh_fleet::each(&nodes, args.file.parallel as usize, |n| {
+    let fetched = mesh_fleet::each(&nodes, args.at_once.parallel as usize, |n| {
         mesh_fleet::status::fetch_record(&fleet, n)
     });
     if args.json {
@@ -154,11 +177,11 @@ pub fn records(state: &Path, args: FleetArgs) -> Result<(), Failure> {
 }
 
 /// `mesh fleet status`.
-pub fn status(state: &Path, args: FleetArgs) -> Result<(), Failure> {
-    let fleet = load(state, &args.file.fleet)?;
+pub fn status(state: &Path, place: &Place, args: FleetArgs) -> Result<(), Failure> {
+    let fleet = load(state, place)?;
     let nodes = select(&fleet, &args.nodes)?;
     let evaluator = crate::commands::evaluator();
-    let lines = mesh_fleet::each(&nodes, args.file.parallel as usize, |n| {
+    let lines = mesh_fleet::each(&nodes, args.at_once.parallel as usize, |n| {
         mesh_fleet::status::line(&fleet, n, state, evaluator)
     });
     if args.json {
@@ -206,11 +229,11 @@ pub fn status(state: &Path, args: FleetArgs) -> Result<(), Failure> {
 }
 
 /// `mesh deploy`.
-pub fn deploy(state: &Path, args: DeployArgs) -> Result<(), Failure> {
-    let fleet = load(state, &args.file.fleet)?;
+pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failure> {
+    let fleet = load(state, place)?;
     let nodes = select(&fleet, &args.nodes)?;
     let options = Options {
-        parallel: args.file.parallel as usize,
+        parallel: args.at_once.parallel as usize,
         confirm_within: args.confirm_timeout,
         dry_run: args.dry_run,
         state_dir: state.to_owned(),

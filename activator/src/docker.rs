@@ -6,9 +6,11 @@
 //! longer declared only when its owner label names this node's state.
 //!
 //! A plan's steps run concurrently across containers ([`Engine::apply`]): each container's own
-//! calls in their order, at most `jobs` containers at a time, every container's letting go (a
-//! stop, a removal, a rename away from its name) before any container takes a name or a port (a
-//! create, a start). A switch of N containers costs about its slowest stop, not their sum.
+//! calls in their order, every container's letting go (a stop, a removal, a rename away from its
+//! name) before any container takes a name or a port (a create, a start). The letting go is
+//! asked of every container at once — a stop is the engine waiting out the container's stop
+//! timeout, not work — and the taking runs at most `jobs` containers at a time. A switch of N
+//! containers costs about its slowest stop, not their sum, nor a stop per `jobs` containers.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -69,9 +71,10 @@ pub enum DockerError {
 #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
 pub struct StepsFailed(pub Vec<DockerError>);
 
-/// How many containers' steps run at once, unless `--container-jobs` (`MESH_CONTAINER_JOBS`)
-/// says otherwise: enough that a rollback of a node's dozens of containers costs about one
-/// stop, few enough not to flood a small machine's engine with creates and starts at once.
+/// How many containers are created and started at once, unless `--container-jobs`
+/// (`MESH_CONTAINER_JOBS`) says otherwise: few enough not to flood a small machine's engine with
+/// creates and starts. Stops, removals and renames away are not bounded by it: they are all
+/// asked at once.
 pub const DEFAULT_JOBS: usize = 32;
 
 /// What a person is shown while the container phase runs: the binary draws it (a bar on a
@@ -846,11 +849,12 @@ impl Tally {
 
 impl Engine {
     /// Carries out `steps` for `containers` (planned from the listing `present`), creating
-    /// containers labelled for `owner` whose path volumes are under `root`: at most `jobs`
-    /// containers at a time, each container's calls in order, every container's letting go
-    /// before any container's taking. When a call fails, no other container's calls start;
-    /// those in flight are waited for, and every failure is returned, naming its container and
-    /// the engine's message.
+    /// containers labelled for `owner` whose path volumes are under `root`: each container's
+    /// calls in order, every container's letting go before any container's taking; the letting
+    /// go of every container at once (a rollback of sixty containers waits for one stop
+    /// timeout, not for one per wave of `jobs`), the taking at most `jobs` containers at a time.
+    /// When a call fails, no other container's calls start; those in flight are waited for, and
+    /// every failure is returned, naming its container and the engine's message.
     #[allow(clippy::too_many_arguments)]
     pub fn apply(
         &self,
@@ -889,7 +893,10 @@ impl Engine {
                 .filter(|c| !c.release.is_empty())
                 .map(|c| (c.name.as_str(), c.release.as_slice()))
                 .collect();
-            let failed = self.wave(release, jobs, &ctx, &tally, progress).await;
+            // Every stop at once: the engine waits out each container's stop timeout side by
+            // side, and nothing is bound to the order a stop ends in.
+            let all = release.len();
+            let failed = self.wave(release, all, &ctx, &tally, progress).await;
             if !failed.is_empty() {
                 return failed;
             }

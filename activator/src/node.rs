@@ -33,7 +33,7 @@ pub struct Node {
     pub(crate) state_in_root: Option<String>,
     /// systemd, connected on first use.
     pub(crate) systemd: std::sync::OnceLock<Box<dyn crate::systemd::Systemd>>,
-    /// How many containers' steps a switch runs at once.
+    /// How many containers a switch creates and starts at once (its stops are all at once).
     pub(crate) container_jobs: usize,
     /// What the container phase reports while it runs.
     pub(crate) progress: Box<dyn crate::docker::Progress>,
@@ -153,7 +153,8 @@ impl Node {
         self
     }
 
-    /// The same node, running at most `jobs` containers' steps at once (at least one).
+    /// The same node, creating and starting at most `jobs` containers at once (at least one);
+    /// its stops are all asked at once.
     pub fn with_container_jobs(mut self, jobs: usize) -> Self {
         self.container_jobs = jobs.max(1);
         self

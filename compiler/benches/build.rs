@@ -63,6 +63,7 @@ fn cold_build(
                     state_dir: state.path(),
                     use_cache: true,
                     evaluator,
+                    tree: &Default::default(),
                     per_module: true,
                 })
                 .unwrap();
@@ -92,6 +93,7 @@ fn measure(name: &str, node: &Path, record: Option<(&NodeRecord, &Path)>, runs: 
         state_dir: state.path(),
         use_cache: true,
         evaluator: &child,
+        tree: &Default::default(),
         per_module: true,
     };
     let first = build(&request).unwrap();

@@ -147,7 +147,8 @@ pub enum BoundedError {
 pub(crate) struct Request {
     pub node: PathBuf,
     pub library: PathBuf,
-    pub tree_root: PathBuf,
+    /// Where the declaration's imports may lead.
+    pub tree: Tree,
     pub pinned: BTreeMap<String, u16>,
     /// The node record's canonical bytes and the name diagnostics call it by.
     pub record: Option<(String, String)>,
@@ -219,11 +220,7 @@ pub(crate) fn evaluate_here(
     request: &Request,
     warm: Option<crate::eval::Warm>,
 ) -> Result<Evaluated, MeshDiagnostic> {
-    let tree = Tree {
-        root: request.tree_root.clone(),
-        library: std::fs::canonicalize(&request.library)
-            .unwrap_or_else(|_| request.library.clone()),
-    };
+    let tree = &request.tree;
     let known = match (&request.cache_dir, request.per_module) {
         (Some(dir), true) => crate::cache::modules::load_parsed(dir, &request.node),
         _ => crate::imports::Parsed::new(),
@@ -239,7 +236,7 @@ pub(crate) fn evaluate_here(
     let (graph, parsed) = crate::imports::walk_with(
         &request.node,
         std::slice::from_ref(&request.library),
-        &tree,
+        tree,
         &known,
     )?;
     let parsed =
@@ -273,7 +270,7 @@ pub(crate) fn evaluate_here(
             node: &request.node,
             library: &request.library,
             pinned: &request.pinned,
-            tree: &tree,
+            tree,
             graph: &graph,
             record: source.as_ref(),
             cache: request.cache_dir.as_deref(),
@@ -309,7 +306,7 @@ pub(crate) fn evaluate_here(
         }
     }
     let evaluation =
-        crate::eval::evaluate_in(&request.node, &request.library, &request.pinned, &tree)?;
+        crate::eval::evaluate_in(&request.node, &request.library, &request.pinned, tree)?;
     let assembled = crate::assemble::assemble(&evaluation, source.as_ref())?;
     Ok(Evaluated {
         assembled,
@@ -347,7 +344,7 @@ impl Chunks<'_> {
         let request = Request {
             node: self.request.node.clone(),
             library: self.request.library.clone(),
-            tree_root: self.request.tree_root.clone(),
+            tree: self.request.tree.clone(),
             pinned: self.request.pinned.clone(),
             record: None,
             memory_mib: self.limits.memory_mib,
@@ -373,17 +370,13 @@ pub(crate) fn evaluate_chunk_here(
     request: &Request,
     text: String,
 ) -> Result<(Box<serde_json::value::RawValue>, Vec<ReadSource>), MeshDiagnostic> {
-    let tree = Tree {
-        root: request.tree_root.clone(),
-        library: std::fs::canonicalize(&request.library)
-            .unwrap_or_else(|_| request.library.clone()),
-    };
+    let tree = &request.tree;
     let evaluation = crate::eval::evaluate_text_in(
         &request.node,
         text,
         &request.library,
         &request.pinned,
-        &tree,
+        tree,
     )?;
     let value = evaluation.to_json().map_err(MeshDiagnostic::new)?;
     let sources = evaluation.read_sources();

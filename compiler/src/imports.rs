@@ -6,9 +6,14 @@
 //! home, the mesh's state directory — would copy it there, and would make the id depend on the
 //! machine that builds it. So:
 //!
-//! - the **fleet's tree** is the enclosing checkout of the node declaration: the nearest folder
-//!   above it (or its own) that holds `.git`; or, outside a checkout, the declaration's own
-//!   folder ([`Tree::of_declaration`]);
+//! - the **fleet's tree** is found the way `Cargo.toml` or `flake.nix` are ([`Tree::find`]):
+//!   the folder given outright (`--tree DIR`); else the folder of the fleet file named
+//!   (`--fleet FILE`, `MESH_FLEET`) when the declaration is in it; else the folder of the nearest
+//!   `fleet.ncl` from the declaration's folder upwards, not above its checkout; else the
+//!   enclosing checkout (the nearest folder holding `.git`); else the declaration's own folder.
+//!   A marker (`fleet.ncl`, `.git`) in a folder every user may write to, like `/tmp`, makes no
+//!   tree: anyone could have put it there. So a fleet copied out of its checkout — a tarball,
+//!   a CI artifact, a Nix store path, a read-only folder — is still one tree;
 //! - an import may resolve to a file in the tree, or to the mesh's own library (`mesh.ncl`,
 //!   installed in the state directory); nothing else. A path is judged after every symlink in it
 //!   is resolved, so a link in the tree that points out of it is outside.
@@ -32,29 +37,113 @@ use nickel_lang_core::traverse::{TraverseAlloc, TraverseControl};
 
 use crate::diagnostic::{display_name, MeshDiagnostic, Source, Span};
 
+/// The name of a fleet file, the marker of a fleet's tree.
+pub const FLEET_FILE: &str = "fleet.ncl";
+
+/// What the user said about the fleet's tree; nothing said, it is found from the declaration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TreeRule {
+    /// The tree, given outright (`--tree DIR`, `MESH_TREE`).
+    pub tree: Option<PathBuf>,
+    /// The fleet file named (`--fleet FILE`, `MESH_FLEET`): its folder is the tree of the
+    /// declarations in it.
+    pub fleet: Option<PathBuf>,
+}
+
+/// Why a folder is the fleet's tree: said with every refusal, so a surprising tree explains
+/// itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Origin {
+    /// Given outright.
+    Given,
+    /// The folder of this fleet file.
+    FleetFile(PathBuf),
+    /// The enclosing checkout.
+    Checkout,
+    /// The declaration's own folder: no fleet file or checkout above it.
+    Folder,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Given => write!(f, "given by --tree"),
+            Origin::FleetFile(file) => write!(f, "the folder of the fleet file {}", file.display()),
+            Origin::Checkout => write!(f, "the checkout: the nearest folder above holding .git"),
+            Origin::Folder => write!(
+                f,
+                "the declaration's own folder: no {FLEET_FILE} or checkout above it"
+            ),
+        }
+    }
+}
+
 /// Where imports may lead: the fleet's tree and the mesh's library.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Tree {
     /// The fleet's tree, canonical.
     pub root: PathBuf,
     /// The folder of the mesh's library, canonical.
     pub library: PathBuf,
+    /// Why `root` is the tree.
+    pub origin: Origin,
 }
 
 impl Tree {
-    /// The tree of the declaration `node` (a canonical path): the nearest folder from the
-    /// declaration's own upwards that holds `.git` (a folder, or the file of a git worktree),
-    /// else the declaration's own folder.
+    /// The tree of the declaration `node` (a canonical path) as nothing said is found: the
+    /// folder of the nearest fleet file from the declaration's folder upwards, not above its
+    /// checkout; else the checkout (the nearest folder holding `.git`, a folder or the file of a
+    /// git worktree); else the declaration's own folder.
     pub fn of_declaration(node: &Path, library: &Path) -> Self {
         let folder = node.parent().unwrap_or(Path::new("/"));
-        let root = folder
-            .ancestors()
-            .find(|d| d.join(".git").exists())
-            .unwrap_or(folder);
+        let (root, origin) = nearest_marker(folder).unwrap_or((folder.to_owned(), Origin::Folder));
         Self {
-            root: root.to_owned(),
+            root,
             library: std::fs::canonicalize(library).unwrap_or_else(|_| library.to_owned()),
+            origin,
         }
+    }
+
+    /// The tree of the declaration `node` (a canonical path) under `rule`: the folder it gives
+    /// (the declaration must be in it), else the named fleet file's folder if the declaration
+    /// is in it, else [`Tree::of_declaration`]. A folder or fleet file named that is not there
+    /// is the user's to fix.
+    pub fn find(node: &Path, library: &Path, rule: &TreeRule) -> Result<Self, MeshDiagnostic> {
+        let mut tree = Self::of_declaration(node, library);
+        if let Some(given) = &rule.tree {
+            let root = named(
+                given,
+                Path::is_dir,
+                "the fleet's tree",
+                "(--tree, MESH_TREE) is not a folder",
+            )?;
+            if !node.starts_with(&root) {
+                return Err(MeshDiagnostic::new(format!(
+                    "{} is outside the fleet's tree {} (given by --tree)",
+                    node.display(),
+                    root.display()
+                ))
+                .with_help(
+                    "the tree must hold the declaration: name its folder or one above, or \
+                     drop --tree (MESH_TREE) to have it found",
+                ));
+            }
+            tree.root = root;
+            tree.origin = Origin::Given;
+        } else if let Some(fleet) = &rule.fleet {
+            let file = named(
+                fleet,
+                Path::is_file,
+                "the fleet file",
+                "(--fleet, MESH_FLEET) is not there",
+            )?;
+            let folder = file.parent().unwrap_or(Path::new("/"));
+            if node.starts_with(folder) {
+                tree.root = folder.to_owned();
+                tree.origin = Origin::FleetFile(file);
+            }
+        }
+        Ok(tree)
     }
 
     /// Whether `path` may be read: once its symlinks are resolved, it is in the tree or in the
@@ -72,18 +161,69 @@ impl Tree {
             format!(" (through a symlink, to {})", real.display())
         };
         format!(
-            "{what} {}{via}, which is outside the fleet's tree {}",
+            "{what} {}{via}, which is outside the fleet's tree {} ({})",
             resolved.display(),
-            self.root.display()
+            self.root.display(),
+            self.origin
         )
     }
 
     fn help(&self) -> String {
-        "a declaration may import files of the fleet's tree only — its checkout (the nearest \
-         folder above it holding .git), or its own folder outside a checkout — and the mesh's \
-         library (\"mesh.ncl\"): move the file into the tree"
-            .to_owned()
+        format!(
+            "a declaration may import files of the fleet's tree only, and the mesh's library \
+             (\"mesh.ncl\"). The tree is the folder of the nearest {FLEET_FILE} above the \
+             declaration (or of the one --fleet names), else its checkout (.git), else its own \
+             folder; --tree DIR gives it outright. Move the file into the tree, or start a \
+             fleet where the tree should be: `mesh init DIR`"
+        )
     }
+}
+
+/// `path` as the user named it, canonical, if it is there and `kind` holds of it; else the
+/// user's to fix: "`what` PATH `wrong`".
+fn named(
+    path: &Path,
+    kind: fn(&Path) -> bool,
+    what: &str,
+    wrong: &str,
+) -> Result<PathBuf, MeshDiagnostic> {
+    std::fs::canonicalize(path)
+        .ok()
+        .filter(|p| kind(p))
+        .ok_or_else(|| MeshDiagnostic::new(format!("{what} {} {wrong}", path.display())))
+}
+
+/// From `folder` upwards, the first folder holding a fleet file or a checkout's `.git` (no fleet
+/// file is looked for above a checkout); a folder every user may write to is passed over.
+fn nearest_marker(folder: &Path) -> Option<(PathBuf, Origin)> {
+    folder
+        .ancestors()
+        .filter(|d| !writable_by_all(d))
+        .find_map(|dir| {
+            let fleet = dir.join(FLEET_FILE);
+            if fleet.is_file() {
+                Some((dir.to_owned(), Origin::FleetFile(fleet)))
+            } else if dir.join(".git").exists() {
+                Some((dir.to_owned(), Origin::Checkout))
+            } else {
+                None
+            }
+        })
+}
+
+/// The fleet file a command run in `folder` (absolute) means when none is named: the nearest
+/// `fleet.ncl` from there upwards, not above a checkout — as Cargo finds `Cargo.toml`.
+pub fn nearest_fleet_file(folder: &Path) -> Option<PathBuf> {
+    match nearest_marker(folder) {
+        Some((_, Origin::FleetFile(file))) => Some(file),
+        _ => None,
+    }
+}
+
+/// Whether every user may write to `dir` (`/tmp`): a marker there could be anyone's.
+pub fn writable_by_all(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o002 != 0)
 }
 
 /// Nickel's normalisation of a path: absolute, `.` dropped, `..` removing the component before
@@ -412,19 +552,104 @@ mod tests {
         );
     }
 
-    /// The tree is the nearest checkout above the declaration, else its folder.
-    #[test]
-    fn the_tree_is_the_checkout_or_the_folder() {
+    /// Folders under a private temporary one: `base` canonical, `dirs` made in it.
+    fn folders(dirs: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::create_dir_all(base.join("fleet/nodes")).unwrap();
-        std::fs::create_dir_all(base.join("loose")).unwrap();
-        std::fs::create_dir(base.join("fleet/.git")).unwrap();
+        for d in dirs {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
         let lib = base.join("lib");
         std::fs::create_dir(&lib).unwrap();
-        let t = Tree::of_declaration(&base.join("fleet/nodes/n.ncl"), &lib);
-        assert_eq!(t.root, base.join("fleet"));
+        (dir, base, lib)
+    }
+
+    /// Found from the declaration: the nearest fleet file's folder, else the checkout, else
+    /// the declaration's folder; each says why it is the tree.
+    #[test]
+    fn the_tree_is_the_fleet_files_folder_else_the_checkout_else_the_folder() {
+        let (_dir, base, lib) = folders(&["repo/fleet/nodes/deep", "repo/other", "loose"]);
+        std::fs::create_dir(base.join("repo/.git")).unwrap();
+        std::fs::write(base.join("repo/fleet/fleet.ncl"), "{}").unwrap();
+        let t = Tree::of_declaration(&base.join("repo/fleet/nodes/deep/n.ncl"), &lib);
+        assert_eq!(t.root, base.join("repo/fleet"));
+        assert_eq!(
+            t.origin,
+            Origin::FleetFile(base.join("repo/fleet/fleet.ncl"))
+        );
+        let t = Tree::of_declaration(&base.join("repo/other/n.ncl"), &lib);
+        assert_eq!((t.root, t.origin), (base.join("repo"), Origin::Checkout));
         let t = Tree::of_declaration(&base.join("loose/n.ncl"), &lib);
-        assert_eq!(t.root, base.join("loose"));
+        assert_eq!((t.root, t.origin), (base.join("loose"), Origin::Folder));
+    }
+
+    /// A fleet file above the declaration's checkout is not its fleet's: the search stops at
+    /// the checkout, as Nix's for a flake does.
+    #[test]
+    fn no_fleet_file_is_looked_for_above_a_checkout() {
+        let (_dir, base, lib) = folders(&["home/repo/nodes"]);
+        std::fs::write(base.join("home/fleet.ncl"), "{}").unwrap();
+        std::fs::create_dir(base.join("home/repo/.git")).unwrap();
+        let t = Tree::of_declaration(&base.join("home/repo/nodes/n.ncl"), &lib);
+        assert_eq!(
+            (t.root, t.origin),
+            (base.join("home/repo"), Origin::Checkout)
+        );
+    }
+
+    /// A marker in a folder every user may write to (like /tmp) makes no tree: anyone could
+    /// have put it there.
+    #[test]
+    fn a_marker_in_a_folder_open_to_all_makes_no_tree() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, base, lib) = folders(&["shared/mine/nodes"]);
+        std::fs::write(base.join("shared/fleet.ncl"), "{}").unwrap();
+        std::fs::create_dir(base.join("shared/.git")).unwrap();
+        std::fs::set_permissions(base.join("shared"), std::fs::Permissions::from_mode(0o1777))
+            .unwrap();
+        let t = Tree::of_declaration(&base.join("shared/mine/nodes/n.ncl"), &lib);
+        assert_eq!(
+            (t.root, t.origin),
+            (base.join("shared/mine/nodes"), Origin::Folder)
+        );
+        assert_eq!(nearest_fleet_file(&base.join("shared/mine")), None);
+    }
+
+    /// `--fleet` names the tree of the declarations in its folder (and only theirs); `--tree`
+    /// gives it outright, and refuses a declaration outside it and a folder that is not there.
+    #[test]
+    fn the_tree_said_outright_wins() {
+        let (_dir, base, lib) = folders(&["fleet/nodes", "elsewhere"]);
+        std::fs::write(base.join("fleet/my-fleet.ncl"), "{}").unwrap();
+        let node = base.join("fleet/nodes/n.ncl");
+        let named = TreeRule {
+            tree: None,
+            fleet: Some(base.join("fleet/my-fleet.ncl")),
+        };
+        let t = Tree::find(&node, &lib, &named).unwrap();
+        assert_eq!(t.root, base.join("fleet"));
+        let t = Tree::find(&base.join("elsewhere/n.ncl"), &lib, &named).unwrap();
+        assert_eq!((t.root, t.origin), (base.join("elsewhere"), Origin::Folder));
+        let missing = TreeRule {
+            tree: None,
+            fleet: Some(base.join("fleet/nope.ncl")),
+        };
+        assert!(Tree::find(&node, &lib, &missing)
+            .unwrap_err()
+            .to_string()
+            .contains("nope.ncl (--fleet, MESH_FLEET) is not there"));
+        let given = |d: &str| TreeRule {
+            tree: Some(base.join(d)),
+            fleet: named.fleet.clone(),
+        };
+        let t = Tree::find(&node, &lib, &given("fleet/nodes")).unwrap();
+        assert_eq!(
+            (t.root, t.origin),
+            (base.join("fleet/nodes"), Origin::Given)
+        );
+        let e = Tree::find(&node, &lib, &given("elsewhere")).unwrap_err();
+        assert!(e.to_string().contains("is outside the fleet's tree"), "{e}");
+        let e = Tree::find(&node, &lib, &given("nope")).unwrap_err();
+        assert!(e.to_string().contains("is not a folder"), "{e}");
     }
 }

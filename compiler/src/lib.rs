@@ -36,6 +36,7 @@ use mesh_lib::{Generation, GenerationId, NodeRecord, Store};
 
 pub use bounded::{Evaluator, Limits};
 pub use diagnostic::MeshDiagnostic;
+pub use imports::TreeRule;
 
 /// What to build.
 pub struct BuildRequest<'a> {
@@ -49,6 +50,8 @@ pub struct BuildRequest<'a> {
     pub use_cache: bool,
     /// Where the declaration is evaluated: in a bounded child process (the mesh's way), or here.
     pub evaluator: &'a Evaluator,
+    /// How the fleet's tree, where its imports may lead, is found ([`imports::Tree::find`]).
+    pub tree: &'a imports::TreeRule,
     /// Whether the node's modules are evaluated apart — in parallel, each cached on its own
     /// ([`incremental`]) — or the node whole, in one evaluation (the reference the per-module
     /// way is tested against).
@@ -133,7 +136,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         path: request.state_dir.to_owned(),
         source,
     })?;
-    let tree = imports::Tree::of_declaration(&node, &library_dir);
+    let tree = imports::Tree::find(&node, &library_dir, request.tree)?;
     let key = cache::CacheKey::new(&node, record_bytes.as_deref());
     let built = |id, summary, cached, evaluated, generation: Option<Generation>| Built {
         id,
@@ -168,7 +171,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
     let eval_request = bounded::Request {
         node: node.clone(),
         library: library_dir,
-        tree_root: tree.root.clone(),
+        tree: tree.clone(),
         pinned,
         record: match (request.record, &record_bytes) {
             (Some((_, path)), Some(bytes)) => Some((
@@ -279,12 +282,13 @@ pub(crate) fn keep(
 }
 
 /// Evaluates a Nickel file that is data, not a node — a fleet file — in this process, with the
-/// mesh's library on the import path and its imports confined to its tree like a node's; its
-/// value as `T`. Meant for small files of the operator's own: a node's declaration is evaluated
-/// by [`build`], bounded.
+/// mesh's library on the import path and its imports confined to its tree like a node's (found
+/// under `rule`); its value as `T`. Meant for small files of the operator's own: a node's
+/// declaration is evaluated by [`build`], bounded.
 pub fn evaluate_data<T: serde::de::DeserializeOwned>(
     path: &Path,
     state_dir: &Path,
+    rule: &imports::TreeRule,
 ) -> Result<T, BuildError> {
     let file = std::fs::canonicalize(path).map_err(|_| {
         MeshDiagnostic::new(format!("cannot read {}: no such file", path.display()))
@@ -294,7 +298,7 @@ pub fn evaluate_data<T: serde::de::DeserializeOwned>(
         path: state_dir.to_owned(),
         source,
     })?;
-    let tree = imports::Tree::of_declaration(&file, &library);
+    let tree = imports::Tree::find(&file, &library, rule)?;
     imports::check_imports(&file, std::slice::from_ref(&library), &tree)?;
     let evaluation = eval::evaluate_in(&file, &library, &Default::default(), &tree)?;
     evaluation.deserialize().map_err(|e| {

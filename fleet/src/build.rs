@@ -23,6 +23,7 @@ pub fn node(
         state_dir,
         use_cache: true,
         evaluator,
+        tree: &node.tree,
         per_module: true,
     })
 }

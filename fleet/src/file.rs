@@ -1,10 +1,12 @@
 //! The fleet file: a Nickel file ending in `mesh.fleet { nodes = { NAME = { declaration, ssh,
-//! remote }, … }, ssh_config, records }`, every path in it relative to the file itself.
+//! remote }, … }, ssh_config, records }`, every path in it relative to the file itself. Its
+//! folder is the fleet's tree — where the imports of its nodes' declarations may lead — unless
+//! a tree is given outright (`--tree`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use mesh_compiler::{BuildError, MeshDiagnostic};
+use mesh_compiler::{BuildError, MeshDiagnostic, TreeRule};
 use mesh_lib::model::NodeName;
 use serde::Deserialize;
 
@@ -94,6 +96,8 @@ pub struct Node {
     pub ssh: Ssh,
     /// How the mesh runs on it.
     pub remote: Remote,
+    /// How its declaration's tree is found: the fleet file's folder, unless one is given.
+    pub tree: TreeRule,
 }
 
 /// A fleet.
@@ -110,10 +114,19 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Evaluates and reads the fleet file (with `state_dir` holding the mesh's library).
-    pub fn load(file: &Path, state_dir: &Path) -> Result<Self, BuildError> {
-        let out: FleetOut = mesh_compiler::evaluate_data(file, state_dir)?;
+    /// Evaluates and reads the fleet file (with `state_dir` holding the mesh's library); `tree`
+    /// is the fleet's tree when it is given outright (`--tree`), else the file's folder.
+    pub fn load(file: &Path, state_dir: &Path, tree: Option<&Path>) -> Result<Self, BuildError> {
+        let rule = TreeRule {
+            tree: tree.map(Path::to_owned),
+            fleet: Some(file.to_owned()),
+        };
+        let out: FleetOut = mesh_compiler::evaluate_data(file, state_dir, &rule)?;
         let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
+        let rule = TreeRule {
+            fleet: Some(file.clone()),
+            ..rule
+        };
         let here = file.parent().unwrap_or(Path::new("/")).to_owned();
         let mut nodes = BTreeMap::new();
         for (name, n) in out.nodes {
@@ -136,6 +149,7 @@ impl Fleet {
                         root: n.remote.root,
                         netns: n.remote.netns,
                     },
+                    tree: rule.clone(),
                 },
             );
         }

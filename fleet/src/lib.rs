@@ -8,6 +8,7 @@
 //! - [`deploy`]: per node, only the objects it lacks sent, checked on arrival, then a switch that
 //!   the node reverts by itself unless it is confirmed over a new connection in time;
 //! - [`status`]: the migration's board, a line per node;
+//! - [`init`]: a new fleet that builds as it is (`mesh init`);
 //! - [`ssh`]: the transport; [`progress`]: what a long run says while it runs.
 //!
 //! Invariant: a node is always left in its old or its new generation — the switch is the node's
@@ -17,6 +18,7 @@
 pub mod build;
 pub mod deploy;
 pub mod file;
+pub mod init;
 pub mod progress;
 pub mod ssh;
 pub mod status;

@@ -46,6 +46,14 @@ fn build_examples(examples: &Path, state: &Path, env: &[(&str, &str)]) -> Vec<St
         .collect()
 }
 
+/// Builds the examples in `examples` (with `state`): each node to its pinned id.
+fn builds_to_the_pinned_ids(examples: &Path, state: &Path) {
+    let ids = build_examples(examples, state, &[]);
+    for ((node, _, pinned), id) in PINNED.iter().zip(&ids) {
+        assert_eq!(id, pinned, "{node} in {}", examples.display());
+    }
+}
+
 /// Every example node builds to its pinned id; the id is alone on the last line.
 #[test]
 fn every_example_builds_to_its_pinned_id() {
@@ -69,11 +77,10 @@ fn ids_do_not_depend_on_folder_or_environment() {
         .prefix("another-checkout")
         .tempdir()
         .unwrap();
-    // Two checkouts of the fleet (the tree its imports may reach is the checkout: see
+    // Two copies of the fleet (the tree its imports may reach is the fleet file's folder: see
     // compiler/src/imports.rs).
-    for checkout in [a.path().to_owned(), b.path().join("deeper")] {
-        copy_tree(&repo().join("examples"), &checkout.join("examples"));
-        std::fs::create_dir(checkout.join(".git")).unwrap();
+    for copy in [a.path().to_owned(), b.path().join("deeper")] {
+        copy_tree(&repo().join("examples"), &copy.join("examples"));
     }
     let state_a = tempfile::tempdir().unwrap();
     let state_b = tempfile::tempdir().unwrap();
@@ -92,6 +99,117 @@ fn ids_do_not_depend_on_folder_or_environment() {
     );
     assert_eq!(first, again);
     assert_eq!(first, other);
+}
+
+/// Issue 23: the examples copied to a plain folder — no checkout anywhere above, as a tarball,
+/// a CI artifact or a Nix store path has them — build to their pinned ids: the fleet file's
+/// folder is the tree. So does the fleet, found from the working folder as Cargo finds
+/// `Cargo.toml`, and the CI script.
+#[test]
+fn the_examples_build_to_their_pinned_ids_in_a_plain_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = dir.path().join("plain/examples");
+    copy_tree(&repo().join("examples"), &examples);
+    assert!(
+        !examples.ancestors().any(|d| d.join(".git").exists()),
+        "a plain folder, in no checkout"
+    );
+    let state = tempfile::tempdir().unwrap();
+    builds_to_the_pinned_ids(&examples, state.path());
+    let mut c = mesh(state.path());
+    c.current_dir(examples.join("nodes"))
+        .args(["fleet", "build", "--check", "../ci/ids.txt"]);
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let ci = std::process::Command::new(examples.join("ci/check-ids.sh"))
+        .arg(env!("CARGO_BIN_EXE_mesh"))
+        .env_remove("MESH_STATE_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        ci.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&ci.stdout),
+        String::from_utf8_lossy(&ci.stderr)
+    );
+}
+
+/// A folder made read-only for a test — by its modes, and as root (whom modes do not stop) by a
+/// read-only bind mount on itself — and writable again when dropped, so it can be removed.
+struct ReadOnly(std::path::PathBuf, bool);
+
+impl ReadOnly {
+    fn make(dir: &Path) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        for entry in walkdir::WalkDir::new(dir) {
+            let entry = entry.unwrap();
+            let mode = if entry.file_type().is_dir() {
+                0o555
+            } else {
+                0o444
+            };
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        if !rustix::process::geteuid().is_root() {
+            return Self(dir.to_owned(), false);
+        }
+        // Root writes whatever the modes say: a read-only bind mount of the folder on itself.
+        let mount = |args: &[&str]| {
+            let out = std::process::Command::new("mount")
+                .args(args)
+                .arg(dir)
+                .arg(dir)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "mount {args:?}: {out:?}");
+        };
+        mount(&["--bind"]);
+        let guard = Self(dir.to_owned(), true);
+        mount(&["-o", "remount,bind,ro"]);
+        guard
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        if self.1 {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+        for entry in walkdir::WalkDir::new(&self.0).into_iter().flatten() {
+            let mode = if entry.file_type().is_dir() {
+                0o755
+            } else {
+                0o644
+            };
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode));
+        }
+    }
+}
+
+/// Issue 23: the examples in a read-only folder build to their pinned ids — the build writes
+/// nothing in the fleet's tree — and so does the fleet.
+#[test]
+fn the_examples_build_to_their_pinned_ids_in_a_read_only_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = dir.path().join("examples");
+    copy_tree(&repo().join("examples"), &examples);
+    let _read_only = ReadOnly::make(&examples);
+    assert!(
+        std::fs::write(examples.join("nodes/written"), "x").is_err(),
+        "the folder is read-only"
+    );
+    let state = tempfile::tempdir().unwrap();
+    builds_to_the_pinned_ids(&examples, state.path());
+    let mut c = mesh(state.path());
+    c.arg("fleet")
+        .arg("build")
+        .arg("--fleet")
+        .arg(examples.join("fleet.ncl"))
+        .arg("--check")
+        .arg(examples.join("ci/ids.txt"));
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
 }
 
 /// `--check` passes with the right id and exits 2 naming both ids with a wrong one.

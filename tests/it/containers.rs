@@ -966,3 +966,74 @@ fn staged_count(containers: &serde_json::Value) -> u64 {
         .and_then(serde_json::Value::as_u64)
         .unwrap_or_else(|| panic!("no staged count in {containers}"))
 }
+
+/// Issue 23, item 5: the stops of a switch are asked all at once, whatever bounds its creates
+/// and starts. Four of the mesh's containers that ignore SIGTERM (busybox `sleep` as PID 1), each
+/// declaring a stop timeout of 3 s, rolled back with one container job: in waves the rollback
+/// would wait 12 s; all at once it waits about one stop timeout.
+#[test]
+fn a_rollback_asks_every_stop_at_once() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("w");
+    let names: Vec<String> = (0..4).map(|i| format!("{}-app{i}", made.prefix)).collect();
+    for name in &names {
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--stop-timeout",
+            "1",
+            &made.image,
+            "/bin/busybox",
+            "sleep",
+            "100000",
+        ]);
+    }
+    let modules: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            format!(
+                r#"{{ name = "app{i}", config = fun s => {{ containers = [{{ name = "{name}", image = "{image}", command = ["/bin/busybox", "sleep", "100000"], stop_timeout = 3 }}] }} }},
+"#,
+                image = made.image
+            )
+        })
+        .collect();
+    let decl = crate::rejections::node(
+        "store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820",
+        &modules,
+    );
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &decl);
+    let one_job = |args: &[&str]| {
+        let mut c = f.command(args);
+        c.env("MESH_CONTAINER_JOBS", "1");
+        let t = std::time::Instant::now();
+        let ran = crate::support::run(c);
+        assert_eq!(ran.code, 0, "{args:?}: {}", ran.stderr);
+        t.elapsed()
+    };
+    one_job(&["adopt", f.decl("n.ncl").to_str().unwrap()]);
+    one_job(&["take", "app0", "app1", "app2", "app3"]);
+    let back = one_job(&["rollback", "--to", "1"]);
+    for name in &names {
+        assert_eq!(
+            docker(&["inspect", "-f", "{{.Config.StopTimeout}}", name]),
+            "1",
+            "{name}: the found container is back under its name"
+        );
+    }
+    assert!(
+        back >= Duration::from_secs(3),
+        "the mesh's containers were stopped within their timeout, not killed: {back:?}"
+    );
+    assert!(
+        back < Duration::from_secs(7),
+        "four stops of 3 s took {back:?}: they were not asked at once"
+    );
+}

@@ -769,7 +769,9 @@ fn an_import_outside_the_fleets_tree_is_refused() {
 }
 
 /// Item 2: inside a checkout, the tree is the checkout — a node may import its catalogue beside
-/// it — and a cached build whose sources the tree no longer holds is not served.
+/// it — and a cached build whose sources the tree no longer holds is not served. Issue 23: out
+/// of a checkout, the refusal says why the tree is what it is; a fleet file, or `--tree`, makes
+/// the folder the tree again.
 #[test]
 fn the_fleets_tree_is_its_checkout() {
     let fleet = tempfile::tempdir().unwrap();
@@ -792,7 +794,25 @@ fn the_fleets_tree_is_its_checkout() {
     std::fs::remove_dir(fleet.path().join(".git")).unwrap();
     let ran = build_in(state.path(), &decl, &[]);
     assert_eq!(ran.code, 1, "{}", ran.stderr);
-    assert_says(&ran, &["motd.txt, which is outside the fleet's tree"]);
+    assert_says(
+        &ran,
+        &[
+            "motd.txt, which is outside the fleet's tree",
+            "the declaration's own folder: no fleet.ncl or checkout above it",
+            "mesh init",
+        ],
+    );
+    // Said outright, it is the tree again; so it is when a fleet file marks it.
+    let root = fleet.path().to_str().unwrap();
+    assert_eq!(build_in(state.path(), &decl, &["--tree", root]).code, 0);
+    let mut c = mesh(state.path());
+    c.env("MESH_TREE", root).arg("build").arg(&decl);
+    assert_eq!(run(c).code, 0);
+    let ran = build_in(state.path(), &decl, &["--tree", "/nonexistent"]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert_says(&ran, &["/nonexistent (--tree, MESH_TREE) is not a folder"]);
+    std::fs::write(fleet.path().join("fleet.ncl"), "{}").unwrap();
+    assert_eq!(build_in(state.path(), &decl, &[]).code, 0);
 }
 
 /// Item 3: a declaration that does not terminate is stopped at the memory limit, or at the

@@ -213,6 +213,7 @@ fn reference(fleet: &Fleet, record: Option<&Path>) -> Outcome {
         state_dir: state.path(),
         use_cache: false,
         evaluator: &mesh_compiler::Evaluator::InProcess,
+        tree: &Default::default(),
         per_module: false,
     });
     match built {

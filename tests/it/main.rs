@@ -23,6 +23,7 @@ mod rejections;
 mod review;
 mod scale;
 mod services;
+mod setup;
 mod sshlab;
 mod support;
 mod switch;

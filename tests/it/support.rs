@@ -15,7 +15,9 @@ pub fn mesh(state: &Path) -> Command {
     c.env("MESH_STATE_DIR", state)
         .env("NO_COLOR", "1")
         .env_remove("MESH_ROOT")
-        .env_remove("MESH_NETNS");
+        .env_remove("MESH_NETNS")
+        .env_remove("MESH_FLEET")
+        .env_remove("MESH_TREE");
     c
 }
 

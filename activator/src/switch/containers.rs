@@ -7,8 +7,9 @@
 //! container the generation does not hold, or a missing image refuses the switch with nothing
 //! done.
 //!
-//! The steps run concurrently across containers, at most [`Node::with_container_jobs`] at a
-//! time (see [`Engine::apply`]); the engine is listed once, for the plan.
+//! The steps run concurrently across containers: every stop at once, then the creates and
+//! starts at most [`Node::with_container_jobs`] at a time (see [`Engine::apply`]); the engine
+//! is listed once, for the plan.
 //!
 //! Dry run: the container steps. Crash point: `container-changed`, after each engine change
 //! (`container-changed:K`: the K-th, in whatever order the concurrent calls end).
