@@ -54,6 +54,15 @@ fn deploy(
     nodes: &[&str],
     version: &mut usize,
 ) -> (Duration, Duration, serde_json::Value) {
+    deploy_with(lab, nodes, version, &[])
+}
+
+fn deploy_with(
+    lab: &Lab,
+    nodes: &[&str],
+    version: &mut usize,
+    more: &[&str],
+) -> (Duration, Duration, serde_json::Value) {
     *version += 1;
     for n in nodes {
         lab.declare(
@@ -71,6 +80,7 @@ fn deploy(
         // The reference loop below switches the nodes by hand: their generations are foreign.
         "--replace-foreign",
     ];
+    args.extend_from_slice(more);
     args.extend_from_slice(nodes);
     let (started, cpu) = (Instant::now(), busy());
     let mut c = lab.command(&args);
@@ -187,6 +197,55 @@ fn main() {
         let _ = deploy(&lab, &all, &mut version);
         one_and_ten(&lab, &all, &mut version)
     };
+    // The same deploys to nodes that trust a signer: each generation signed as it is sent and
+    // checked on the node before it is armed (issue 25: well under 5% of the deploy).
+    let key = lab.dir.path().join("signer");
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    for n in &lab.nodes {
+        std::fs::create_dir_all(n.root().join("etc/mesh")).unwrap();
+        std::fs::write(
+            n.root().join("etc/mesh/trusted-signers"),
+            format!("ci {public}"),
+        )
+        .unwrap();
+    }
+    let signing = ["--sign", "--key", key.to_str().unwrap()];
+    let mut signed = Vec::new();
+    let mut unsigned = Vec::new();
+    for _ in 0..RUNS {
+        let (t, _, json) = deploy_with(&lab, &all, &mut version, &signing);
+        assert!(json["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["result"] == "confirmed"));
+        signed.push(t);
+        // Interleaved, in the same minutes: the same deploy without a signature to check
+        // (the trusted signers moved aside).
+        for n in &lab.nodes {
+            let _ = std::fs::rename(
+                n.root().join("etc/mesh/trusted-signers"),
+                n.root().join("etc/mesh/trusted-signers.off"),
+            );
+        }
+        unsigned.push(deploy(&lab, &all, &mut version).0);
+        for n in &lab.nodes {
+            let _ = std::fs::rename(
+                n.root().join("etc/mesh/trusted-signers.off"),
+                n.root().join("etc/mesh/trusted-signers"),
+            );
+        }
+    }
+    for n in &lab.nodes {
+        let _ = std::fs::remove_file(n.root().join("etc/mesh/trusted-signers"));
+    }
+    let (signed, unsigned) = (median(signed), median(unsigned));
     let (ten, one) = (median(ten), median(one));
     let (ten_cpu, one_cpu) = (median(ten_cpu), median(one_cpu));
     // What changed: the generation (its canonical encoding) and the one new content.
@@ -301,6 +360,12 @@ fn main() {
         ms(ten_cpu),
         100.0 * ten_cpu.as_secs_f64() / (ten.as_secs_f64() * cores as f64),
         ten.as_secs_f64() / one.as_secs_f64()
+    );
+    println!(
+        "| deploy, one changed file, {NODES} nodes, signed and checked on each node | {} | {:+.1}% of the same unsigned ({}) in the same runs (target well under 5%) |",
+        ms(signed),
+        100.0 * (signed.as_secs_f64() / unsigned.as_secs_f64() - 1.0),
+        ms(unsigned)
     );
     pair_rows(
         "the same, KexAlgorithms curve25519-sha256 in the ssh config",

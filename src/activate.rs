@@ -191,6 +191,8 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
         )?,
         (None, Some(text)) => {
             let id = node.store.resolve_generation(text)?;
+            // A generation from elsewhere: a signer this node trusts must vouch for it.
+            node.check_trust(&id)?;
             let generation = node.store.generation(&id)?;
             node.switch(id, &generation, Trigger::Build, None, args.dry_run)?
         }
@@ -721,6 +723,18 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
         Some(r) => r,
         None => NodeRecord::managed(build_with(state, &args.node, None)?.summary.node),
     };
+    if let Some(path) = &args.trusted_signers {
+        let path = mesh_lib::TargetPath::new(path)
+            .map_err(|e| Failure::user(format!("--trusted-signers: {e}")))?;
+        if record.trusted_signers.as_ref() != Some(&path) {
+            record.trusted_signers = Some(path);
+            node.save_record(&record)?;
+            say!(
+                "the node's trusted signers are at {} (a generation from elsewhere needs a signature by one of them)",
+                record.trusted_signers.as_ref().expect("just set")
+            );
+        }
+    }
     // The declaration's ports: built without the pins when repinning.
     let mut unpinned = record.clone();
     if args.repin {

@@ -181,6 +181,18 @@ pub enum Command {
     /// Man pages for the mesh and each of its commands (the --help text, as roff): the page of
     /// COMMAND printed (`mesh man fleet build | man -l -`), or every page written to DIR.
     Man(ManArgs),
+    /// Sign generations with an SSH key (sshsig, namespace mesh-generation): a key file, or a
+    /// key of the ssh-agent (--key naming its public key, or none: the agent's first). The
+    /// signature is kept in the store beside the generation and travels with it in a deploy;
+    /// a node whose trusted signers include the key accepts the generation.
+    Sign(SignArgs),
+    /// The one command a deploy key may run on a node: put it in `authorized_keys` as
+    /// `command="mesh serve",restrict` (with this node's --state-dir, --root, --netns if not
+    /// the defaults). It runs what the deployer asked (SSH_ORIGINAL_COMMAND) only when it is a
+    /// request a deploy makes — record export, the store's objects, a switch armed with its
+    /// deadline, confirm, deploys, status — for this node's own state directory: no shell, no
+    /// other command.
+    Serve,
     /// The detached side of `mesh switch --confirm-within` (not for people).
     #[command(hide = true)]
     DeployAgent {
@@ -277,6 +289,12 @@ pub struct FleetBuildArgs {
     /// comment: exit 2 naming every node whose build differs.
     #[arg(long, value_name = "FILE")]
     pub check: Option<PathBuf>,
+    /// Sign each node's generation (with --key, or the ssh-agent's first key): the signature
+    /// is kept in the store and travels with the generation in a deploy.
+    #[arg(long)]
+    pub sign: bool,
+    #[command(flatten)]
+    pub key: SigningKey,
 }
 
 #[derive(Args, Debug)]
@@ -298,6 +316,12 @@ pub struct DeployArgs {
     /// not build (without it, such a node is reported `foreign` and left as it is).
     #[arg(long)]
     pub replace_foreign: bool,
+    /// Sign each node's generation before it is sent (with --key, or the ssh-agent's first
+    /// key); signatures already in the store travel with it anyway.
+    #[arg(long)]
+    pub sign: bool,
+    #[command(flatten)]
+    pub key: SigningKey,
     /// Send the objects each node lacks and show its plan; switch nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -467,6 +491,30 @@ impl TakeArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct SignArgs {
+    /// The generations (ids, or unique prefixes of at least 4 hex digits).
+    #[arg(required = true)]
+    pub ids: Vec<String>,
+    #[command(flatten)]
+    pub key: SigningKey,
+    /// Also write each signature to DIR/ID.sig (to check with ssh-keygen -Y verify).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The key generations are signed with.
+#[derive(Args, Debug)]
+pub struct SigningKey {
+    /// An OpenSSH private key file, or a public key whose private half is in the ssh-agent
+    /// (default: the agent's first key).
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
 pub struct GenesisArgs {
     /// The node declaration.
     pub node: PathBuf,
@@ -474,6 +522,11 @@ pub struct GenesisArgs {
     /// changes otherwise).
     #[arg(long)]
     pub repin: bool,
+    /// Where this node's trusted signers are (a path under the root; default
+    /// /etc/mesh/trusted-signers): once that file exists, a generation from elsewhere
+    /// (`switch --generation`, a deploy) needs a signature by one of them.
+    #[arg(long, value_name = "PATH")]
+    pub trusted_signers: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -140,6 +140,20 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Store {
             command: StoreCommand::Serve { io_timeout },
         } => crate::remote::serve(&machine, io_timeout.map(std::time::Duration::from_secs)),
+        Command::Sign(args) => crate::fleet::sign(&state, args),
+        Command::Serve => {
+            let mut own = vec![
+                (
+                    "--state-dir".to_owned(),
+                    machine.state.display().to_string(),
+                ),
+                ("--root".to_owned(), machine.root.display().to_string()),
+            ];
+            if let Some(ns) = &machine.netns {
+                own.push(("--netns".to_owned(), ns.clone()));
+            }
+            crate::serve::serve(&own)
+        }
         Command::DeployAgent { token } => crate::remote::agent(&machine, &token),
         Command::DeployStep { token, step } => crate::remote::step(&machine, &token, &step),
         Command::Fleet {

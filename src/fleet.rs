@@ -61,10 +61,20 @@ pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Fa
         crate::commands::evaluator(),
         args.fleet.at_once.parallel as usize,
     );
+    let signer = signer(args.sign, &args.key)?;
+    let store = match &signer {
+        Some(_) => Some(mesh_lib::Store::open(state)?),
+        None => None,
+    };
     let mut failed = Vec::new();
     let mut differ = Vec::new();
     let mut rows = Vec::new();
     for b in &built {
+        if let (Some(signer), Some(store), Ok(g)) = (&signer, &store, &b.result) {
+            signer
+                .sign_into(store, &g.id)
+                .map_err(|e| Failure::user(format!("signing {}: {e}", b.node)))?;
+        }
         let want = expected.as_ref().and_then(|e| e.get(&b.node));
         match &b.result {
             Ok(g) => {
@@ -240,6 +250,7 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
         evaluator: crate::commands::evaluator().clone(),
         io_timeout: std::time::Duration::from_secs(args.io_timeout),
         replace_foreign: args.replace_foreign,
+        signer: signer(args.sign, &args.key)?,
     };
     let progress = Progress::new(args.json);
     let rows = mesh_fleet::deploy::run(&fleet, &nodes, &options, &progress);
@@ -292,7 +303,7 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
     let refusals = not_ok.iter().all(|r| {
         matches!(
             r.result,
-            Outcome::Reverted | Outcome::HostKeyRefused | Outcome::Foreign
+            Outcome::Reverted | Outcome::HostKeyRefused | Outcome::Foreign | Outcome::Refused
         )
     });
     let message = format!(
@@ -306,4 +317,51 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
     } else {
         Failure::system(message)
     })
+}
+
+/// The signer `--sign` and `--key` ask for, if any.
+fn signer(
+    sign: bool,
+    key: &crate::cli::SigningKey,
+) -> Result<Option<mesh_fleet::sign::Signer>, Failure> {
+    if !sign {
+        return Ok(None);
+    }
+    mesh_fleet::sign::Signer::new(key.key.as_deref())
+        .map(Some)
+        .map_err(Failure::user)
+}
+
+/// `mesh sign ID…`.
+pub fn sign(state: &Path, args: crate::cli::SignArgs) -> Result<(), Failure> {
+    let store = mesh_lib::Store::open(state)?;
+    let ids: Vec<mesh_lib::GenerationId> = args
+        .ids
+        .iter()
+        .map(|t| store.resolve_generation(t))
+        .collect::<Result<_, _>>()?;
+    let signer = mesh_fleet::sign::Signer::new(args.key.key.as_deref()).map_err(Failure::user)?;
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::user(format!("{}: {e}", dir.display())))?;
+    }
+    let mut rows = Vec::new();
+    for id in ids {
+        let signature = signer
+            .sign_into(&store, &id)
+            .map_err(|e| Failure::user(format!("signing {id}: {e}")))?;
+        if let Some(dir) = &args.out {
+            let path = dir.join(format!("{}.sig", id.hex()));
+            std::fs::write(&path, signature.armored())
+                .map_err(|e| Failure::system(format!("{}: {e}", path.display())))?;
+        }
+        if !args.json {
+            say!("signed {id} with {}", signature.fingerprint());
+        }
+        rows.push(json!({ "id": id, "key": signature.fingerprint() }));
+    }
+    if args.json {
+        say!("{}", json!({ "signed": rows }));
+    }
+    Ok(())
 }

@@ -89,8 +89,10 @@ pub fn place(machine: &Machine) -> agent::Place {
 fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Deploy, Failure> {
     let node = mesh_activator::Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
     let target = node.store.resolve_generation(generation)?;
-    // Checked here, so that a generation the store cannot give is refused before anything.
+    // Checked here, so that a generation the store cannot give, or one no signer this node
+    // trusts vouches for, is refused before anything.
     node.store.generation(&target)?;
+    node.check_trust(&target)?;
     let previous = node.current()?.map(|(_, id, _)| id);
     let mut deploy = Deploy::arm(&machine.state, target, previous, seconds)
         .map_err(|e| Failure::system(format!("arming the deploy: {e}")))?;
@@ -161,6 +163,8 @@ pub fn arm(
 /// lacks ID                  -> <generation ID, when it lacks it; else the blobs it lacks>end
 /// missing\n<want list>end   -> <the missing ones>end
 /// receive\n<object stream>  -> received OBJECTS BYTES            (the stream as `store receive`)
+/// signatures ID             -> <the names of the signatures it has for ID>end
+/// signature ID LEN\n<sig>    -> ok                               (kept when valid over ID)
 /// switch ID SECONDS         -> <the deploy's record, JSON, once its switch is done>
 /// ```
 ///
@@ -268,6 +272,49 @@ pub fn serve(machine: &Machine, io_timeout: Option<Duration>) -> Result<(), Fail
                 };
                 answer(&mut out, text.as_bytes())?;
             }
+            ["signatures", id] => {
+                let text = match id.parse::<mesh_lib::GenerationId>() {
+                    Ok(id) => {
+                        let mut text = String::new();
+                        for (name, _) in store.signatures(&id).map_err(Failure::from)? {
+                            text.push_str(&format!("{name}\n"));
+                        }
+                        text + "end\n"
+                    }
+                    Err(_) => format!(
+                        "error `{}` is not a generation id\n",
+                        mesh_lib::text::escape(id)
+                    ),
+                };
+                answer(&mut out, text.as_bytes())?;
+            }
+            ["signature", id, len] => {
+                use std::io::Read;
+                let len: usize = match len.parse() {
+                    Ok(l) if l <= 64 << 10 => l,
+                    _ => return Err(Failure::user("a signature's length is not one")),
+                };
+                let mut bytes = vec![0; len];
+                input.read_exact(&mut bytes).map_err(Failure::system)?;
+                let text = match id.parse::<mesh_lib::GenerationId>() {
+                    Ok(id) => {
+                        match mesh_lib::trust::Signature::parse(&String::from_utf8_lossy(&bytes))
+                            .and_then(|s| s.verify(&id).map(|()| s))
+                        {
+                            Ok(sig) => match store.put_signature(&id, sig.armored()) {
+                                Ok(_) => "ok\n".to_owned(),
+                                Err(e) => format!("error {e}\n"),
+                            },
+                            Err(e) => format!("error {e}\n"),
+                        }
+                    }
+                    Err(_) => format!(
+                        "error `{}` is not a generation id\n",
+                        mesh_lib::text::escape(id)
+                    ),
+                };
+                answer(&mut out, text.as_bytes())?;
+            }
             ["receive"] => match transfer::receive(&store, &mut input) {
                 Ok(got) => answer(
                     &mut out,
@@ -285,7 +332,12 @@ pub fn serve(machine: &Machine, io_timeout: Option<Duration>) -> Result<(), Fail
                             switch_done(&machine.state, &d.token).map_err(Failure::system)
                         })
                         .map(|d| told(machine, &d).to_string())
-                        .unwrap_or_else(|e| format!("error {}", e.report_text())),
+                        .unwrap_or_else(|e| match e.exit {
+                            // A refusal (a generation the node does not trust, a lock held):
+                            // the deployer says so, as a refusal.
+                            Exit::Refused => format!("error refused: {}", e.report_text()),
+                            _ => format!("error {}", e.report_text()),
+                        }),
                     _ => format!("error `{seconds}` is not a number of seconds from 1 to 86400"),
                 };
                 answer(

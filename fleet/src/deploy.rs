@@ -37,6 +37,9 @@ pub struct Options {
     pub io_timeout: Duration,
     /// Replace a generation the node runs that the fleet did not build (switched by hand).
     pub replace_foreign: bool,
+    /// Sign each node's generation with this key before it is sent (a node that trusts
+    /// signers switches only to a generation one of them signed).
+    pub signer: Option<crate::sign::Signer>,
 }
 
 /// How long the deployer waits, past a deploy's deadline, for the node's verdict: the agent
@@ -68,6 +71,9 @@ pub enum Outcome {
     /// The node runs a generation switched to by hand that the fleet did not build: not
     /// replaced (`--replace-foreign` replaces it).
     Foreign,
+    /// The node refused the generation (no signer it trusts vouches for it, its lock is
+    /// held): nothing switched.
+    Refused,
 }
 
 impl Outcome {
@@ -90,6 +96,7 @@ impl Outcome {
             Outcome::Planned => "planned",
             Outcome::Unchanged => "unchanged",
             Outcome::Foreign => "foreign",
+            Outcome::Refused => "refused",
         }
     }
 }
@@ -268,8 +275,16 @@ fn deploy_over(
         Ok(None) if row.result == Outcome::Planned => return plan(link, row),
         Ok(None) => return Ok(()),
         Err(ServeError::Said(said)) => {
-            row.result = Outcome::Failed;
-            row.reason = Some(said);
+            match said.strip_prefix("refused: ") {
+                Some(why) => {
+                    row.result = Outcome::Refused;
+                    row.reason = Some(why.to_owned());
+                }
+                None => {
+                    row.result = Outcome::Failed;
+                    row.reason = Some(said);
+                }
+            }
             return Ok(());
         }
         // Cut or stalled before the switch was armed: nothing switched, whatever the link did.
@@ -430,6 +445,26 @@ fn converse(
                     .map(|o| (*o, transfer::Encoding::Raw))
                     .collect();
                 send(serve, &store, &encoded, row)?;
+            }
+        }
+    }
+    if version.is_some() {
+        // Its signatures travel with it: the node keeps those valid over its id.
+        if let Some(signer) = &options.signer {
+            progress.say(&name, "signing");
+            signer
+                .sign_into(&store, &built.id)
+                .map_err(|e| ServeError::Said(format!("signing {}: {e}", built.id.short())))?;
+        }
+        let signatures = store
+            .signatures(&built.id)
+            .map_err(|e| ServeError::Said(e.to_string()))?;
+        if !signatures.is_empty() {
+            let has = serve.signatures(&id)?;
+            for (name, text) in signatures {
+                if !has.contains(&name.to_string()) {
+                    serve.signature(&id, &text)?;
+                }
             }
         }
     }

@@ -20,6 +20,7 @@ pub mod deploy;
 pub mod file;
 pub mod init;
 pub mod progress;
+pub mod sign;
 pub mod ssh;
 pub mod status;
 

@@ -477,6 +477,24 @@ impl Serve<'_> {
         }
     }
 
+    /// The names of the signatures of generation `id` the node has (version 2).
+    pub fn signatures(&mut self, id: &str) -> Result<Vec<String>, ServeError> {
+        self.send(format!("signatures {id}\n").as_bytes())?;
+        let list = self.list()?;
+        Ok(String::from_utf8_lossy(&list)
+            .lines()
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Sends a signature of generation `id` (armored): the node keeps it when it is valid.
+    pub fn signature(&mut self, id: &str, armored: &str) -> Result<(), ServeError> {
+        let mut request = format!("signature {id} {}\n", armored.len()).into_bytes();
+        request.extend_from_slice(armored.as_bytes());
+        self.send(&request)?;
+        self.line().map(drop)
+    }
+
     /// The objects of `list` (a want list) the node lacks, as a want list.
     pub fn missing(&mut self, list: &[u8]) -> Result<Vec<u8>, ServeError> {
         let mut request = b"missing\n".to_vec();

@@ -28,4 +28,5 @@ mod sshlab;
 mod support;
 mod switch;
 mod systemd_node;
+mod trust;
 mod units_edges;

@@ -148,6 +148,8 @@ fn said(e: &dyn std::error::Error) -> String {
 }
 
 fn switch_step(node: &Node, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
+    // Checked when it was armed; again here, where it counts.
+    node.check_trust(&deploy.target)?;
     let generation = node.store.generation(&deploy.target)?;
     let mut switched = node.switch(deploy.target, &generation, Trigger::Deploy, None, false)?;
     if switched.firewall.is_none() {
