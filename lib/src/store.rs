@@ -160,15 +160,33 @@ impl Store {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if guard.is_none() {
+            *guard = Some(self.read_pack_index()?);
+        }
+        Ok(f(guard.as_mut().expect("loaded above")))
+    }
+
+    /// Every pack's index. Another process may merge packs while they are listed and read (a
+    /// fleet's builds share a store): a pack gone between the two was merged into a new one,
+    /// so the listing is read again; past a few tries, what is left is what the index holds
+    /// (a blob it misses is looked for again, or stored once more).
+    fn read_pack_index(&self) -> Result<PackIndex, StoreError> {
+        let mut tries = 0;
+        'listing: loop {
+            tries += 1;
             let mut index = PackIndex::new();
             for (path, _) in self.packs()? {
-                for (hash, e) in pack::read_index(&path).map_err(io_err("reading", &path))? {
+                let entries = match pack::read_index(&path) {
+                    Ok(entries) => entries,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 5 => continue 'listing,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_err("reading", &path)(e)),
+                };
+                for (hash, e) in entries {
                     index.entry(hash).or_insert((path.clone(), e));
                 }
             }
-            *guard = Some(index);
+            return Ok(index);
         }
-        Ok(f(guard.as_mut().expect("loaded above")))
     }
 
     /// Has the packs' index read again at its next use: packs were added, merged or removed.
@@ -778,6 +796,40 @@ mod tests {
             assert_eq!(&store.blob(h).unwrap(), want);
         }
         assert!(fresh.verify().unwrap().corrupt.is_empty());
+    }
+
+    /// Builds that share a store, each with a store of its own opened (as a fleet's builds run,
+    /// one process each), add packs while the others merge them away: every put succeeds, and
+    /// every blob reads back.
+    #[test]
+    fn builds_sharing_a_store_put_while_others_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        let hashes: Vec<Vec<(BlobHash, Vec<u8>)>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..6)
+                .map(|w| {
+                    let root = dir.path();
+                    s.spawn(move || {
+                        let mut put = Vec::new();
+                        for i in 0..30 {
+                            // A new store each time: its packs' index read afresh, as a new
+                            // build's is.
+                            let store = Store::open(root).unwrap();
+                            let bytes = format!("worker {w} blob {i}").into_bytes();
+                            let h = store
+                                .put_blobs_deferred([(&bytes[..], false)])
+                                .unwrap_or_else(|e| panic!("worker {w}, put {i}: {e}"));
+                            put.push((h[0], bytes));
+                        }
+                        put
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let store = Store::open(dir.path()).unwrap();
+        for (h, bytes) in hashes.iter().flatten() {
+            assert_eq!(&store.blob(h).unwrap(), bytes);
+        }
     }
 
     /// A pack whose bytes are not its name stops the merge: nothing is removed, nothing of it
