@@ -162,3 +162,63 @@ impl Drop for DockerCleanup {
         let _ = Command::new("docker").args(["rmi", "-f", &self.1]).output();
     }
 }
+
+/// A group of processes whose CPU time is counted by the kernel, whatever else the machine
+/// runs: a cgroup (v1's `cpuacct`, or v2's `cpu.stat`) of the bench's own, removed when
+/// dropped. Processes forked by a member are members too, also once they leave their parent.
+pub struct CpuGroup {
+    dir: std::path::PathBuf,
+    v2: bool,
+}
+
+impl CpuGroup {
+    /// A new group named `name`; `None` where this machine has no cgroup file system to count in.
+    pub fn new(name: &str) -> Option<Self> {
+        let v1 = Path::new("/sys/fs/cgroup/cpuacct");
+        let (base, v2) = if v1.join("cpuacct.usage").exists() {
+            (v1.to_path_buf(), false)
+        } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            (Path::new("/sys/fs/cgroup").to_path_buf(), true)
+        } else {
+            return None;
+        };
+        let dir = base.join(format!("mesh-bench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(Self { dir, v2 })
+    }
+
+    /// Moves process `pid` (and what it forks from now on) into the group.
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", self.dir.display()));
+    }
+
+    /// The CPU time the group's processes used so far, those gone included.
+    pub fn used(&self) -> Duration {
+        if self.v2 {
+            let stat = std::fs::read_to_string(self.dir.join("cpu.stat")).unwrap();
+            let usec = stat
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            Duration::from_micros(usec)
+        } else {
+            let ns = std::fs::read_to_string(self.dir.join("cpuacct.usage")).unwrap();
+            Duration::from_nanos(ns.trim().parse().unwrap_or(0))
+        }
+    }
+}
+
+impl Drop for CpuGroup {
+    fn drop(&mut self) {
+        // Whatever is left goes back to the root group: a group is removed empty.
+        let root = self.dir.parent().unwrap().join("cgroup.procs");
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in pids.split_whitespace() {
+                let _ = std::fs::write(&root, pid);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}

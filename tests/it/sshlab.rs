@@ -68,6 +68,11 @@ impl LabNode {
             .and_then(|g| g["id"].as_str().map(str::to_owned))
     }
 
+    /// The process id of the node's `sshd` (what every connection to it forks from).
+    pub fn sshd_pid(&self) -> Option<u32> {
+        self.sshd.as_ref().map(Child::id)
+    }
+
     fn start_sshd(&mut self) {
         let config = self.dir.join("sshd_config");
         let sshd = format!(
