@@ -26,11 +26,16 @@ pub fn run(state: &Path, command: SecretCommand) -> Result<(), Failure> {
 fn locate(state: &Path, file: &Path) -> Result<(Tree, String), Failure> {
     let absolute =
         std::path::absolute(file).map_err(|e| Failure::user(format!("{}: {e}", file.display())))?;
-    let folder = absolute.parent().unwrap_or(Path::new("/"));
-    let folder = std::fs::canonicalize(folder)
-        .map_err(|e| Failure::user(format!("{}: {e}", folder.display())))?;
-    let name = absolute.file_name().unwrap_or_default();
-    let real = folder.join(name);
+    // Its folders resolved as far as they exist (a first secret's folder may not yet).
+    let existing = absolute
+        .ancestors()
+        .skip(1)
+        .find(|a| a.is_dir())
+        .unwrap_or(Path::new("/"));
+    let rest = absolute.strip_prefix(existing).unwrap_or(&absolute);
+    let real = std::fs::canonicalize(existing)
+        .map_err(|e| Failure::user(format!("{}: {e}", existing.display())))?
+        .join(rest);
     let tree = tree_at(state, &real)?;
     let relative = real
         .strip_prefix(&tree.root)
@@ -47,11 +52,19 @@ fn locate(state: &Path, file: &Path) -> Result<(Tree, String), Failure> {
 }
 
 /// The tree of a file there (or of `secrets.ncl` in the current folder): `--tree`, `--fleet`'s
-/// folder, else the nearest fleet file or checkout above.
+/// folder, else the tree of the nearest `secrets.ncl` above it, else the nearest fleet file or
+/// checkout above.
 fn tree_at(state: &Path, at: &Path) -> Result<Tree, Failure> {
     let library = mesh_compiler::library::install(state)
         .map_err(|e| Failure::system(format!("installing the mesh library: {e}")))?;
     let rule = crate::commands::tree_rule();
+    // The tree of the nearest secrets.ncl above (the one that declares this secret's readers).
+    let rules_file = at
+        .ancestors()
+        .skip(1)
+        .map(|d| d.join(RULES_FILE))
+        .find(|f| f.is_file());
+    let at = rules_file.as_deref().unwrap_or(at);
     Tree::find(at, &library, rule).map_err(|e| mesh_compiler::BuildError::from(e).into())
 }
 
