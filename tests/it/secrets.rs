@@ -12,7 +12,7 @@ const V1: &str = "hunter2-first-value-9f3a";
 const V2: &str = "hunter2-second-value-7c1e";
 
 /// Makes an ed25519 key pair at `path` (and `path.pub`); the public key's line.
-fn keygen(path: &Path) -> String {
+pub(crate) fn keygen(path: &Path) -> String {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).unwrap();
     }
@@ -58,28 +58,16 @@ impl Lab {
         };
         lab.rules(readers);
         lab.f.write_decl("s.ncl", &declaration());
-        let editor = lab.f.dir.path().join("editor.sh");
-        std::fs::write(&editor, "#!/bin/sh\ncat \"$MESH_TEST_VALUE\" > \"$1\"\n").unwrap();
-        std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
         lab
     }
 
     fn rules(&self, readers: &str) {
-        std::fs::write(
-            self.f.dir.path().join("secrets.ncl"),
-            format!(
-                r#"let mesh = import "mesh.ncl" in
-mesh.secrets {{
-  nodes = {{ n1 = "{}" }},
-  operators = {{ op = "{}" }},
-  files = {{ "secrets/db.age" = [{readers}] }},
-}}
-"#,
-                self.host_pub, self.operator_pub
-            ),
-        )
-        .unwrap();
+        write_rules(
+            self.f.dir.path(),
+            &[("n1", &self.host_pub)],
+            &[("op", &self.operator_pub)],
+            &[("secrets/db.age", readers)],
+        );
     }
 
     fn keep(&self, ran: Ran) -> Ran {
@@ -101,16 +89,13 @@ mesh.secrets {{
 
     /// `mesh secret edit secrets/db.age` with an editor that writes `value`.
     fn edit(&self, value: &str) {
-        let value_file = self.f.dir.path().join("value");
-        std::fs::write(&value_file, value).unwrap();
-        let mut c = mesh(&self.f.state());
-        c.current_dir(self.f.dir.path())
-            .env("EDITOR", self.f.dir.path().join("editor.sh"))
-            .env("MESH_TEST_VALUE", &value_file)
-            .args(["secret", "edit", "secrets/db.age", "-i"])
-            .arg(&self.operator);
-        let ran = self.keep(run(c));
-        std::fs::remove_file(&value_file).unwrap();
+        let ran = self.keep(seal(
+            self.f.dir.path(),
+            &self.f.state(),
+            &self.operator,
+            "secrets/db.age",
+            value,
+        ));
         assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     }
 
@@ -118,21 +103,89 @@ mesh.secrets {{
         self.f.decl("s.ncl").display().to_string()
     }
 
-    /// Neither plaintext in any file of the state directory, nor in any output so far.
+    /// Neither plaintext anywhere: not in the fleet's tree (which holds the state directory and
+    /// the root), except in the files the secrets are for, nor in any output so far.
     fn assert_never_shown(&self) {
-        let all = self.outputs.borrow();
-        for v in [V1, V2] {
-            assert!(!all.contains(v), "a plaintext in an output:\n{all}");
-            for entry in walkdir::WalkDir::new(self.f.state()) {
+        let targets: Vec<PathBuf> = ["/etc/app/db.pass", "/etc/app/app.conf"]
+            .iter()
+            .map(|p| self.f.at(p))
+            .collect();
+        assert_nowhere(
+            &[V1, V2],
+            &[self.f.dir.path()],
+            &targets,
+            &self.outputs.borrow(),
+        );
+    }
+}
+
+/// Writes the tree's `secrets.ncl`: the nodes' and operators' keys by name, and each secret
+/// file's readers (Nickel text, e.g. `"n1", "op"`).
+pub(crate) fn write_rules(
+    tree: &Path,
+    nodes: &[(&str, &str)],
+    operators: &[(&str, &str)],
+    files: &[(&str, &str)],
+) {
+    let keys = |list: &[(&str, &str)]| {
+        list.iter()
+            .map(|(name, key)| format!("{name} = \"{key}\", "))
+            .collect::<String>()
+    };
+    let files: String = files
+        .iter()
+        .map(|(file, readers)| format!("\"{file}\" = [{readers}], "))
+        .collect();
+    std::fs::write(
+        tree.join("secrets.ncl"),
+        format!(
+            "let mesh = import \"mesh.ncl\" in\nmesh.secrets {{\n  nodes = {{ {} }},\n  operators = {{ {} }},\n  files = {{ {files} }},\n}}\n",
+            keys(nodes),
+            keys(operators)
+        ),
+    )
+    .unwrap();
+}
+
+/// `mesh secret edit FILE` in the fleet's `tree` (run here, as an operator would, with the
+/// operator's key), with an editor that writes `value`: the secret encrypted to the readers
+/// `secrets.ncl` declares. The value is given to the editor through a file in a folder of its
+/// own, removed before this returns.
+pub(crate) fn seal(tree: &Path, state: &Path, operator: &Path, file: &str, value: &str) -> Ran {
+    let dir = tempfile::tempdir().unwrap();
+    let editor = dir.path().join("editor.sh");
+    std::fs::write(&editor, "#!/bin/sh\ncat \"$MESH_TEST_VALUE\" > \"$1\"\n").unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let value_file = dir.path().join("value");
+    std::fs::write(&value_file, value).unwrap();
+    let mut c = mesh(state);
+    c.current_dir(tree)
+        .env("EDITOR", &editor)
+        .env("MESH_TEST_VALUE", &value_file)
+        .args(["secret", "edit", file, "-i"])
+        .arg(operator);
+    let ran = run(c);
+    drop(dir);
+    ran
+}
+
+/// The hostile grep: none of `values` in any file under `places` (but the files in `except`,
+/// which the secrets are for), nor in `outputs` (every output and log the test saw).
+pub(crate) fn assert_nowhere(values: &[&str], places: &[&Path], except: &[PathBuf], outputs: &str) {
+    for v in values {
+        assert!(!outputs.contains(v), "a plaintext in an output:\n{outputs}");
+        for place in places {
+            for entry in walkdir::WalkDir::new(place) {
                 let entry = entry.unwrap();
-                if entry.file_type().is_file() {
-                    let bytes = std::fs::read(entry.path()).unwrap();
-                    assert!(
-                        !bytes.windows(v.len()).any(|w| w == v.as_bytes()),
-                        "a plaintext in {}",
-                        entry.path().display()
-                    );
+                if !entry.file_type().is_file() || except.iter().any(|e| e == entry.path()) {
+                    continue;
                 }
+                let bytes = std::fs::read(entry.path()).unwrap();
+                assert!(
+                    !bytes.windows(v.len()).any(|w| w == v.as_bytes()),
+                    "a plaintext in {}",
+                    entry.path().display()
+                );
             }
         }
     }
@@ -309,4 +362,162 @@ fn importing_a_secret_as_text_gets_ciphertext() {
     );
     assert!(!text.contains(V1));
     lab.assert_never_shown();
+}
+
+/// On a real systemd (PID 1 in a container, see `systemd_node.rs`): a secret file reloads the
+/// unit it configures and a template of it restarts its unit, when the secret's plaintext
+/// changes; a rollback brings the old value back byte for byte and calls the same reload and
+/// restart; a secret re-encrypted to more recipients (`mesh secret rekey`, the same plaintext)
+/// is a new generation that calls nothing. Neither plaintext is anywhere on the node but in
+/// the two files: not in the state directory, `/etc`, `/var`, `/run`, `/tmp`, the journal, or
+/// any output.
+#[test]
+fn a_changed_secret_reloads_its_units_and_a_rekeyed_one_nothing_on_systemd() {
+    if !crate::services::tools() || !have_root_tools(&["ssh-keygen"]) {
+        return;
+    }
+    let node = crate::systemd_node::SystemdNode::boot("secret");
+    crate::services::predecessor_unit(&node, "pred");
+    crate::services::predecessor_unit(&node, "other");
+    // The node's host key, made here and put where sshd keeps it; the operator's key stays here.
+    let keys = tempfile::tempdir().unwrap();
+    let host_pub = keygen(&keys.path().join("host"));
+    let operator = keys.path().join("operator");
+    let operator_pub = keygen(&operator);
+    node.ok_sh("mkdir -p /etc/ssh");
+    let copied = Command::new("docker")
+        .arg("cp")
+        .arg(keys.path().join("host"))
+        .arg(format!("{}:/etc/ssh/ssh_host_ed25519_key", node.name))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    node.ok_sh(
+        "chown 0:0 /etc/ssh/ssh_host_ed25519_key && chmod 0600 /etc/ssh/ssh_host_ed25519_key",
+    );
+
+    let tree = node.dir.path();
+    let here_state = keys.path().join("operator-state");
+    let outputs = std::cell::RefCell::new(String::new());
+    let keep = |stdout: &str, stderr: &str| {
+        let mut all = outputs.borrow_mut();
+        all.push_str(stdout);
+        all.push_str(stderr);
+    };
+    let seal_as = |value: &str| {
+        let ran = seal(tree, &here_state, &operator, "secrets/db.age", value);
+        keep(&ran.stdout, &ran.stderr);
+        assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    };
+    let ok = |args: &[&str]| {
+        let ran = node.mesh(args);
+        keep(&ran.stdout, &ran.stderr);
+        assert_eq!(ran.code, 0, "mesh {args:?}:\n{}{}", ran.stdout, ran.stderr);
+        ran.stdout
+    };
+    write_rules(
+        tree,
+        &[("sd", &host_pub)],
+        &[("op", &operator_pub)],
+        &[("secrets/db.age", r#""sd", "op""#)],
+    );
+    let v = node.declare(
+        "v.ncl",
+        &crate::services::decl(
+            r#"    { name = "app", config = fun s => { files = [
+      { path = "/etc/pred/db.pass", secret = "secrets/db.age", reloads = ["pred.service"] },
+      { path = "/etc/other/app.conf", content = "password={{secret.db}}\n", secrets = { db = "secrets/db.age" }, restarts = ["other.service"] },
+    ] } },"#,
+        ),
+    );
+    let counts = || (node.count("pred-reloads"), node.count("other-starts"));
+    let values = |value: &str| {
+        assert_eq!(node.ok_sh("cat /etc/pred/db.pass"), value);
+        assert_eq!(
+            node.ok_sh("cat /etc/other/app.conf"),
+            format!("password={value}\n")
+        );
+        assert_eq!(
+            node.ok_sh("stat -c '%a %u %g' /etc/pred/db.pass /etc/other/app.conf"),
+            "400 0 0\n400 0 0\n"
+        );
+    };
+
+    seal_as(V1);
+    let ran = ok(&["switch", &v]);
+    assert!(
+        ran.contains("reload   pred.service: /etc/pred/db.pass created")
+            && ran.contains("restart  other.service: /etc/other/app.conf created"),
+        "{ran}"
+    );
+    values(V1);
+    assert_eq!(counts(), (1, 2));
+
+    seal_as(V2);
+    let dry = ok(&["switch", &v, "--dry-run"]);
+    assert!(dry.contains("secret changed"), "{dry}");
+    assert_eq!(counts(), (1, 2), "a dry run calls nothing");
+    ok(&["switch", &v]);
+    values(V2);
+    assert_eq!(counts(), (2, 3));
+
+    let back = ok(&["rollback"]);
+    values(V1);
+    assert_eq!(
+        counts(),
+        (3, 4),
+        "the rollback reloads and restarts: {back}"
+    );
+
+    ok(&["switch", &v]);
+    values(V2);
+    assert_eq!(counts(), (4, 5));
+    let before = node.current();
+
+    // Re-encrypted to one more operator: another ciphertext, the same plaintext.
+    let ciphertext = std::fs::read(tree.join("secrets/db.age")).unwrap();
+    let next_pub = keygen(&keys.path().join("next"));
+    write_rules(
+        tree,
+        &[("sd", &host_pub)],
+        &[("op", &operator_pub), ("next", &next_pub)],
+        &[("secrets/db.age", r#""sd", "op", "next""#)],
+    );
+    let mut c = crate::support::mesh(&here_state);
+    c.current_dir(tree)
+        .args(["secret", "rekey", "-i"])
+        .arg(&operator);
+    let rekeyed = run(c);
+    keep(&rekeyed.stdout, &rekeyed.stderr);
+    assert_eq!(rekeyed.code, 0, "{}", rekeyed.stderr);
+    assert!(
+        rekeyed
+            .stdout
+            .contains("secrets/db.age: re-encrypted to next, op, sd"),
+        "{}",
+        rekeyed.stdout
+    );
+    assert_ne!(
+        ciphertext,
+        std::fs::read(tree.join("secrets/db.age")).unwrap()
+    );
+    let json = ok(&["switch", &v, "--json"]);
+    let out: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert!(out["services"].get("jobs").is_none(), "{out}");
+    assert_ne!(node.current(), before, "a new generation");
+    values(V2);
+    assert_eq!(counts(), (4, 5), "the same plaintext calls nothing");
+
+    // The hostile grep: the node's files and its journal, the test's folder, every output.
+    let found = node.sh(&format!(
+        "grep -rlF -D skip -e {V1} -e {V2} /etc /var /run /tmp /root | grep -vx -e /etc/pred/db.pass -e /etc/other/app.conf"
+    ));
+    assert!(
+        found.stdout.trim().is_empty(),
+        "a plaintext in: {}",
+        found.stdout
+    );
+    let journal = node.ok_sh("journalctl --no-pager -o cat 2>/dev/null || true");
+    keep(&journal, "");
+    assert_nowhere(&[V1, V2], &[tree, keys.path()], &[], &outputs.borrow());
 }
