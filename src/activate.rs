@@ -742,6 +742,18 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
             );
         }
     }
+    if let Some(path) = &args.host_key {
+        let path = mesh_lib::TargetPath::new(path)
+            .map_err(|e| Failure::user(format!("--host-key: {e}")))?;
+        if record.host_key.as_ref() != Some(&path) {
+            record.host_key = Some(path);
+            node.save_record(&record)?;
+            say!(
+                "the node's host key is at {} (its secrets are decrypted with it)",
+                record.host_key.as_ref().expect("just set")
+            );
+        }
+    }
     // The declaration's ports: built without the pins when repinning.
     let mut unpinned = record.clone();
     if args.repin {

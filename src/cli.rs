@@ -566,6 +566,11 @@ pub struct GenesisArgs {
     /// (`switch --generation`, a deploy) needs a signature by one of them.
     #[arg(long, value_name = "PATH")]
     pub trusted_signers: Option<String>,
+    /// Where this node's ssh-ed25519 host key is (a path under the root; default
+    /// /etc/ssh/ssh_host_ed25519_key): the private key its secrets are decrypted with at switch
+    /// time. MESH_HOST_KEY (a path on this machine) overrides it for one command.
+    #[arg(long, value_name = "PATH")]
+    pub host_key: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -330,6 +330,8 @@ pub struct Identity {
     pub path: String,
     /// Its public key's tag ([`key_tag`]), for errors.
     pub tag: Option<String>,
+    /// Its public key (`ssh-ed25519 AAAA…`), when it can be derived.
+    pub public: Option<String>,
 }
 
 impl fmt::Debug for Identity {
@@ -359,15 +361,18 @@ impl Identity {
                 return Err(err("a key type age does not support".into()))
             }
         }
-        let tag = ssh_key::PrivateKey::from_openssh(bytes).ok().and_then(|k| {
-            parse_key("", &k.public_key().to_openssh().ok()?)
-                .ok()
-                .map(|r| key_tag(&r))
-        });
+        let public = ssh_key::PrivateKey::from_openssh(bytes)
+            .ok()
+            .and_then(|k| k.public_key().to_openssh().ok());
+        let tag = public
+            .as_deref()
+            .and_then(|p| parse_key("", p).ok())
+            .map(|r| key_tag(&r));
         Ok(Self {
             key,
             path: path.to_owned(),
             tag,
+            public,
         })
     }
 

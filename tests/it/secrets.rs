@@ -521,3 +521,220 @@ fn a_changed_secret_reloads_its_units_and_a_rekeyed_one_nothing_on_systemd() {
     keep(&journal, "");
     assert_nowhere(&[V1, V2], &[tree, keys.path()], &[], &outputs.borrow());
 }
+
+/// `mesh fleet status --json`'s line for the lab's one node.
+fn fleet_status(
+    lab: &crate::sshlab::Lab,
+    keep: &dyn Fn(&std::process::Output),
+) -> serde_json::Value {
+    let out = lab.mesh(&["fleet", "status", "--json"]);
+    keep(&out);
+    let board: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    board["nodes"][0].clone()
+}
+
+/// A lab node's declaration with the secret: whole in one file, placed into another's text.
+fn lab_decl(name: &str) -> String {
+    crate::sshlab::node_decl(name, "one\\n", true).replace(
+        "  modules = [\n",
+        r#"  modules = [
+    { name = "app", config = fun s => { files = [
+      { path = "/etc/app/db.pass", secret = "secrets/db.age" },
+      { path = "/etc/app/app.conf", content = "user=app\npassword={{secret.db}}\n", secrets = { db = "secrets/db.age" } },
+    ] } },
+"#,
+    )
+}
+
+/// Over SSH (real OpenSSH servers, see `sshlab.rs`): the node's host key is the one its sshd
+/// was made with, where `mesh genesis --host-key` recorded it; `mesh deploy` sends the
+/// ciphertext and the node decrypts it with that key. A node the secret is not encrypted to
+/// is refused before the deploy is armed — the row names the secret and its recipients,
+/// nothing on the node changed, nothing was reverted; a node `secrets.ncl` does not name
+/// among the readers is refused by the deployer's build. `mesh fleet status` says whether the
+/// node's host key (as the node reports it) can read its secrets. No plaintext in the lab's folders
+/// (the nodes' roots but the two files, their state, their logs, the deployer's) or outputs.
+#[test]
+fn a_deploy_decrypts_with_the_nodes_host_key_and_refuses_a_node_that_cannot() {
+    if !have_root_tools(&["sshd", "ssh", "ssh-keygen", "ip", "nft", "ss"]) {
+        return;
+    }
+    let lab = crate::sshlab::Lab::new("secret", 1, lab_decl);
+    let n = &lab.nodes[0];
+    let tree = lab.dir.path();
+    let keys = tempfile::tempdir().unwrap();
+    let operator = keys.path().join("operator");
+    let operator_pub = keygen(&operator);
+    let operator_state = keys.path().join("state");
+    let host_pub = std::fs::read_to_string(n.dir.join("host_key.pub"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    // The key sshd serves with, under the node's root where the record says it is.
+    std::fs::create_dir_all(n.root().join("etc/mesh")).unwrap();
+    std::fs::hard_link(n.dir.join("host_key"), n.root().join("etc/mesh/host_key")).unwrap();
+    let plain = keys.path().join("plain.ncl");
+    std::fs::write(&plain, crate::sshlab::node_decl("node0", "one\\n", true)).unwrap();
+    let genesis = n.mesh(&[
+        "genesis",
+        plain.to_str().unwrap(),
+        "--host-key",
+        "/etc/mesh/host_key",
+    ]);
+    assert!(
+        genesis.status.success(),
+        "{}",
+        String::from_utf8_lossy(&genesis.stderr)
+    );
+
+    let outputs = std::cell::RefCell::new(String::new());
+    let keep = |out: &std::process::Output| {
+        let mut all = outputs.borrow_mut();
+        all.push_str(&String::from_utf8_lossy(&out.stdout));
+        all.push_str(&String::from_utf8_lossy(&out.stderr));
+    };
+    let seal_as = |value: &str| {
+        let ran = seal(tree, &operator_state, &operator, "secrets/db.age", value);
+        outputs
+            .borrow_mut()
+            .push_str(&(ran.stdout.clone() + &ran.stderr));
+        assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    };
+    let rekey = || {
+        let mut c = crate::support::mesh(&operator_state);
+        c.current_dir(tree)
+            .args(["secret", "rekey", "-i"])
+            .arg(&operator);
+        let ran = run(c);
+        outputs
+            .borrow_mut()
+            .push_str(&(ran.stdout.clone() + &ran.stderr));
+        assert_eq!(ran.code, 0, "{}", ran.stderr);
+    };
+    let deploy = || {
+        let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+        keep(&out);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), json["nodes"][0].clone())
+    };
+    let values = |value: &str| {
+        assert_eq!(
+            std::fs::read_to_string(n.root().join("etc/app/db.pass")).unwrap(),
+            value
+        );
+        assert_eq!(
+            std::fs::read_to_string(n.root().join("etc/app/app.conf")).unwrap(),
+            format!("user=app\npassword={value}\n")
+        );
+    };
+
+    write_rules(
+        tree,
+        &[("node0", &host_pub)],
+        &[("op", &operator_pub)],
+        &[("secrets/db.age", r#""node0", "op""#)],
+    );
+    seal_as(V1);
+    let (code, row) = deploy();
+    assert_eq!(
+        (code, &row["result"]),
+        (Some(0), &"confirmed".into()),
+        "{row}"
+    );
+    values(V1);
+    let meta = std::fs::metadata(n.root().join("etc/app/db.pass")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
+        0o400
+    );
+    seal_as(V2);
+    let (code, row) = deploy();
+    assert_eq!(
+        (code, &row["result"]),
+        (Some(0), &"confirmed".into()),
+        "{row}"
+    );
+    values(V2);
+    let board = fleet_status(&lab, &keep);
+    assert_eq!(
+        board["secrets"],
+        serde_json::json!({ "readable": true, "count": 1 }),
+        "{board}"
+    );
+
+    // secrets.ncl gives another key for node0: encrypted to it, the node cannot read it.
+    let in_force = n.current();
+    let deploys = |n: &crate::sshlab::LabNode| {
+        let out = n.mesh(&["deploys", "--json"]);
+        keep(&out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = (deploys(n), crate::node_fixture::snapshot(&n.root()));
+    let impostor = keygen(&keys.path().join("impostor"));
+    write_rules(
+        tree,
+        &[("node0", &impostor)],
+        &[("op", &operator_pub)],
+        &[("secrets/db.age", r#""node0", "op""#)],
+    );
+    rekey();
+    let board = fleet_status(&lab, &keep);
+    assert_eq!(
+        board["secrets"],
+        serde_json::json!({ "readable": false, "count": 1, "unreadable": ["secrets/db.age"] }),
+        "{board}"
+    );
+    let text = lab.mesh(&["fleet", "status"]);
+    keep(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("1 NOT readable")
+            && text.contains("not encrypted to its host key: secrets/db.age"),
+        "{text}"
+    );
+    let (code, row) = deploy();
+    assert_eq!(code, Some(2), "{row}");
+    assert_eq!(row["result"], "refused", "{row}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("secrets/db.age")
+            && reason.contains("node0, op")
+            && reason.contains("nothing was changed"),
+        "{reason}"
+    );
+    assert_eq!(n.current(), in_force);
+    assert_eq!(
+        (deploys(n), crate::node_fixture::snapshot(&n.root())),
+        before,
+        "nothing armed, nothing changed"
+    );
+
+    // Not among its readers: the deployer's build refuses it, naming the secret and the node.
+    write_rules(
+        tree,
+        &[("node0", &host_pub)],
+        &[("op", &operator_pub)],
+        &[("secrets/db.age", r#""op""#)],
+    );
+    rekey();
+    let (code, row) = deploy();
+    assert_ne!(code, Some(0), "{row}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("secrets/db.age")
+            && reason.contains("node node0 is not among its recipients"),
+        "{reason}"
+    );
+    assert_eq!(n.current(), in_force);
+    assert_eq!(
+        (deploys(n), crate::node_fixture::snapshot(&n.root())),
+        before
+    );
+
+    let targets = [
+        n.root().join("etc/app/db.pass"),
+        n.root().join("etc/app/app.conf"),
+    ];
+    assert_nowhere(&[V1, V2], &[tree, keys.path()], &targets, &outputs.borrow());
+}

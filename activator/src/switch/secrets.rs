@@ -30,16 +30,32 @@ use crate::switch::ActivateError;
 pub(crate) type Plaintexts = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
 
 impl Node {
-    /// Where the node's host key is: `MESH_HOST_KEY` (a path on this machine), else
-    /// [`HOST_KEY`] under the root.
+    /// Where the node's host key is under its root: the record's (`mesh genesis --host-key`),
+    /// else [`HOST_KEY`].
+    fn host_key_target(&self) -> TargetPath {
+        self.record()
+            .ok()
+            .flatten()
+            .and_then(|r| r.host_key)
+            .unwrap_or_else(|| TargetPath::new(HOST_KEY).expect("a valid path"))
+    }
+
+    /// Where the node's host key is, for people: `MESH_HOST_KEY` (a path on this machine),
+    /// else the record's path or [`HOST_KEY`], under the root.
     pub fn host_key_path(&self) -> String {
         match std::env::var_os("MESH_HOST_KEY") {
             Some(p) => PathBuf::from(p).display().to_string(),
-            None => self.root.path().join(&HOST_KEY[1..]).display().to_string(),
+            None => self
+                .root
+                .path()
+                .join(self.host_key_target().as_str().trim_start_matches('/'))
+                .display()
+                .to_string(),
         }
     }
 
-    fn host_identity(&self) -> Result<Identity, (String, bool)> {
+    /// The node's host key: its private key, and what it is for errors.
+    pub fn host_identity(&self) -> Result<Identity, (String, bool)> {
         let bytes = match std::env::var_os("MESH_HOST_KEY") {
             Some(p) => Zeroizing::new(std::fs::read(&p).map_err(|e| {
                 (
@@ -47,21 +63,25 @@ impl Node {
                     true,
                 )
             })?),
-            None => {
-                let path = TargetPath::new(HOST_KEY).expect("a valid path");
-                match self.root.observe(&path) {
-                    Ok((Observed::File(_), Some(bytes))) => Zeroizing::new(bytes),
-                    Ok(_) => {
-                        return Err((
-                            format!("the host key {} is not there", self.host_key_path()),
-                            true,
-                        ))
-                    }
-                    Err(e) => return Err((format!("the host key: {e}"), true)),
+            None => match self.root.observe(&self.host_key_target()) {
+                Ok((Observed::File(_), Some(bytes))) => Zeroizing::new(bytes),
+                Ok(_) => {
+                    return Err((
+                        format!("the host key {} is not there", self.host_key_path()),
+                        true,
+                    ))
                 }
-            }
+                Err(e) => return Err((format!("the host key: {e}"), true)),
+            },
         };
         Identity::parse(&self.host_key_path(), &bytes).map_err(|e| (e.to_string(), true))
+    }
+
+    /// Whether this node can read every secret of `target` (each decrypted, then dropped):
+    /// checked before a deploy is armed, so one the node cannot read is refused with nothing
+    /// changed and nothing to revert.
+    pub fn check_secrets(&self, target: &Generation) -> Result<(), ActivateError> {
+        self.open_secrets(target).map(drop)
     }
 
     /// The target with each of its secret files as its plaintext, and the plaintexts; `None`
