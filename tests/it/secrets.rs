@@ -738,3 +738,69 @@ fn a_deploy_decrypts_with_the_nodes_host_key_and_refuses_a_node_that_cannot() {
     ];
     assert_nowhere(&[V1, V2], &[tree, keys.path()], &targets, &outputs.borrow());
 }
+
+/// On an adopted node a file found at a secret's path is held like any found file — left as it
+/// is, with its original in the store, owner-only — until its module is taken; the take writes
+/// the secret, and a rollback brings the original back byte for byte. The found original,
+/// a credential too, is never shown: not by `diff`, `status`, the take or the rollback.
+#[test]
+fn a_found_file_at_a_secrets_path_is_held_and_its_original_kept_owner_only() {
+    if !have_root_tools(&["ip", "ssh-keygen"]) {
+        return;
+    }
+    const OLD: &str = "old-credential-found-5d2b";
+    let lab = Lab::new(r#""n1", "op""#);
+    lab.edit(V1);
+    std::fs::create_dir_all(lab.f.at("/etc/app")).unwrap();
+    std::fs::write(lab.f.at("/etc/app/db.pass"), OLD).unwrap();
+    std::fs::set_permissions(
+        lab.f.at("/etc/app/db.pass"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+
+    lab.ok(&["adopt", &lab.decl()]);
+    assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), OLD, "held");
+    assert_eq!(lab.f.meta("/etc/app/db.pass").0, 0o644);
+    let status: serde_json::Value =
+        serde_json::from_str(lab.ok(&["status", "--json"]).stdout.trim()).unwrap();
+    assert_eq!(status["files"]["held"], 1, "{status}");
+    // The original, in the store, owner-only.
+    let store = mesh_lib::Store::open(&lab.f.state()).unwrap();
+    let original = mesh_lib::BlobHash::of(OLD.as_bytes());
+    let at = match store
+        .locate(&original)
+        .unwrap()
+        .expect("the original is kept")
+    {
+        mesh_lib::store::Location::Loose(p) => p,
+        mesh_lib::store::Location::Packed { pack, .. } => pack,
+    };
+    let mode = |p: &Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions())
+            & 0o777
+    };
+    assert_eq!(mode(&at) & 0o077, 0, "{} is owner-only", at.display());
+    assert_eq!(mode(&lab.f.state()), 0o700);
+
+    lab.ok(&["take", "app"]);
+    assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), V1);
+    assert_eq!(lab.f.meta("/etc/app/db.pass"), (0o400, 0, 0));
+    lab.ok(&["diff"]);
+    lab.ok(&["status"]);
+
+    lab.ok(&["rollback"]);
+    assert_eq!(
+        lab.f.read("/etc/app/db.pass").unwrap(),
+        OLD,
+        "the original back"
+    );
+    assert_eq!(lab.f.meta("/etc/app/db.pass").0, 0o644);
+    lab.ok(&["diff"]);
+    lab.assert_never_shown();
+    let outputs = lab.outputs.borrow();
+    assert!(
+        !outputs.contains(OLD),
+        "the found original shown:\n{outputs}"
+    );
+}
