@@ -272,6 +272,17 @@ fn a_secret_is_decrypted_at_switch_and_rolled_back() {
     lab.ok(&["rollback"]);
     assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), V2);
 
+    // The host key elsewhere: not found under the root, found where MESH_HOST_KEY says.
+    let moved = lab.f.dir.path().join("keys/host");
+    std::fs::rename(lab.f.at("/etc/ssh/ssh_host_ed25519_key"), &moved).unwrap();
+    let lost = lab.mesh(&["switch", &lab.decl()]);
+    assert_eq!(lost.code, 3, "{}", lost.stderr);
+    let mut c = lab.f.command(&["switch", &lab.decl()]);
+    c.env("MESH_HOST_KEY", &moved);
+    let found = lab.keep(run(c));
+    assert_eq!(found.code, 0, "{}", found.stderr);
+    assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), V2);
+
     // The recipients, said without a key.
     let who = lab.ok(&[
         "secret",
