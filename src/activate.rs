@@ -440,11 +440,14 @@ fn resolve(node: &Node, text: &str) -> Result<(GenerationId, Generation), Failur
 /// original's as found), or why its content cannot be shown.
 fn content_side<'a>(
     path: &str,
-    content: Option<mesh_lib::diff::ContentIn>,
+    content: &'a Option<mesh_lib::diff::ContentIn>,
     bytes: &'a Option<Vec<u8>>,
     found: &std::collections::BTreeMap<mesh_lib::TargetPath, mesh_lib::record::FoundFile>,
 ) -> mesh_lib::diff::Side<'a> {
     use mesh_lib::diff::Side;
+    if let Some(what) = content.as_ref().and_then(|c| c.secret.as_deref()) {
+        return Side::Secret(what);
+    }
     let (Some(c), Some(bytes)) = (content, bytes) else {
         return match content {
             None => Side::Absent,
@@ -499,14 +502,18 @@ pub fn diff(machine: &Machine, args: DiffArgs) -> Result<(), Failure> {
     // was found with (the record has it), so one others may not read stays unshown.
     let found = node.record()?.map(|r| r.found.files).unwrap_or_default();
     for (path, a, b) in mesh_lib::diff::content_changes(&from.1, &to.1) {
-        let blobs: Vec<Option<Vec<u8>>> = [a, b]
+        let blobs: Vec<Option<Vec<u8>>> = [&a, &b]
             .iter()
-            .map(|c| c.and_then(|c| node.store.blob(&c.blob).ok()))
+            .map(|c| {
+                c.as_ref()
+                    .filter(|c| c.secret.is_none())
+                    .and_then(|c| node.store.blob(&c.blob).ok())
+            })
             .collect();
         d.contents.push(mesh_lib::diff::content_diff(
             &path,
-            content_side(&path, a, &blobs[0], &found),
-            content_side(&path, b, &blobs[1], &found),
+            content_side(&path, &a, &blobs[0], &found),
+            content_side(&path, &b, &blobs[1], &found),
         ));
     }
     if args.json {
@@ -732,6 +739,18 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
             say!(
                 "the node's trusted signers are at {} (a generation from elsewhere needs a signature by one of them)",
                 record.trusted_signers.as_ref().expect("just set")
+            );
+        }
+    }
+    if let Some(path) = &args.host_key {
+        let path = mesh_lib::TargetPath::new(path)
+            .map_err(|e| Failure::user(format!("--host-key: {e}")))?;
+        if record.host_key.as_ref() != Some(&path) {
+            record.host_key = Some(path);
+            node.save_record(&record)?;
+            say!(
+                "the node's host key is at {} (its secrets are decrypted with it)",
+                record.host_key.as_ref().expect("just set")
             );
         }
     }

@@ -163,6 +163,12 @@ pub enum Command {
         #[command(subcommand)]
         command: StoreCommand,
     },
+    /// The fleet's secrets: age files encrypted to the nodes' SSH host keys and the operators'
+    /// keys, as the fleet's secrets.ncl declares who may read which.
+    Secret {
+        #[command(subcommand)]
+        command: SecretCommand,
+    },
     /// The fleet: every node of a fleet file built, their records fetched, their status.
     Fleet {
         #[command(subcommand)]
@@ -245,6 +251,39 @@ pub struct ManArgs {
     /// Write every page (mesh.1, mesh-build.1, mesh-fleet-build.1, …) into DIR instead.
     #[arg(long, value_name = "DIR")]
     pub write: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SecretCommand {
+    /// Decrypt FILE with the operator's key into $VISUAL/$EDITOR (a file only you may read, in
+    /// a folder only you may enter, removed after), then encrypt what was saved to the
+    /// recipients secrets.ncl declares for it. A FILE not there yet is created.
+    Edit(SecretEditArgs),
+    /// Re-encrypt every secret secrets.ncl declares to the recipients it declares now (after
+    /// a node joins or an operator leaves); say which changed.
+    Rekey(SecretIdentity),
+    /// Who secrets.ncl says may read FILE, and whether its ciphertext is encrypted to each.
+    Recipients {
+        /// The secret file (e.g. secrets/db.age).
+        file: PathBuf,
+    },
+}
+
+/// The operator's key that decrypts.
+#[derive(Args, Debug)]
+pub struct SecretIdentity {
+    /// The operator's SSH private key (ssh-ed25519, not passphrase-protected); default
+    /// ~/.ssh/id_ed25519.
+    #[arg(long, short = 'i', value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct SecretEditArgs {
+    /// The secret file (e.g. secrets/db.age), in the fleet's tree.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub key: SecretIdentity,
 }
 
 #[derive(Subcommand, Debug)]
@@ -527,6 +566,11 @@ pub struct GenesisArgs {
     /// (`switch --generation`, a deploy) needs a signature by one of them.
     #[arg(long, value_name = "PATH")]
     pub trusted_signers: Option<String>,
+    /// Where this node's ssh-ed25519 host key is (a path under the root; default
+    /// /etc/ssh/ssh_host_ed25519_key): the private key its secrets are decrypted with at switch
+    /// time. MESH_HOST_KEY (a path on this machine) overrides it for one command.
+    #[arg(long, value_name = "PATH")]
+    pub host_key: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -156,6 +156,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::DeployAgent { token } => crate::remote::agent(&machine, &token),
         Command::DeployStep { token, step } => crate::remote::step(&machine, &token, &step),
+        Command::Secret { command } => crate::secret::run(&state, command),
         Command::Fleet {
             command: FleetCommand::Build(args),
         } => crate::fleet::build(&state, &place, args),

@@ -199,7 +199,7 @@ pub fn status(state: &Path, place: &Place, args: FleetArgs) -> Result<(), Failur
         return Ok(());
     }
     say!(
-        "{:<16} {:<11} {:<8} {:<16} {:<9} {:<22} {:<7} {}",
+        "{:<16} {:<11} {:<8} {:<16} {:<9} {:<22} {:<7} {:<9} {}",
         "node",
         "reachable",
         "mode",
@@ -207,11 +207,35 @@ pub fn status(state: &Path, place: &Place, args: FleetArgs) -> Result<(), Failur
         "fleet's",
         "modules taken/held",
         "drift",
-        "firewall"
+        "firewall",
+        "secrets"
     );
     for l in &lines {
+        let secrets = match &l.secrets {
+            None => "-".to_owned(),
+            Some(s) if s.readable => "readable".to_owned(),
+            Some(s) if s.problem.is_some() => "NO KEY".to_owned(),
+            Some(s) => format!("{} NOT readable", s.unreadable.len()),
+        };
+        let problem = l
+            .problem
+            .clone()
+            .into_iter()
+            .chain(l.secrets.as_ref().and_then(|s| {
+                if let Some(p) = &s.problem {
+                    Some(format!("its host key: {p}"))
+                } else if s.unreadable.is_empty() {
+                    None
+                } else {
+                    Some(format!(
+                        "not encrypted to its host key: {} (run `mesh secret rekey`)",
+                        s.unreadable.join(", ")
+                    ))
+                }
+            }))
+            .collect::<Vec<_>>();
         say!(
-            "{:<16} {:<11} {:<8} {:<16} {:<9} {:<22} {:<7} {}{}",
+            "{:<16} {:<11} {:<8} {:<16} {:<9} {:<22} {:<7} {:<9} {}{}",
             l.node,
             if l.reachable { "yes" } else { "NO" },
             l.mode.as_deref().unwrap_or("-"),
@@ -229,10 +253,12 @@ pub fn status(state: &Path, place: &Place, args: FleetArgs) -> Result<(), Failur
                 Some(false) => "DRIFTED",
                 None => "-",
             },
-            l.problem
-                .as_deref()
-                .map(|p| format!("  ({p})"))
-                .unwrap_or_default()
+            secrets,
+            if problem.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", problem.join("; "))
+            }
         );
     }
     Ok(())

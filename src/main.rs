@@ -10,6 +10,7 @@ mod failure;
 mod fleet;
 mod progress;
 mod remote;
+mod secret;
 mod serve;
 mod setup;
 mod show;

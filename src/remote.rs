@@ -93,6 +93,10 @@ fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Dep
     // trusts vouches for, is refused before anything.
     node.store.generation(&target)?;
     node.check_trust(&target)?;
+    // A secret this node cannot decrypt (not encrypted to its host key, the key missing):
+    // refused before the deploy is armed, so nothing moves and nothing is reverted.
+    node.check_secrets(&node.store.generation(&target)?)
+        .map_err(|e| Failure::new(Exit::Refused, miette::miette!("{e}")))?;
     let previous = node.current()?.map(|(_, id, _)| id);
     let mut deploy = Deploy::arm(&machine.state, target, previous, seconds)
         .map_err(|e| Failure::system(format!("arming the deploy: {e}")))?;

@@ -73,6 +73,9 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
         if let FileState::Held { original } = f.state {
             let _ = write!(o, "  original {}", original.short());
         }
+        if let Some(secret) = &f.secret {
+            let _ = write!(o, "  secret: {}", secret.describe());
+        }
         o.push('\n');
     }
 

@@ -296,7 +296,10 @@ impl Node {
                 continue;
             }
             if let (Observed::File(f), Some(bytes)) = self.root.observe(path)? {
-                self.store.put_blob(&bytes, !f.mode.world_readable())?;
+                // A file found at a secret's path is a credential, whatever its mode: kept
+                // private, as a secret's plaintext would be.
+                self.store
+                    .put_blob(&bytes, !f.mode.world_readable() || file.secret.is_some())?;
                 record.found.files.insert(
                     path.clone(),
                     FoundFile {

@@ -435,6 +435,7 @@ mod tests {
             owner: "0".into(),
             group: "0".into(),
             special_mode: false,
+            secret: None,
             state,
             units: Vec::new(),
         };

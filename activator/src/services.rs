@@ -830,6 +830,7 @@ mod tests {
                 owner: "root".into(),
                 group: "root".into(),
                 special_mode: false,
+                secret: None,
                 state,
                 units: units
                     .iter()

@@ -40,6 +40,9 @@ pub struct Status {
     /// The newest deploy on this node (`mesh switch --confirm-within`): how it ended, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_deploy: Option<crate::deploy::Deploy>,
+    /// The host key the node decrypts its secrets with: where, and its public key (or why it
+    /// cannot be read). `mesh fleet status` checks the fleet's secrets against it.
+    pub host_key: HostKey,
 }
 
 /// The generation in force.
@@ -165,7 +168,36 @@ pub struct FirewallDrift {
     pub unreadable: Option<String>,
 }
 
+/// The node's host key, as `mesh status` reports it: never its private half.
+#[derive(Debug, Serialize)]
+pub struct HostKey {
+    /// Where it is read from.
+    pub path: String,
+    /// Its public key (`ssh-ed25519 AAAA…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public: Option<String>,
+    /// Why it cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
 impl Node {
+    /// The host key's path and public key, or why it cannot be read.
+    pub fn host_key(&self) -> HostKey {
+        let (public, problem) = match self.host_identity() {
+            Ok(id) => match id.public {
+                Some(p) => (Some(p), None),
+                None => (None, Some("its public key cannot be derived".to_owned())),
+            },
+            Err((why, _)) => (None, Some(why)),
+        };
+        HostKey {
+            path: self.host_key_path(),
+            public,
+            problem,
+        }
+    }
+
     /// Mode, current generation, counts and drift.
     pub fn status(&self) -> Result<Status, ActivateError> {
         let record = self.record()?;
@@ -186,6 +218,7 @@ impl Node {
             last_deploy: crate::deploy::Deploy::all(&self.state)
                 .ok()
                 .and_then(|all| all.into_iter().next()),
+            host_key: self.host_key(),
         };
         if let Some((_, _, g)) = &current {
             status.firewall = Some(match self.check_firewall(g) {

@@ -17,6 +17,7 @@ use mesh_lib::model::{
     UnitTrigger, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
 };
 use mesh_lib::path::HostMount;
+use mesh_lib::secret::{SecretContent, SecretRef};
 use mesh_lib::{BlobHash, Generation, NodeRecord, TargetPath};
 use serde::Deserialize;
 
@@ -68,8 +69,14 @@ struct UnitOut {
 #[derive(Deserialize)]
 struct FileOut {
     path: String,
-    content: String,
-    mode: String,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    secret: Option<String>,
+    #[serde(default)]
+    secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    mode: Option<String>,
     owner: String,
     group: String,
     reloads: Vec<String>,
@@ -348,13 +355,16 @@ impl<'a> Assembly<'a> {
                     "this path",
                 )
             })?;
-            let mode = FileMode::parse(&file.mode).map_err(|e| {
-                ctx.reject(
-                    &ctx.at(&here, &[f("mode")]),
-                    format!("module {module}, {path}: {e}"),
-                    "this mode",
-                )
-            })?;
+            let (content, secret) = file_content(ctx, &here, module, &file.path, file)?;
+            let default_mode = if secret.is_some() { "0400" } else { "0644" };
+            let mode =
+                FileMode::parse(file.mode.as_deref().unwrap_or(default_mode)).map_err(|e| {
+                    ctx.reject(
+                        &ctx.at(&here, &[f("mode")]),
+                        format!("module {module}, {path}: {e}"),
+                        "this mode",
+                    )
+                })?;
             let special = mode.special();
             if !special.is_empty() && !file.special_mode {
                 return Err(ctx
@@ -380,7 +390,8 @@ impl<'a> Assembly<'a> {
             let units = triggers(ctx, &here, module, &path, file)?;
             let declared = Declared {
                 path,
-                content: &file.content,
+                content,
+                secret,
                 mode,
                 owner: &file.owner,
                 group: &file.group,
@@ -429,6 +440,7 @@ impl<'a> Assembly<'a> {
                 let declared = Declared {
                     path,
                     content: &u.text,
+                    secret: None,
                     mode: FileMode::parse("0644").expect("a mode"),
                     owner: "root",
                     group: "root",
@@ -795,6 +807,9 @@ impl<'a> Assembly<'a> {
 struct Declared<'a> {
     path: TargetPath,
     content: &'a str,
+    /// For a file made from secrets, how (its ciphertexts' hashes are filled in once read:
+    /// [`crate::secrets::resolve`]).
+    secret: Option<SecretContent>,
     mode: FileMode,
     owner: &'a str,
     group: &'a str,
@@ -832,15 +847,18 @@ fn add_file(
     }
     let bytes = d.content.as_bytes();
     let hash = BlobHash::of(bytes);
-    let private = !d.mode.world_readable();
-    blobs
-        .entry(hash)
-        .and_modify(|b| b.private |= private)
-        .or_insert_with(|| NewBlob {
-            hash,
-            bytes: bytes.to_vec(),
-            private,
-        });
+    // A template of secrets is kept private whatever the file's mode.
+    let private = !d.mode.world_readable() || d.secret.is_some();
+    if !matches!(d.secret, Some(SecretContent::Whole(_))) {
+        blobs
+            .entry(hash)
+            .and_modify(|b| b.private |= private)
+            .or_insert_with(|| NewBlob {
+                hash,
+                bytes: bytes.to_vec(),
+                private,
+            });
+    }
     let state = if taken {
         FileState::Managed
     } else {
@@ -859,11 +877,84 @@ fn add_file(
         owner: d.owner.to_owned(),
         group: d.group.to_owned(),
         special_mode: d.special_mode,
+        secret: d.secret,
         state,
         units: d.units,
     };
     files.insert(path, (entry, d.named_at));
     Ok(())
+}
+
+/// A file's content: its text, and how it is made from secrets if it is. A file gives
+/// `content` or `secret`; a template's `{{secret.NAME}}` placeholders and its `secrets` name
+/// the same secrets.
+fn file_content<'f>(
+    ctx: &Ctx<'_>,
+    here: &[Step],
+    module: &ModuleName,
+    path: &str,
+    file: &'f FileOut,
+) -> Result<(&'f str, Option<SecretContent>), MeshDiagnostic> {
+    let pending = |name: &str, at: &[Step]| -> Result<SecretRef, MeshDiagnostic> {
+        mesh_lib::secret::check_file(name)
+            .map_err(|e| ctx.reject(at, format!("module {module}, {path}: {e}"), "this secret"))?;
+        Ok(SecretRef {
+            // Filled in once the ciphertext is read.
+            ciphertext: BlobHash::of(b""),
+            file: name.to_owned(),
+            recipients: Vec::new(),
+        })
+    };
+    match (&file.content, &file.secret) {
+        (Some(_), Some(_)) => Err(ctx.reject(
+            &ctx.at(here, &[f("secret")]),
+            format!("module {module}, {path}: a file gives `content` or `secret`, not both"),
+            "this secret",
+        )),
+        (None, None) => Err(ctx.reject(
+            &ctx.at(here, &[f("path")]),
+            format!("module {module}, {path}: the file has no content: give `content` or `secret`"),
+            "this file",
+        )),
+        (None, Some(secret)) => {
+            if !file.secrets.is_empty() {
+                return Err(ctx.reject(
+                    &ctx.at(here, &[f("secrets")]),
+                    format!("module {module}, {path}: `secrets` fill a template's `content`; a file that is one `secret` has none"),
+                    "these secrets",
+                ));
+            }
+            let r = pending(secret, &ctx.at(here, &[f("secret")]))?;
+            Ok(("", Some(SecretContent::Whole(r))))
+        }
+        (Some(content), None) => {
+            let used = mesh_lib::secret::placeholders(content);
+            let given: BTreeSet<String> = file.secrets.keys().cloned().collect();
+            if let Some(name) = used.difference(&given).next() {
+                return Err(ctx.reject(
+                    &ctx.at(here, &[f("content")]),
+                    format!("module {module}, {path}: the content uses {{{{secret.{name}}}}}, which the file's `secrets` does not name"),
+                    "this content",
+                ).with_help(format!("say which secret file it is: `secrets = {{ {name} = \"secrets/….age\" }}`")));
+            }
+            if let Some(name) = given.difference(&used).next() {
+                return Err(ctx.reject(
+                    &ctx.at(here, &[f("secrets"), named(name)]),
+                    format!("module {module}, {path}: secret `{name}` is not used by the content (no {{{{secret.{name}}}}})"),
+                    "this secret",
+                ));
+            }
+            if file.secrets.is_empty() {
+                return Ok((content, None));
+            }
+            let mut refs = BTreeMap::new();
+            for (name, secret) in &file.secrets {
+                let at = ctx.at(here, &[f("secrets"), named(name)]);
+                refs.insert(name.clone(), pending(secret, &at)?);
+            }
+            Ok((content, Some(SecretContent::Template(refs))))
+        }
+    }
 }
 
 /// The units a file says it configures, sorted; a unit named to be both reloaded and restarted

@@ -220,6 +220,18 @@ pub(crate) fn evaluate_here(
     request: &Request,
     warm: Option<crate::eval::Warm>,
 ) -> Result<Evaluated, MeshDiagnostic> {
+    let mut evaluated = evaluate_declaration(request, warm)?;
+    // The secrets' ciphertexts are read from the tree, and are sources like the imports.
+    let read = crate::secrets::resolve(&mut evaluated.assembled, &request.tree, &request.library)?;
+    evaluated.sources.extend(read);
+    Ok(evaluated)
+}
+
+/// Evaluates the declaration and assembles its generation, its secrets not yet read.
+fn evaluate_declaration(
+    request: &Request,
+    warm: Option<crate::eval::Warm>,
+) -> Result<Evaluated, MeshDiagnostic> {
     let tree = &request.tree;
     let known = match (&request.cache_dir, request.per_module) {
         (Some(dir), true) => crate::cache::modules::load_parsed(dir, &request.node),

@@ -26,6 +26,7 @@ pub mod eval;
 pub mod imports;
 pub mod incremental;
 pub mod library;
+pub mod secrets;
 pub mod spine;
 
 use std::path::{Path, PathBuf};

@@ -40,6 +40,92 @@ pub struct Line {
     /// that no deploy put there and the fleet does not build: `mesh deploy` leaves it as it is
     /// unless told `--replace-foreign`.
     pub foreign: bool,
+    /// Whether the node can read the secrets the fleet builds for it (`None`: it has none, or
+    /// the build or the node's host key could not be had).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<SecretsReadable>,
+}
+
+/// Whether a node can read its secrets: each ciphertext's header (public, read without a key)
+/// names the node's host key, as the node reports it (`mesh status`: its public key only).
+#[derive(Debug, Clone, Serialize)]
+pub struct SecretsReadable {
+    /// Whether it can read every one.
+    pub readable: bool,
+    /// How many secret files the fleet's generation for it has.
+    pub count: usize,
+    /// The secret files not encrypted to its host key.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+    /// Why none can be read (its host key missing, unreadable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// The secrets of `generation` checked against the node's public host key, as its status says
+/// it (`host_key.public`, or `host_key.problem`); `None` when it has no secret.
+fn secrets_readable(
+    generation: &mesh_lib::Generation,
+    state_dir: &Path,
+    host_key: &serde_json::Value,
+) -> Option<SecretsReadable> {
+    use mesh_lib::secret::{key_tag, parse_key, stanza_tags};
+    let refs: std::collections::BTreeMap<String, mesh_lib::BlobHash> = generation
+        .files
+        .values()
+        .filter(|f| !matches!(f.state, mesh_lib::model::FileState::Held { .. }))
+        .filter_map(|f| f.secret.as_ref())
+        .flat_map(|s| {
+            s.refs()
+                .into_iter()
+                .map(|(_, r)| (r.file.clone(), r.ciphertext))
+        })
+        .collect();
+    if refs.is_empty() {
+        return None;
+    }
+    let mut out = SecretsReadable {
+        readable: false,
+        count: refs.len(),
+        unreadable: Vec::new(),
+        problem: None,
+    };
+    let tag = match (host_key["public"].as_str(), host_key["problem"].as_str()) {
+        (Some(public), _) => match parse_key("host key", public) {
+            Ok(k) => key_tag(&k),
+            Err(e) => {
+                out.problem = Some(e.to_string());
+                return Some(out);
+            }
+        },
+        (None, Some(problem)) => {
+            out.problem = Some(problem.to_owned());
+            return Some(out);
+        }
+        (None, None) => {
+            out.problem = Some("its mesh does not say its host key".into());
+            return Some(out);
+        }
+    };
+    let store = match mesh_lib::Store::open(state_dir) {
+        Ok(s) => s,
+        Err(e) => {
+            out.problem = Some(e.to_string());
+            return Some(out);
+        }
+    };
+    for (file, hash) in refs {
+        let ok = store
+            .blob(&hash)
+            .ok()
+            .and_then(|c| stanza_tags(&file, &c).ok())
+            .is_some_and(|tags| tags.contains(&tag));
+        if !ok {
+            out.unreadable.push(file);
+        }
+    }
+    out.readable = out.unreadable.is_empty();
+    Some(out)
 }
 
 impl Line {
@@ -87,6 +173,7 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         drifted_files: None,
         firewall_in_force: None,
         foreign: false,
+        secrets: None,
     };
     let mut link = match Link::open(fleet, node) {
         Ok(l) => l,
@@ -138,7 +225,13 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
                 state_dir,
                 evaluator,
             ) {
-                Ok(b) => line.built = Some(b.id),
+                Ok(b) => {
+                    line.built = Some(b.id);
+                    line.secrets = b
+                        .generation()
+                        .ok()
+                        .and_then(|g| secrets_readable(g, state_dir, &status["host_key"]));
+                }
                 Err(e) => line.problem = Some(format!("the fleet's build of it failed: {e}")),
             }
         }

@@ -176,6 +176,9 @@ pub enum Side<'a> {
     File(&'a [u8], FileMode),
     /// A file whose content cannot be had (not in the store): why.
     Unknown(&'a str),
+    /// A file made from secrets (their files and recipients, described): never shown, on
+    /// either side, whatever its mode.
+    Secret(&'a str),
 }
 
 /// The unified diff of a file from `old` to `new`. A file others may not read (no `o+r` on
@@ -188,6 +191,16 @@ pub fn content_diff(path: &str, old: Side<'_>, new: Side<'_>) -> ContentDiff {
         unified: None,
         hidden: Some(why),
     };
+    let secrets: Vec<&str> = [old, new]
+        .iter()
+        .filter_map(|s| match s {
+            Side::Secret(what) => Some(*what),
+            _ => None,
+        })
+        .collect();
+    if let Some(what) = secrets.last() {
+        return hide(format!("secret changed: {what}"));
+    }
     for side in [old, new] {
         match side {
             Side::File(_, mode) if !mode.world_readable() => {
@@ -423,7 +436,15 @@ pub fn diff(a: &Generation, b: &Generation) -> Diff {
             (Some(x), Some(y)) => {
                 let mut what = Vec::new();
                 // The declared content, or the content in force (a take, a restore).
-                if x.blob != y.blob || in_effect(x) != in_effect(y) {
+                if x.secret.is_some() || y.secret.is_some() {
+                    if x.blob != y.blob || in_effect(x) != in_effect(y) || x.secret != y.secret {
+                        let described = y.secret.as_ref().or(x.secret.as_ref());
+                        what.push(format!(
+                            "secret changed: {}",
+                            described.map(|s| s.describe()).unwrap_or_default()
+                        ));
+                    }
+                } else if x.blob != y.blob || in_effect(x) != in_effect(y) {
                     what.push("content".to_string());
                 }
                 if x.mode != y.mode {
@@ -517,20 +538,30 @@ pub fn content_changes(
             blob: in_effect(f),
             mode: f.mode,
             held: matches!(f.state, FileState::Held { .. }),
+            secret: f
+                .secret
+                .as_ref()
+                .filter(|_| !matches!(f.state, FileState::Held { .. }))
+                .map(|s| s.describe()),
         })
     };
     paths
         .into_iter()
         .filter_map(|p| {
             let (x, y) = (side(a.files.get(p)), side(b.files.get(p)));
-            (x.map(|c| c.blob) != y.map(|c| c.blob)).then(|| (p.to_string(), x, y))
+            let changed =
+                x.as_ref().map(|c| (c.blob, &c.secret)) != y.as_ref().map(|c| (c.blob, &c.secret));
+            changed.then(|| (p.to_string(), x.clone(), y.clone()))
         })
         .collect()
 }
 
 /// The content a file holds on the machine in a generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContentIn {
+    /// For a file made from secrets (not held), their files and recipients: its content is
+    /// never shown.
+    pub secret: Option<String>,
     /// Its content.
     pub blob: crate::BlobHash,
     /// The declared mode (a held original's own is in the node record).

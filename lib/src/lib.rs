@@ -19,6 +19,7 @@ pub mod model;
 pub mod pack;
 pub mod path;
 pub mod record;
+pub mod secret;
 pub mod state;
 pub mod store;
 pub mod text;

@@ -577,6 +577,11 @@ pub struct FileEntry {
     pub module: ModuleName,
     /// Owner user name.
     pub owner: String,
+    /// For a file made from secrets, how: its content is then decrypted on the node, never
+    /// in the generation or the store (`blob` is the one secret's ciphertext, or a template).
+    /// Absent from the encoding for any other file, so no other id changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<crate::secret::SecretContent>,
     /// The declared content's length in bytes.
     pub size: u64,
     /// Whether the declaration asked for a special mode (setuid, setgid, sticky, writable by
@@ -952,6 +957,9 @@ impl Generation {
             if let FileState::Held { original } = f.state {
                 out.insert(original);
             }
+            if let Some(secret) = &f.secret {
+                out.extend(secret.refs().iter().map(|(_, r)| r.ciphertext));
+            }
         }
         for c in self.containers.values() {
             if let ContainerState::Held { original } = c.state {
@@ -999,6 +1007,13 @@ impl Generation {
             check_account_name(&f.group).map_err(|e| format!("{what}: {e}"))?;
             if let FileState::Held { .. } = f.state {
                 holdable(&f.module, &what)?;
+            }
+            if let Some(crate::secret::SecretContent::Whole(r)) = &f.secret {
+                if r.ciphertext != f.blob {
+                    return Err(format!(
+                        "{what} is a secret whose content is not its ciphertext"
+                    ));
+                }
             }
         }
         let is_setting = |port: Port| self.settings.ports.values().any(|p| *p == port);
@@ -1172,6 +1187,7 @@ mod tests {
                     owner: "0".into(),
                     group: "0".into(),
                     special_mode: false,
+                    secret: None,
                     state: FileState::Held {
                         original: BlobHash::of(b"old"),
                     },

@@ -133,6 +133,10 @@ pub struct NodeRecord {
     /// genesis).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trusted_signers: Option<crate::TargetPath>,
+    /// Where the node's host key (the `ssh-ed25519` private key its secrets are encrypted to)
+    /// is, when not [`crate::secret::HOST_KEY`] (set at genesis).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_key: Option<crate::TargetPath>,
 }
 
 /// A record that cannot be read.
@@ -198,6 +202,7 @@ impl NodeRecord {
             found: Found::default(),
             taken: BTreeSet::new(),
             trusted_signers: None,
+            host_key: None,
         }
     }
 

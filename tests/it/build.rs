@@ -21,7 +21,7 @@ pub const PINNED: [(&str, Option<&str>, &str); 3] = [
     (
         "fresh-node",
         None,
-        "b3:c598fab75ac10284e93891918414dc1615ded6be9a191df94e84f3118e94e2ce",
+        "b3:e3a13293d9dd7ce53aecb0e0b52fa81c52190c65d8a604497e8fadf7d363899b",
     ),
 ];
 

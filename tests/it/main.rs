@@ -22,6 +22,7 @@ mod node_fixture;
 mod rejections;
 mod review;
 mod scale;
+mod secrets;
 mod services;
 mod setup;
 mod sshlab;

@@ -43,7 +43,7 @@ pub(crate) fn tools() -> bool {
 }
 
 /// A unit the test puts on the node as the predecessor would: written, enabled, started.
-fn predecessor_unit(node: &SystemdNode, name: &str) {
+pub(crate) fn predecessor_unit(node: &SystemdNode, name: &str) {
     let text = counting_unit(name, "pred", "multi-user.target");
     std::fs::write(node.here(&format!("{name}.unit")), text).unwrap();
     node.ok_sh(&format!(

@@ -38,6 +38,17 @@ pub enum ActivateError {
         /// Why.
         why: String,
     },
+    /// A secret the node cannot decrypt: not encrypted to its host key, the key missing, the
+    /// ciphertext damaged. Checked before anything changes.
+    #[error("{path}: cannot decrypt secret {why}; nothing was changed")]
+    Secret {
+        /// The file made from it.
+        path: mesh_lib::TargetPath,
+        /// Which secret, why, and its recipients (never its content).
+        why: String,
+        /// Whether the node's key could not be read at all (a system failure, not the input's).
+        key_missing: bool,
+    },
     /// The plan refused.
     #[error("{0}; nothing was changed")]
     Plan(#[from] PlanError),
@@ -201,6 +212,13 @@ impl ActivateError {
             | ActivateError::NoSuchGeneration(_)
             | ActivateError::InvalidGeneration { .. }
             | ActivateError::ReachesState { .. } => Kind::User,
+            ActivateError::Secret { key_missing, .. } => {
+                if *key_missing {
+                    Kind::System
+                } else {
+                    Kind::User
+                }
+            }
             ActivateError::FoundContainerNotHeld { .. } | ActivateError::MissingImages { .. } => {
                 Kind::Refused
             }

@@ -37,6 +37,10 @@ pub(crate) struct JournalOp {
     /// (`None` in a journal of an older mesh, whose steps recovery does not finish.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) before: Option<Before>,
+    /// Whether the content is a secret's plaintext: not in the store, so recovery leaves the
+    /// step to the next switch, which decrypts it again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) secret: bool,
 }
 
 /// What a path held when a switch was planned.
@@ -160,7 +164,7 @@ impl Node {
             Some(hash) => now == Before::File(hash),
             None => now == Before::Absent,
         };
-        if done || op.before != Some(now) {
+        if done || op.before != Some(now) || op.secret {
             return Ok(false);
         }
         match (op.hash, op.write) {

@@ -34,6 +34,7 @@ pub(crate) mod network;
 pub(crate) mod observe;
 pub(crate) mod prepare;
 pub(crate) mod review;
+pub(crate) mod secrets;
 pub mod units;
 
 use std::path::Path;
@@ -138,6 +139,15 @@ impl Node {
                 self.check_private_network(after, Some(before))?;
             }
         }
+        // Secrets: decrypted with the host key before anything changes (a secret this node
+        // cannot read refuses the switch here); the switch goes on with each secret file as
+        // its plaintext. `declared` is the generation as built, for what a person is shown.
+        let declared = target;
+        let (resolved, mut plaintexts) = match self.open_secrets(target)? {
+            Some((resolved, plaintexts)) => (Some(resolved), plaintexts),
+            None => (None, Default::default()),
+        };
+        let target = resolved.as_ref().unwrap_or(target);
         let mut host = HostStore::load(&self.state)?;
         self.check_reach(target.files.keys().chain(host.written.keys()))?;
         let seen = self.observe_all(target, &host)?;
@@ -175,7 +185,7 @@ impl Node {
                         loaded.as_ref()
                     }
                 };
-                Some(self.review(from, target, &plan, &seen))
+                Some(self.review(from, declared, &plan, &seen))
             } else {
                 None
             };
@@ -198,14 +208,20 @@ impl Node {
         }
 
         // Prepare: everything that will be written, read and checked before anything changes.
-        let blobs = self.check(&plan)?;
+        let blobs = self.check(&plan, std::mem::take(&mut plaintexts))?;
 
         // Apply: the firewall first, in one transaction; then what the mesh did not write is
         // recorded and the journal written; then the files, then the containers.
         let firewall = self.converge_firewall(target)?;
         crate::crash::point("firewall-converged");
         self.record_originals(&plan, &seen, &mut host)?;
-        self.write_journal(target, id, &plan, &services, &seen)?;
+        let secret_paths = declared
+            .files
+            .iter()
+            .filter(|(_, f)| f.secret.is_some())
+            .map(|(p, _)| p)
+            .collect();
+        self.write_journal(target, id, &plan, &services, &seen, &secret_paths)?;
         // The units that stop do so with the definitions they run, before their files change.
         let mut failed = recovered.failed;
         failed.extend(self.stop_services(&services)?);

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use mesh_lib::model::{FileState, UnitTrigger};
+use mesh_lib::secret::Zeroizing;
 use mesh_lib::{atomic, BlobHash, Generation, GenerationId, TargetPath};
 
 use crate::host::{HostStore, Kept};
@@ -25,18 +26,28 @@ use crate::switch::journal::{journal_path, Before, Journal, JournalOp, Pending};
 use crate::switch::observe::Observations;
 use crate::switch::ActivateError;
 
-/// The blobs a switch writes, read and checked.
-pub(crate) type Blobs = BTreeMap<BlobHash, Vec<u8>>;
+/// The blobs a switch writes, read and checked (zeroed when dropped: some are the plaintexts
+/// of secrets).
+pub(crate) type Blobs = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
 
 impl Node {
-    /// Reads and checks every blob the plan writes, and checks that the root has room for them
-    /// and is writable.
-    pub(crate) fn check(&self, plan: &Plan) -> Result<Blobs, ActivateError> {
+    /// Reads and checks every blob the plan writes (a secret's plaintext is among
+    /// `plaintexts`, never in the store), and checks that the root has room for them and is
+    /// writable.
+    pub(crate) fn check(
+        &self,
+        plan: &Plan,
+        mut plaintexts: crate::switch::secrets::Plaintexts,
+    ) -> Result<Blobs, ActivateError> {
         let mut blobs = Blobs::new();
         for action in &plan.actions {
             if let Action::Write { blob, .. } = action {
                 if !blobs.contains_key(blob) {
-                    blobs.insert(*blob, self.store.blob(blob)?);
+                    let bytes = match plaintexts.remove(blob) {
+                        Some(plain) => plain,
+                        None => Zeroizing::new(self.store.blob(blob)?),
+                    };
+                    blobs.insert(*blob, bytes);
                 }
             }
         }
@@ -127,6 +138,7 @@ impl Node {
         plan: &Plan,
         services: &ServicePlan,
         seen: &Observations,
+        secret_paths: &std::collections::BTreeSet<&TargetPath>,
     ) -> Result<(), ActivateError> {
         let before = |path: &TargetPath| match seen.0.get(path) {
             Some(Observed::File(f)) => Some(Before::File(f.hash)),
@@ -152,6 +164,7 @@ impl Node {
                     units: managed_triggers(target, path),
                     write: Some((*mode, *uid, *gid)),
                     before: before(path),
+                    secret: secret_paths.contains(path),
                 }),
                 Action::Remove { path } => Some(JournalOp {
                     path: path.clone(),
@@ -160,6 +173,7 @@ impl Node {
                     units: Vec::new(),
                     write: None,
                     before: before(path),
+                    secret: false,
                 }),
                 _ => None,
             })

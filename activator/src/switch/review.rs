@@ -50,6 +50,19 @@ impl Node {
                 }
                 _ => Side::Absent,
             };
+            // A file made from secrets, in the generation in force or the target: never shown.
+            let secret = [in_force, Some(target)]
+                .iter()
+                .flatten()
+                .filter_map(|g| g.files.get(path))
+                .filter(|f| !matches!(f.state, mesh_lib::model::FileState::Held { .. }))
+                .find_map(|f| f.secret.as_ref())
+                .map(|s| s.describe());
+            if let Some(what) = &secret {
+                let side = mesh_lib::diff::Side::Secret(what);
+                diff.contents.push(content_diff(path.as_str(), side, side));
+                continue;
+            }
             let new_bytes = new.and_then(|(blob, _)| self.store.blob(&blob).ok());
             let new = match (new, &new_bytes) {
                 (None, _) => Side::Absent,

@@ -1,0 +1,141 @@
+//! The secrets phase, before the plan: every file of the target made from secrets (and not
+//! held) is decrypted with the node's host key into memory, and the switch goes on with a
+//! generation in which that file is its plaintext — named by its plaintext's hash, which is
+//! what the machine holds and what the host store records — so a secret is staged, synced and
+//! renamed like any file, and one whose plaintext changed calls its reloads and restarts (a
+//! ciphertext re-encrypted to other recipients, the same plaintext, changes nothing).
+//!
+//! A secret that cannot be decrypted (not encrypted to this host's key, the key missing, the
+//! ciphertext damaged) refuses the switch here, before anything changes.
+//!
+//! The plaintexts are [`Zeroizing`]: zeroed when the switch drops them. They are never in a
+//! temp file others may read (a staged file is created with its final mode and owner before a
+//! byte is written), never in the store, never in an error or a log.
+//!
+//! Dry run: decrypted as well (a dry run says whether the switch would be refused), never
+//! shown. No crash point.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use mesh_lib::model::FileState;
+use mesh_lib::secret::{Identity, SecretContent, Zeroizing, HOST_KEY};
+use mesh_lib::{BlobHash, Generation, TargetPath};
+
+use crate::node::Node;
+use crate::root::Observed;
+use crate::switch::ActivateError;
+
+/// The plaintexts of a switch's secret files, by their hash.
+pub(crate) type Plaintexts = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
+
+impl Node {
+    /// Where the node's host key is under its root: the record's (`mesh genesis --host-key`),
+    /// else [`HOST_KEY`].
+    fn host_key_target(&self) -> TargetPath {
+        self.record()
+            .ok()
+            .flatten()
+            .and_then(|r| r.host_key)
+            .unwrap_or_else(|| TargetPath::new(HOST_KEY).expect("a valid path"))
+    }
+
+    /// Where the node's host key is, for people: `MESH_HOST_KEY` (a path on this machine),
+    /// else the record's path or [`HOST_KEY`], under the root.
+    pub fn host_key_path(&self) -> String {
+        match std::env::var_os("MESH_HOST_KEY") {
+            Some(p) => PathBuf::from(p).display().to_string(),
+            None => self
+                .root
+                .path()
+                .join(self.host_key_target().as_str().trim_start_matches('/'))
+                .display()
+                .to_string(),
+        }
+    }
+
+    /// The node's host key: its private key, and what it is for errors.
+    pub fn host_identity(&self) -> Result<Identity, (String, bool)> {
+        let bytes = match std::env::var_os("MESH_HOST_KEY") {
+            Some(p) => Zeroizing::new(std::fs::read(&p).map_err(|e| {
+                (
+                    format!("the host key {}: {e}", PathBuf::from(&p).display()),
+                    true,
+                )
+            })?),
+            None => match self.root.observe(&self.host_key_target()) {
+                Ok((Observed::File(_), Some(bytes))) => Zeroizing::new(bytes),
+                Ok(_) => {
+                    return Err((
+                        format!("the host key {} is not there", self.host_key_path()),
+                        true,
+                    ))
+                }
+                Err(e) => return Err((format!("the host key: {e}"), true)),
+            },
+        };
+        Identity::parse(&self.host_key_path(), &bytes).map_err(|e| (e.to_string(), true))
+    }
+
+    /// Whether this node can read every secret of `target` (each decrypted, then dropped):
+    /// checked before a deploy is armed, so one the node cannot read is refused with nothing
+    /// changed and nothing to revert.
+    pub fn check_secrets(&self, target: &Generation) -> Result<(), ActivateError> {
+        self.open_secrets(target).map(drop)
+    }
+
+    /// The target with each of its secret files as its plaintext, and the plaintexts; `None`
+    /// when it has none to write.
+    pub(crate) fn open_secrets(
+        &self,
+        target: &Generation,
+    ) -> Result<Option<(Generation, Plaintexts)>, ActivateError> {
+        let secret_files: Vec<(&TargetPath, &SecretContent)> = target
+            .files
+            .iter()
+            .filter(|(_, f)| !matches!(f.state, FileState::Held { .. }))
+            .filter_map(|(p, f)| f.secret.as_ref().map(|s| (p, s)))
+            .collect();
+        if secret_files.is_empty() {
+            return Ok(None);
+        }
+        let identity =
+            self.host_identity()
+                .map_err(|(why, key_missing)| ActivateError::Secret {
+                    path: secret_files[0].0.clone(),
+                    why: format!("{}: {why}", secret_files[0].1.describe()),
+                    key_missing,
+                })?;
+        let mut resolved = target.clone();
+        let mut plaintexts = Plaintexts::new();
+        for (path, secret) in secret_files {
+            let refuse = |why: String| ActivateError::Secret {
+                path: path.clone(),
+                why,
+                key_missing: false,
+            };
+            let mut values: BTreeMap<String, Zeroizing<Vec<u8>>> = BTreeMap::new();
+            for (name, r) in secret.refs() {
+                let ciphertext = self.store.blob(&r.ciphertext)?;
+                let plaintext = identity
+                    .decrypt(&r.file, &ciphertext, &r.recipients)
+                    .map_err(|e| refuse(e.to_string()))?;
+                values.insert(name.to_owned(), plaintext);
+            }
+            let content = match secret {
+                SecretContent::Whole(_) => values.remove("").expect("the one secret"),
+                SecretContent::Template(_) => {
+                    let template = self.store.blob(&target.files[path].blob)?;
+                    mesh_lib::secret::render(&template, &values)
+                }
+            };
+            let hash = BlobHash::of(&content);
+            let entry = resolved.files.get_mut(path).expect("a file of the target");
+            entry.blob = hash;
+            entry.size = content.len() as u64;
+            entry.secret = None;
+            plaintexts.insert(hash, content);
+        }
+        Ok(Some((resolved, plaintexts)))
+    }
+}
