@@ -40,6 +40,10 @@ pub struct Status {
     /// The newest deploy on this node (`mesh switch --confirm-within`): how it ended, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_deploy: Option<crate::deploy::Deploy>,
+    /// The last pull from a registry (`mesh pull`) that did something: from where, which
+    /// generation, how it ended, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_pull: Option<crate::deploy::pull::LastPull>,
 }
 
 /// The generation in force.
@@ -186,6 +190,7 @@ impl Node {
             last_deploy: crate::deploy::Deploy::all(&self.state)
                 .ok()
                 .and_then(|all| all.into_iter().next()),
+            last_pull: crate::deploy::pull::LastPull::load(&self.state),
         };
         if let Some((_, _, g)) = &current {
             status.firewall = Some(match self.check_firewall(g) {
