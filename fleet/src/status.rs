@@ -40,6 +40,11 @@ pub struct Line {
     /// that no deploy put there and the fleet does not build: `mesh deploy` leaves it as it is
     /// unless told `--replace-foreign`.
     pub foreign: bool,
+    /// The generation its tag in the registry names (`mesh fleet status --registry`).
+    pub desired: Option<GenerationId>,
+    /// Its last pull from a registry, as `mesh status` says it: from where, which generation,
+    /// how it ended and why.
+    pub last_pull: Option<serde_json::Value>,
 }
 
 impl Line {
@@ -87,6 +92,8 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         drifted_files: None,
         firewall_in_force: None,
         foreign: false,
+        desired: None,
+        last_pull: None,
     };
     let mut link = match Link::open(fleet, node) {
         Ok(l) => l,
@@ -116,6 +123,7 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         .as_str()
         .or_else(|| current[1].as_str())
         .and_then(|s| s.parse().ok());
+    line.last_pull = Some(status["last_pull"].clone()).filter(|p| !p.is_null());
     line.taken = text_list(&status["taken"]);
     line.not_taken = text_list(&status["not_taken"]);
     line.drifted_files = status["drift"].as_array().map(Vec::len);
