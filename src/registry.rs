@@ -49,6 +49,7 @@ fn prepare(
     sign: bool,
     key: &crate::cli::SigningKey,
     revision: Option<String>,
+    registry: &Registry,
 ) -> Result<(mesh_fleet::Fleet, Vec<mesh_fleet::publish::Prepared>), Failure> {
     let fleet = crate::fleet::load(state, place)?;
     let nodes = crate::fleet::select(&fleet, &fleet_args.nodes)?;
@@ -59,7 +60,7 @@ fn prepare(
         signer: crate::fleet::signer(sign, key)?,
         revision: revision.or_else(|| mesh_fleet::publish::revision_of(&fleet)),
     };
-    let prepared = mesh_fleet::publish::prepare(&fleet, &nodes, &options);
+    let prepared = mesh_fleet::publish::prepare(&fleet, &nodes, &options, registry);
     Ok((fleet, prepared))
 }
 
@@ -67,12 +68,12 @@ fn push_line(l: &mesh_fleet::publish::Pushed) -> String {
     match &l.error {
         Some(e) => format!("{:<20} FAILED: {e}", l.node),
         None => format!(
-            "{:<20} {}  {} sent, {} reused, {} bytes{}",
+            "{:<20} {}  {} objects sent, {} there already, {} bytes{}",
             l.node,
             l.generation
                 .map_or("-".to_owned(), |g| g.short().to_string()),
-            l.sent.blobs,
-            l.sent.reused,
+            l.sent.objects,
+            l.sent.objects_reused,
             l.sent.bytes,
             if l.tag_moved {
                 ", tag moved"
@@ -85,6 +86,7 @@ fn push_line(l: &mesh_fleet::publish::Pushed) -> String {
 
 /// `mesh push`.
 pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> {
+    let registry = registry(&args.target, &args.registry)?;
     let (_, prepared) = prepare(
         state,
         place,
@@ -92,8 +94,8 @@ pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> 
         args.sign,
         &args.key,
         args.revision.clone(),
+        &registry,
     )?;
-    let registry = registry(&args.target, &args.registry)?;
     let lines = mesh_fleet::publish::publish(&registry, &prepared, true);
     let total = mesh_fleet::publish::bytes(&lines);
     if args.fleet.json {
@@ -124,6 +126,7 @@ pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> 
 
 /// `mesh rollout`.
 pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Failure> {
+    let registry = registry(&args.target, &args.registry)?;
     let (fleet, prepared) = prepare(
         state,
         place,
@@ -131,6 +134,7 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
         args.sign,
         &args.key,
         args.revision.clone(),
+        &registry,
     )?;
     let failed: Vec<String> = prepared
         .iter()
@@ -143,7 +147,6 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
             failed.join("\n  ")
         )));
     }
-    let registry = registry(&args.target, &args.registry)?;
     // Every object first, no tag moved: a wave then costs a manifest per node.
     for line in mesh_fleet::publish::publish(&registry, &prepared, false) {
         if let Some(e) = line.error {

@@ -66,8 +66,14 @@ pub fn revision_of(fleet: &Fleet) -> Option<String> {
     (out.status.success() && !text.is_empty()).then_some(text)
 }
 
-/// Builds, signs and lays out each of `nodes`' artifacts.
-pub fn prepare(fleet: &Fleet, nodes: &[&Node], options: &Options) -> Vec<Prepared> {
+/// Builds, signs and lays out each of `nodes`' artifacts (with a delta from the generation
+/// each node's tag in `registry` names now, when the store has it).
+pub fn prepare(
+    fleet: &Fleet,
+    nodes: &[&Node],
+    options: &Options,
+    registry: &Registry,
+) -> Vec<Prepared> {
     let built = crate::build::all(
         fleet,
         nodes,
@@ -87,9 +93,15 @@ pub fn prepare(fleet: &Fleet, nodes: &[&Node], options: &Options) -> Vec<Prepare
                         .sign_into(store, &g.id)
                         .map_err(|e| format!("signing it: {e}"))?;
                 }
-                let p =
-                    mesh_registry::publication(store, &b.node, &g.id, options.revision.as_deref())
-                        .map_err(|e| e.to_string())?;
+                let previous = registry.artifact(&b.node).ok().map(|a| a.generation);
+                let p = mesh_registry::publication(
+                    store,
+                    &b.node,
+                    &g.id,
+                    options.revision.as_deref(),
+                    previous,
+                )
+                .map_err(|e| e.to_string())?;
                 Ok((g.id, p))
             })();
             Prepared {

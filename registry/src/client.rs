@@ -48,11 +48,14 @@ pub struct Registry {
 /// What a push sent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Sent {
-    /// Blobs (objects and the config) sent, those the registry lacked.
+    /// The store's objects (the contents a generation references) sent: those the registry
+    /// lacked.
+    pub objects: usize,
+    /// Objects the registry had already.
+    pub objects_reused: usize,
+    /// Blobs sent (objects, signatures, generations and their deltas, configs).
     pub blobs: usize,
-    /// Blobs the registry had already.
-    pub reused: usize,
-    /// Bytes sent (blobs as stored; the manifest counts when it is tagged).
+    /// Bytes sent (blobs and manifests).
     pub bytes: u64,
 }
 
@@ -133,24 +136,19 @@ impl Registry {
         }
     }
 
-    /// Sends the blobs of `publication` the registry lacks (each asked for first): what was
-    /// sent. Nothing is tagged.
-    pub fn upload(&self, publication: &Publication) -> Result<Sent, RegistryError> {
+    /// Sends the blobs of `piece` the registry lacks (each asked for first).
+    fn upload_blobs(&self, piece: &crate::Piece, sent: &mut Sent) -> Result<(), RegistryError> {
         let reference = self.reference("latest");
-        let mut sent = Sent::default();
-        for layer in &publication.layers {
+        for layer in &piece.layers {
             let digest = &layer.descriptor.digest;
             if self.known.lock().expect("not poisoned").contains(digest) {
-                sent.reused += 1;
                 continue;
             }
             let there = self
                 .runtime
                 .block_on(self.client.blob_exists(&reference, digest))
                 .map_err(self.failed(format!("asking for {digest}")))?;
-            if there {
-                sent.reused += 1;
-            } else {
+            if !there {
                 self.runtime
                     .block_on(
                         self.client
@@ -168,43 +166,88 @@ impl Registry {
                 .expect("not poisoned")
                 .insert(digest.clone());
         }
-        Ok(sent)
+        Ok(())
     }
 
-    /// Points `tag` at the manifest of `publication` (whose blobs were uploaded): the bytes
-    /// sent, none when the tag points at it already.
-    pub fn tag(&self, tag: &str, publication: &Publication) -> Result<u64, RegistryError> {
-        let digest = crate::sha256(&publication.manifest_bytes);
-        if let Ok(a) = self.artifact(tag) {
-            if a.digest == digest {
-                return Ok(0);
-            }
-        }
-        let reference = self.reference(tag);
-        self.runtime
-            .block_on(self.client.push_manifest_raw(
-                &reference,
-                publication.manifest_bytes.clone(),
-                MANIFEST_TYPE.parse().expect("a header value"),
-            ))
-            .map_err(self.failed(format!("tagging {tag}")))?;
-        Ok(publication.manifest_bytes.len() as u64)
-    }
-
-    /// Points `tag` at `artifact` again (as it was read: the same bytes, the same digest).
-    pub fn retag(&self, tag: &str, artifact: &Artifact) -> Result<(), RegistryError> {
+    fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<(), RegistryError> {
         self.runtime
             .block_on(self.client.push_manifest_raw(
                 &self.reference(tag),
-                artifact.bytes.clone(),
+                bytes.to_vec(),
                 MANIFEST_TYPE.parse().expect("a header value"),
             ))
             .map_err(self.failed(format!("tagging {tag}")))?;
         Ok(())
     }
 
+    /// Sends what the registry lacks of `publication`: each object's artifact (asked for by
+    /// its tag first), then the blobs of the node's artifact. The node's tag is not moved.
+    pub fn upload(&self, publication: &Publication) -> Result<Sent, RegistryError> {
+        let mut sent = Sent::default();
+        for (hash, piece) in &publication.objects {
+            let tag = crate::object_tag(hash);
+            if self.known.lock().expect("not poisoned").contains(&tag) || self.has_tag(&tag)? {
+                sent.objects_reused += 1;
+            } else {
+                self.upload_blobs(piece, &mut sent)?;
+                self.put_manifest(&tag, &piece.manifest)?;
+                sent.objects += 1;
+                sent.bytes += piece.manifest.len() as u64;
+            }
+            self.known.lock().expect("not poisoned").insert(tag);
+        }
+        self.upload_blobs(&publication.node, &mut sent)?;
+        Ok(sent)
+    }
+
+    /// Whether the registry has a manifest tagged `tag` (HEAD).
+    fn has_tag(&self, tag: &str) -> Result<bool, RegistryError> {
+        match self.runtime.block_on(
+            self.client
+                .fetch_manifest_digest(&self.reference(tag), &RegistryAuth::Anonymous),
+        ) {
+            Ok(_) => Ok(true),
+            Err(
+                oci_client::errors::OciDistributionError::ImageManifestNotFoundError(_)
+                | oci_client::errors::OciDistributionError::RegistryError { .. },
+            ) => Ok(false),
+            Err(oci_client::errors::OciDistributionError::ServerError { code: 404, .. }) => {
+                Ok(false)
+            }
+            Err(e) => Err(self.failed(format!("asking for {tag}"))(e)),
+        }
+    }
+
+    /// Points `tag` at the node's artifact of `publication` (whose blobs were uploaded): the
+    /// bytes sent, none when the tag points at it already.
+    pub fn tag(&self, tag: &str, publication: &Publication) -> Result<u64, RegistryError> {
+        let digest = crate::sha256(&publication.node.manifest);
+        if let Ok(a) = self.artifact(tag) {
+            if a.digest == digest {
+                return Ok(0);
+            }
+        }
+        self.put_manifest(tag, &publication.node.manifest)?;
+        Ok(publication.node.manifest.len() as u64)
+    }
+
+    /// Points `tag` at `artifact` again (as it was read: the same bytes, the same digest).
+    pub fn retag(&self, tag: &str, artifact: &Artifact) -> Result<(), RegistryError> {
+        self.put_manifest(tag, &artifact.bytes)
+    }
+
     /// The artifact tagged `tag`.
     pub fn artifact(&self, tag: &str) -> Result<Artifact, RegistryError> {
+        let bytes = self.manifest_bytes(tag)?;
+        Artifact::parse(
+            &format!("{}:{tag}", self.name()),
+            &bytes,
+            crate::sha256(&bytes),
+        )
+    }
+
+    /// The manifest tagged `tag`, its bytes as the registry has them.
+    fn manifest_bytes(&self, tag: &str) -> Result<Vec<u8>, RegistryError> {
         let reference = self.reference(tag);
         let (bytes, digest) = self
             .runtime
@@ -237,11 +280,7 @@ impl Registry {
                 why: format!("its manifest does not hash to {digest}"),
             });
         }
-        Artifact::parse(
-            &format!("{}:{tag}", self.name()),
-            &bytes,
-            crate::sha256(&bytes),
-        )
+        Ok(bytes.to_vec())
     }
 
     /// A blob's bytes as the registry stores them, checked against its digest and bounded.
@@ -295,9 +334,10 @@ impl Registry {
         Ok((out, bytes))
     }
 
-    /// Fetches into `store` what it lacks of the artifact's generation: the generation (checked
-    /// against its id), then each blob it references (checked against its name, stored as it
-    /// arrives). Call it once the signatures were judged.
+    /// Fetches into `store` what it lacks of the artifact's generation: the generation (as a
+    /// delta from the one named, when the store has it; checked against its id), then each
+    /// object it references that the store lacks, by its tag (checked against its name,
+    /// stored as it arrives). Call it once the signatures were judged.
     pub fn fetch(&self, store: &Store, artifact: &Artifact) -> Result<Fetched, RegistryError> {
         let id = artifact.generation;
         let mut fetched = Fetched::default();
@@ -308,12 +348,27 @@ impl Registry {
         let generation = if store.has_intact_generation(&id) {
             store.generation(&id)?
         } else {
-            let object = format!("generation {id}");
-            let layer = artifact.layer_of(&object).ok_or_else(|| missing(&object))?;
+            let base = artifact
+                .delta()
+                .filter(|(base, _)| store.has_intact_generation(base))
+                .and_then(|(base, layer)| {
+                    let bytes = store.generation(&base).ok()?.canonical_bytes().ok()?;
+                    Some((bytes, layer))
+                });
+            let (layer, dictionary) = match base {
+                Some((bytes, layer)) => (layer, Some(bytes)),
+                None => {
+                    let object = format!("generation {id}");
+                    (
+                        artifact.layer_of(&object).ok_or_else(|| missing(&object))?,
+                        None,
+                    )
+                }
+            };
             let wire = self.blob(layer)?;
             fetched.bytes += wire.len() as u64;
             fetched.objects += 1;
-            keep_generation(store, &id, layer, wire)?
+            keep_generation(store, &id, layer, wire, dictionary.as_deref())?
         };
         let lacking: Vec<BlobHash> = generation
             .blobs()
@@ -322,7 +377,22 @@ impl Registry {
             .collect();
         for hash in lacking {
             let object = format!("blob {hash}");
-            let layer = artifact.layer_of(&object).ok_or_else(|| missing(&object))?;
+            let tag = crate::object_tag(&hash);
+            let manifest = self.manifest_bytes(&tag).map_err(|e| match e {
+                RegistryError::NoTag(_) => missing(&object),
+                e => e,
+            })?;
+            fetched.bytes += manifest.len() as u64;
+            let manifest: crate::Manifest =
+                serde_json::from_slice(&manifest).map_err(|e| RegistryError::Invalid {
+                    reference: format!("{}:{tag}", self.name()),
+                    why: format!("not an OCI manifest: {e}"),
+                })?;
+            let layer = manifest
+                .layers
+                .iter()
+                .find(|l| l.object() == Some(object.as_str()))
+                .ok_or_else(|| missing(&object))?;
             let wire = self.blob(layer)?;
             fetched.bytes += wire.len() as u64;
             keep_blob(store, &hash, layer, wire)?;

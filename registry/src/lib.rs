@@ -1,23 +1,29 @@
 //! Generations as OCI artifacts: what `mesh push` publishes to a registry (the Distribution
 //! registry, Harbor, a cloud's) and what `mesh pull` fetches on a node.
 //!
-//! One artifact per node, tagged with the node's name:
+//! One artifact per node, tagged with the node's name, small whatever the node's size:
 //!
 //! ```text
 //! manifest (application/vnd.oci.image.manifest.v1+json, artifactType application/vnd.mesh.generation.v1)
 //!   annotations: dev.mesh.generation = b3:…   dev.mesh.node = NAME
 //!                org.opencontainers.image.revision = the source revision (when known)
 //!   config: the empty descriptor ({})
-//!   layers, each annotated dev.mesh.object = `signature b3:…` | `generation b3:…` | `blob b3:…`:
-//!     application/vnd.mesh.signature.v1            one per signature of the generation (sshsig, armored)
-//!     application/vnd.mesh.generation.v1[+zstd]    the generation's canonical encoding
-//!     application/vnd.mesh.blob.v1[+zstd]          each object the generation references
+//!   layers, each annotated dev.mesh.object:
+//!     application/vnd.mesh.signature.v1            `signature b3:…`: each signature (sshsig, armored)
+//!     application/vnd.mesh.generation.v1[+zstd]    `generation b3:…`: its canonical encoding
+//!     application/vnd.mesh.generation.delta.v1     `delta b3:BASE`: the same, zstd against the
+//!                                                  generation the tag named before (a node that
+//!                                                  runs it fetches a few hundred bytes)
 //! ```
 //!
-//! Every object is a blob of its own, content-addressed by the registry (sha256 of what is
-//! stored): a push asks the registry (HEAD) for each and sends only those it lacks, so a second
-//! push of a generation that changed one file sends that file, the generation and a manifest.
-//! The manifest holds no time: the same generation publishes the same manifest, the same digest.
+//! and every object a generation references as an artifact of its own, tagged `b3-HEX` (its
+//! name), one layer (`application/vnd.mesh.blob.v1[+zstd]`): a node asks for the objects its
+//! store lacks by name, so what it fetches grows with what changed, not with the generation's
+//! size. A push asks the registry for each object's tag first (HEAD) and sends only those it
+//! lacks; a second push of a generation that changed one file sends that file, the generation
+//! and its signature. The manifests hold no time: the same content publishes the same digests.
+//! (Objects no generation uses any more stay until removed; the registry's garbage collection
+//! keeps what a tag names.)
 //!
 //! Invariants of a fetch: nothing is trusted for what the registry says it is. The signatures are
 //! fetched first and handed to the caller to judge before anything else is fetched; the
@@ -36,6 +42,11 @@ use mesh_lib::{BlobHash, GenerationId, Store};
 use serde::{Deserialize, Serialize};
 
 pub use client::{Options, Registry, Sent};
+
+/// The tag of the artifact holding object `hash`.
+pub fn object_tag(hash: &BlobHash) -> String {
+    format!("b3-{}", hash.hex())
+}
 pub use credentials::docker_credentials;
 
 /// The artifact's type.
@@ -44,6 +55,10 @@ pub const ARTIFACT_TYPE: &str = "application/vnd.mesh.generation.v1";
 pub const SIGNATURE_TYPE: &str = "application/vnd.mesh.signature.v1";
 /// A generation layer's media type (`+zstd` when compressed).
 pub const GENERATION_TYPE: &str = "application/vnd.mesh.generation.v1";
+/// A generation delta's media type.
+pub const DELTA_TYPE: &str = "application/vnd.mesh.generation.delta.v1";
+/// An object artifact's type.
+pub const OBJECT_ARTIFACT_TYPE: &str = "application/vnd.mesh.object.v1";
 /// A blob layer's media type (`+zstd` when compressed).
 pub const BLOB_TYPE: &str = "application/vnd.mesh.blob.v1";
 /// The OCI manifest's media type.
@@ -208,6 +223,14 @@ impl Artifact {
         })
     }
 
+    /// The delta layer, from a generation the node may have: (its base, the layer).
+    pub fn delta(&self) -> Option<(GenerationId, &Descriptor)> {
+        self.manifest.layers.iter().find_map(|l| {
+            let base = l.object()?.strip_prefix("delta ")?.parse().ok()?;
+            (l.media_type == DELTA_TYPE).then_some((base, l))
+        })
+    }
+
     /// The source revision it was published from, if known.
     pub fn revision(&self) -> Option<&str> {
         self.manifest
@@ -265,7 +288,7 @@ fn decode(media_type: &str, wire: Vec<u8>) -> std::io::Result<Vec<u8>> {
 }
 
 #[derive(Clone)]
-/// One object of an artifact to publish: its layer, and its bytes as the registry stores them.
+/// One blob to publish: its descriptor, and its bytes as the registry stores them.
 pub struct Layer {
     /// Its descriptor.
     pub descriptor: Descriptor,
@@ -274,23 +297,63 @@ pub struct Layer {
 }
 
 #[derive(Clone)]
-/// What a node's artifact is made of, read from the local store: the manifest and every layer.
-pub struct Publication {
-    /// The manifest.
-    pub manifest: Manifest,
-    /// Its bytes.
-    pub manifest_bytes: Vec<u8>,
-    /// The config and every layer, with their bytes.
+/// A manifest to publish, and the blobs it names (its config first).
+pub struct Piece {
+    /// The manifest's bytes.
+    pub manifest: Vec<u8>,
+    /// Its blobs.
     pub layers: Vec<Layer>,
 }
 
-/// The artifact of generation `id` for `node`, from `store`: its signatures (at least one:
-/// an unsigned generation is not published), the generation, every blob it references.
+#[derive(Clone)]
+/// What a node's generation publishes: the node's artifact, and an artifact per object.
+pub struct Publication {
+    /// The node's artifact (signatures, the generation, its delta).
+    pub node: Piece,
+    /// Each object the generation references: its name, and its artifact (tag `b3-HEX`).
+    pub objects: Vec<(BlobHash, Piece)>,
+}
+
+fn manifest_of(
+    artifact_type: &str,
+    layers: Vec<Layer>,
+    annotations: BTreeMap<String, String>,
+) -> Result<Piece, RegistryError> {
+    let config = Layer {
+        descriptor: Descriptor::of(EMPTY_TYPE, EMPTY, None),
+        bytes: EMPTY.to_vec(),
+    };
+    let manifest = Manifest {
+        schema_version: 2,
+        media_type: Some(MANIFEST_TYPE.to_owned()),
+        artifact_type: Some(artifact_type.to_owned()),
+        config: config.descriptor.clone(),
+        layers: layers.iter().map(|l| l.descriptor.clone()).collect(),
+        annotations,
+    };
+    let bytes = serde_json::to_vec(&manifest).map_err(std::io::Error::other)?;
+    let mut all = vec![config];
+    all.extend(layers);
+    Ok(Piece {
+        manifest: bytes,
+        layers: all,
+    })
+}
+
+/// `bytes` compressed with zstd against `dictionary`.
+fn delta(bytes: &[u8], dictionary: &[u8]) -> std::io::Result<Vec<u8>> {
+    zstd::bulk::Compressor::with_dictionary(LEVEL, dictionary)?.compress(bytes)
+}
+
+/// The artifacts of generation `id` for `node`, from `store`: its signatures (at least one:
+/// an unsigned generation is not published), the generation (and, when `previous` is in the
+/// store, a delta from it), and an artifact per object it references.
 pub fn publication(
     store: &Store,
     node: &str,
     id: &GenerationId,
     revision: Option<&str>,
+    previous: Option<GenerationId>,
 ) -> Result<Publication, RegistryError> {
     let invalid = |why: String| RegistryError::Invalid {
         reference: format!("{node} ({id})"),
@@ -300,7 +363,7 @@ pub fn publication(
     let signatures = store.signatures(id)?;
     if signatures.is_empty() {
         return Err(invalid(
-            "the generation has no signature: sign it (`mesh push --key`, `mesh sign`), a node \
+            "the generation has no signature: sign it (`mesh push --sign`, `mesh sign`), a node \
              pulls only what a signer it trusts signed"
                 .into(),
         ));
@@ -321,10 +384,14 @@ pub fn publication(
         descriptor: Descriptor::of(&media, &bytes, Some(format!("generation {id}"))),
         bytes,
     });
-    for hash in generation.blobs() {
-        let (media, bytes) = encode(BLOB_TYPE, &store.blob(&hash)?)?;
+    if let Some(base) = previous.filter(|p| p != id && store.has_intact_generation(p)) {
+        let dictionary = store
+            .generation(&base)?
+            .canonical_bytes()
+            .map_err(|e| invalid(e.to_string()))?;
+        let bytes = delta(&canonical, &dictionary)?;
         layers.push(Layer {
-            descriptor: Descriptor::of(&media, &bytes, Some(format!("blob {hash}"))),
+            descriptor: Descriptor::of(DELTA_TYPE, &bytes, Some(format!("delta {base}"))),
             bytes,
         });
     }
@@ -335,24 +402,22 @@ pub fn publication(
     if let Some(r) = revision {
         annotations.insert(REVISION_KEY.to_owned(), r.to_owned());
     }
-    let config = Layer {
-        descriptor: Descriptor::of(EMPTY_TYPE, EMPTY, None),
-        bytes: EMPTY.to_vec(),
-    };
-    let manifest = Manifest {
-        schema_version: 2,
-        media_type: Some(MANIFEST_TYPE.to_owned()),
-        artifact_type: Some(ARTIFACT_TYPE.to_owned()),
-        config: config.descriptor.clone(),
-        layers: layers.iter().map(|l| l.descriptor.clone()).collect(),
-        annotations,
-    };
-    let manifest_bytes = serde_json::to_vec(&manifest).map_err(std::io::Error::other)?;
-    layers.insert(0, config);
+    let node_piece = manifest_of(ARTIFACT_TYPE, layers, annotations)?;
+    let mut objects = Vec::new();
+    for hash in generation.blobs() {
+        let (media, bytes) = encode(BLOB_TYPE, &store.blob(&hash)?)?;
+        let layer = Layer {
+            descriptor: Descriptor::of(&media, &bytes, Some(format!("blob {hash}"))),
+            bytes,
+        };
+        objects.push((
+            hash,
+            manifest_of(OBJECT_ARTIFACT_TYPE, vec![layer], BTreeMap::new())?,
+        ));
+    }
     Ok(Publication {
-        manifest,
-        manifest_bytes,
-        layers,
+        node: node_piece,
+        objects,
     })
 }
 
@@ -371,8 +436,18 @@ fn keep_generation(
     id: &GenerationId,
     descriptor: &Descriptor,
     wire: Vec<u8>,
+    base: Option<&[u8]>,
 ) -> Result<mesh_lib::model::Generation, RegistryError> {
-    let bytes = decode(&descriptor.media_type, wire)?;
+    let bytes = match base {
+        Some(dictionary) => {
+            let mut out = Vec::new();
+            zstd::stream::read::Decoder::with_dictionary(wire.as_slice(), dictionary)?
+                .take(MAX_OBJECT + 1)
+                .read_to_end(&mut out)?;
+            out
+        }
+        None => decode(&descriptor.media_type, wire)?,
+    };
     let actual = GenerationId::of(&bytes);
     let parsed = serde_json::from_slice::<mesh_lib::model::Generation>(&bytes).ok();
     let canonical = parsed

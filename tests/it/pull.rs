@@ -179,9 +179,10 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
     lab.declare("node0", &node_decl("node0", "node0 v2\\n", true));
     let second = push(&lab, &ci, &[]);
     let changed = line(&second, "node0");
+    assert_eq!(changed["sent"]["objects"], 1, "the one file: {changed}");
     assert_eq!(
-        changed["sent"]["blobs"], 3,
-        "the file, the generation, its signature: {changed}"
+        changed["sent"]["blobs"], 4,
+        "the file, the generation, its delta, its signature: {changed}"
     );
     assert_eq!(changed["tag_moved"], true);
     for n in &lab.nodes[1..] {
@@ -191,6 +192,7 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
             (Some(0), Some(false)),
             "{l}"
         );
+        assert_eq!(l["sent"]["objects"], 0, "{l}");
     }
     let total = second["bytes"].as_u64().unwrap();
     assert!(total < 8 * 1024, "{total} bytes sent for one changed file");
@@ -465,4 +467,24 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
         assert_eq!(n.current().as_deref(), Some(v1[i].as_str()), "{}", n.name);
     }
     assert!(first["nodes"].as_array().unwrap().len() == 3);
+    // The board: desired (the tag), in force, the last pull and its result.
+    let target = local_target();
+    let out = lab.mesh(&[
+        "fleet",
+        "status",
+        "--registry",
+        &target,
+        "--insecure",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let board: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let canary = &board["nodes"][0];
+    assert_eq!(canary["desired"].as_str(), Some(v1[0].as_str()), "{canary}");
+    assert_eq!(canary["current"].as_str(), Some(v1[0].as_str()), "{canary}");
+    assert_eq!(canary["last_pull"]["result"], "reverted", "{canary}");
 }
