@@ -66,7 +66,8 @@ fn push(lab: &Lab, key: &Path) -> (Duration, u64) {
     let took = started.elapsed();
     assert!(
         out.status.success(),
-        "push: {}",
+        "push: {}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
