@@ -2,7 +2,7 @@
 # The whole test suite, on a fresh Debian machine as root: installs what the tests need if it is
 # missing (nftables, iptables, docker.io, busybox-static, iproute2, systemd and dbus for the units'
 # tests, openssh-server and -client for the fleet's, zsh, fish and groff for the completions and
-# man pages, and nix-bin to parse flake.nix), starts
+# man pages, docker-registry for the pull tests, and nix-bin to parse flake.nix), starts
 # dockerd if none runs, then runs every test. A test that needs root, namespaces or nft fails —
 # never skips — when CI=true and they are missing.
 set -euo pipefail
@@ -28,6 +28,10 @@ command -v mount >/dev/null || need+=(mount)
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
 command -v groff >/dev/null || need+=(groff-base)
+# The Distribution registry, for the pull tests (each test starts its own, on a namespace's
+# address, plain HTTP, with a temporary storage folder).
+[ -x /usr/bin/docker-registry ] || need+=(docker-registry)
+command -v curl >/dev/null || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing: ${need[*]}"

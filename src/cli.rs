@@ -181,6 +181,30 @@ pub enum Command {
     /// node, from -> to, what changed, result, time. Exit 0 when every node is confirmed, 2 when
     /// one was reverted or its host key refused, 3 when one failed or is unreachable.
     Deploy(DeployArgs),
+    /// Publish each node's generation to an OCI registry (REGISTRY/REPOSITORY): built with its
+    /// record from the fleet's records folder, signed, laid out as an artifact (its signatures,
+    /// the generation and every object it references, each a blob the registry names by its
+    /// digest), only the blobs the registry lacks sent, and the node's tag (its name) moved to
+    /// it, annotated with the generation id and the source revision. Nodes fetch it themselves
+    /// with `mesh pull`.
+    Push(PushArgs),
+    /// On a node: read this node's tag in REGISTRY/REPOSITORY, check its signature against the
+    /// node's trusted signers before anything else is fetched, fetch only the objects the
+    /// store lacks (each checked against its name), then switch under a deploy's guard: a unit
+    /// that fails in the settle window or a health check (--check, --probe) that does not pass
+    /// switches back by itself, and the pull records why. A tag whose generation is in force
+    /// changes nothing and writes nothing. Exit 0 confirmed or up to date, 2 refused or
+    /// reverted, 3 the registry or the switch failed.
+    Pull(PullArgs),
+    /// `mesh pull` every INTERVAL seconds, until stopped (for a service; a systemd timer runs
+    /// `mesh pull` instead): a pull that fails is said and tried again at the next round.
+    Follow(FollowArgs),
+    /// Publish every node's generation (as `mesh push`, no tag moved), then move the tags wave
+    /// after wave as the fleet file's `rollout` declares, waiting after each wave until its
+    /// nodes report the new generation in force and confirmed (read over SSH, as `mesh fleet
+    /// status` does). The first wave that does not get healthy in time stops the rollout (exit
+    /// 2), naming its nodes and why; its tags are put back and later waves' tags are untouched.
+    Rollout(RolloutArgs),
     /// Print the completion script of SHELL for the mesh's commands and options, e.g.
     /// `mesh completions bash > /etc/bash_completion.d/mesh`.
     Completions(CompletionsArgs),
@@ -296,8 +320,9 @@ pub enum FleetCommand {
     /// folder, so CI builds exactly what the nodes build.
     Records(FleetArgs),
     /// One line per node: reachable, mode, generation (and whether it is the one the fleet
-    /// builds), modules held and taken, file and firewall drift.
-    Status(FleetArgs),
+    /// builds), modules held and taken, file and firewall drift; and, for nodes that pull,
+    /// the generation their tag names (with --registry), and their last pull and its result.
+    Status(FleetStatusArgs),
 }
 
 /// How many of the fleet's nodes at once: every fleet command takes it (and the global --fleet).
@@ -318,6 +343,18 @@ pub struct FleetArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FleetStatusArgs {
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    /// The registry and repository the nodes pull from: each node's tag is read, and shown as
+    /// the generation desired.
+    #[arg(long, value_name = "REGISTRY/REPOSITORY")]
+    pub registry: Option<String>,
+    #[command(flatten)]
+    pub registry_options: RegistryOptions,
 }
 
 #[derive(Args, Debug)]
@@ -630,4 +667,101 @@ pub struct ShowArgs {
     /// Print the generation as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How the registry is reached.
+#[derive(Args, Debug, Clone)]
+pub struct RegistryOptions {
+    /// Speak plain HTTP to the registry (one on loopback or a private network without TLS).
+    #[arg(long, env = "MESH_REGISTRY_INSECURE")]
+    pub insecure: bool,
+    /// Seconds a connection to the registry, or a read from it, may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub registry_timeout: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    /// The registry and repository, e.g. registry.example:5000/fleet/prod.
+    #[arg(value_name = "REGISTRY/REPOSITORY")]
+    pub target: String,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub registry: RegistryOptions,
+    /// Sign each node's generation (with --key, or the ssh-agent's first key); a generation
+    /// already signed in the store is published with its signatures anyway, one unsigned is
+    /// not published.
+    #[arg(long)]
+    pub sign: bool,
+    #[command(flatten)]
+    pub key: SigningKey,
+    /// The source revision for the annotation (default: `git rev-parse HEAD` of the fleet
+    /// file's checkout).
+    #[arg(long, value_name = "REV")]
+    pub revision: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PullArgs {
+    /// The registry and repository, e.g. registry.example:5000/fleet/prod.
+    #[arg(value_name = "REGISTRY/REPOSITORY")]
+    pub target: String,
+    /// The tag to read (default: this node's name, as its generation in force says).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    #[command(flatten)]
+    pub registry: RegistryOptions,
+    /// A command (run by sh) that must exit 0 once switched, or the node switches back.
+    #[arg(long = "check", value_name = "COMMAND")]
+    pub checks: Vec<String>,
+    /// A probe that must pass once switched: tcp:HOST:PORT (accepts a connection) or
+    /// http://HOST[:PORT]/PATH (answers 2xx or 3xx).
+    #[arg(long = "probe", value_name = "PROBE")]
+    pub probes: Vec<String>,
+    /// Seconds the checks and probes have to pass (each retried every second meanwhile).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub health_within: u64,
+    /// Try a generation that was switched to here and went back again (by default it is not
+    /// tried again until the tag names another).
+    #[arg(long)]
+    pub retry: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FollowArgs {
+    #[command(flatten)]
+    pub pull: PullArgs,
+    /// Seconds between pulls.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub interval: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct RolloutArgs {
+    /// The registry and repository, e.g. registry.example:5000/fleet/prod.
+    #[arg(value_name = "REGISTRY/REPOSITORY")]
+    pub target: String,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub registry: RegistryOptions,
+    /// Sign each node's generation first (with --key, or the ssh-agent's first key).
+    #[arg(long)]
+    pub sign: bool,
+    #[command(flatten)]
+    pub key: SigningKey,
+    /// The source revision for the annotation (default: `git rev-parse HEAD`).
+    #[arg(long, value_name = "REV")]
+    pub revision: Option<String>,
+    /// Seconds each wave's nodes have to report the new generation confirmed (default: the
+    /// fleet file's rollout.within).
+    #[arg(long, value_name = "SECONDS")]
+    pub within: Option<u64>,
+    /// Seconds between two readings of a wave's nodes.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub every: u64,
 }

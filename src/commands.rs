@@ -167,6 +167,10 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             command: FleetCommand::Status(args),
         } => crate::fleet::status(&state, &place, args),
         Command::Deploy(args) => crate::fleet::deploy(&state, &place, args),
+        Command::Push(args) => crate::registry::push(&state, &place, args),
+        Command::Rollout(args) => crate::registry::rollout(&state, &place, args),
+        Command::Pull(args) => crate::registry::pull(&machine, &args),
+        Command::Follow(args) => crate::registry::follow(&machine, &args),
     }
 }
 

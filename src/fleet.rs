@@ -8,7 +8,7 @@ use mesh_fleet::progress::Progress;
 use mesh_fleet::{Fleet, Node};
 use serde_json::json;
 
-use crate::cli::{DeployArgs, FleetArgs, FleetBuildArgs};
+use crate::cli::{DeployArgs, FleetArgs, FleetBuildArgs, FleetStatusArgs};
 use crate::failure::{Exit, Failure};
 
 /// Where the fleet is, as the global options say.
@@ -20,7 +20,7 @@ pub struct Place {
     pub tree: Option<PathBuf>,
 }
 
-fn load(state: &Path, place: &Place) -> Result<Fleet, Failure> {
+pub(crate) fn load(state: &Path, place: &Place) -> Result<Fleet, Failure> {
     let file = match &place.file {
         Some(file) => file.clone(),
         None => {
@@ -38,7 +38,7 @@ fn load(state: &Path, place: &Place) -> Result<Fleet, Failure> {
     Ok(Fleet::load(&file, state, place.tree.as_deref())?)
 }
 
-fn select<'a>(fleet: &'a Fleet, names: &[String]) -> Result<Vec<&'a Node>, Failure> {
+pub(crate) fn select<'a>(fleet: &'a Fleet, names: &[String]) -> Result<Vec<&'a Node>, Failure> {
     fleet.select(names).map_err(Failure::user)
 }
 
@@ -187,13 +187,24 @@ pub fn records(state: &Path, place: &Place, args: FleetArgs) -> Result<(), Failu
 }
 
 /// `mesh fleet status`.
-pub fn status(state: &Path, place: &Place, args: FleetArgs) -> Result<(), Failure> {
+pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Result<(), Failure> {
+    let args = &status_args.fleet;
     let fleet = load(state, place)?;
     let nodes = select(&fleet, &args.nodes)?;
     let evaluator = crate::commands::evaluator();
-    let lines = mesh_fleet::each(&nodes, args.at_once.parallel as usize, |n| {
+    let mut lines = mesh_fleet::each(&nodes, args.at_once.parallel as usize, |n| {
         mesh_fleet::status::line(&fleet, n, state, evaluator)
     });
+    if let Some(target) = &status_args.registry {
+        let registry = crate::registry::connect(target, &status_args.registry_options)?;
+        for l in &mut lines {
+            match registry.artifact(&l.node) {
+                Ok(a) => l.desired = Some(a.generation),
+                Err(mesh_registry::RegistryError::NoTag(_)) => {}
+                Err(e) => return Err(Failure::system(e)),
+            }
+        }
+    }
     if args.json {
         say!("{}", json!({ "nodes": lines }));
         return Ok(());
@@ -260,6 +271,26 @@ pub fn status(state: &Path, place: &Place, args: FleetArgs) -> Result<(), Failur
                 format!("  ({})", problem.join("; "))
             }
         );
+        if l.desired.is_some() || l.last_pull.is_some() {
+            let p = l.last_pull.clone().unwrap_or_default();
+            let text = |k: &str| p[k].as_str().unwrap_or("-").to_owned();
+            let pulled = p["generation"]
+                .as_str()
+                .and_then(|g| g.parse::<mesh_lib::GenerationId>().ok());
+            say!(
+                "{:<16} desired {}, in force {}, last pull: {} {} at {}{}",
+                "",
+                short(l.desired.as_ref()),
+                short(l.current.as_ref()),
+                short(pulled.as_ref()),
+                text("result"),
+                text("at"),
+                p["reason"]
+                    .as_str()
+                    .map(|r| format!(" ({})", mesh_lib::text::escape(r)))
+                    .unwrap_or_default()
+            );
+        }
     }
     Ok(())
 }
@@ -346,7 +377,7 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
 }
 
 /// The signer `--sign` and `--key` ask for, if any.
-fn signer(
+pub(crate) fn signer(
     sign: bool,
     key: &crate::cli::SigningKey,
 ) -> Result<Option<mesh_fleet::sign::Signer>, Failure> {

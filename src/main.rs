@@ -9,6 +9,7 @@ mod commands;
 mod failure;
 mod fleet;
 mod progress;
+mod registry;
 mod remote;
 mod secret;
 mod serve;

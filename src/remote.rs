@@ -85,46 +85,30 @@ pub fn place(machine: &Machine) -> agent::Place {
     }
 }
 
-/// Arms a deploy of `generation` and starts its agent: the deploy, as armed.
+/// Arms a deploy of `generation` and starts its agent (the library's [`agent::start`]): the
+/// deploy, as armed.
 fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Deploy, Failure> {
     let node = mesh_activator::Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
     let target = node.store.resolve_generation(generation)?;
-    // Checked here, so that a generation the store cannot give, or one no signer this node
-    // trusts vouches for, is refused before anything.
-    node.store.generation(&target)?;
-    node.check_trust(&target)?;
-    // A secret this node cannot decrypt (not encrypted to its host key, the key missing):
-    // refused before the deploy is armed, so nothing moves and nothing is reverted.
-    node.check_secrets(&node.store.generation(&target)?)
-        .map_err(|e| Failure::new(Exit::Refused, miette::miette!("{e}")))?;
-    let previous = node.current()?.map(|(_, id, _)| id);
-    let mut deploy = Deploy::arm(&machine.state, target, previous, seconds)
-        .map_err(|e| Failure::system(format!("arming the deploy: {e}")))?;
-    let pid = agent::spawn_agent(&place(machine), &Spawn(machine.clone()), &deploy.token)
-        .map_err(|e| Failure::system(format!("starting the deploy's agent: {e}")))?;
-    // Named now, so that a restart before the agent records itself is seen for what it is.
-    deploy.agent = mesh_activator::deploy::AgentId::of(pid);
-    deploy
-        .save(&machine.state)
-        .map_err(|e| Failure::system(format!("the deploy's record: {e}")))?;
-    Ok(deploy)
+    agent::start(
+        &place(machine),
+        &Spawn(machine.clone()),
+        &node,
+        target,
+        seconds,
+    )
+    .map_err(|e| match e {
+        // One it cannot decrypt says `refused`, as an untrusted one does: nothing moved.
+        agent::StartError::Refused(e @ mesh_activator::ActivateError::Secret { .. }) => {
+            Failure::new(Exit::Refused, miette::miette!("{e}"))
+        }
+        agent::StartError::Refused(e) => e.into(),
+        agent::StartError::Io(e) => Failure::system(e),
+    })
 }
 
-/// The deploy's record once its switch is done (switched, failed or reverted), or as it stands
-/// a margin past its deadline (its agent stops a switch still running at the deadline, and
-/// going back is bounded too).
 fn switch_done(state: &std::path::Path, token: &str) -> std::io::Result<Deploy> {
-    let first = Deploy::load(state, token)?;
-    let until = std::time::Instant::now() + first.left() + agent::REVERT_BOUND;
-    loop {
-        let d = Deploy::load(state, token)?;
-        if !matches!(d.state, DeployState::Starting | DeployState::Switching)
-            || std::time::Instant::now() >= until
-        {
-            return Ok(d);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    agent::switch_done(state, token)
 }
 
 /// `mesh switch --generation ID --confirm-within S`: arms the deploy, starts its agent, prints

@@ -639,6 +639,21 @@ pub fn status(s: &mesh_activator::Status) -> String {
                 .unwrap_or_default()
         );
     }
+    if let Some(p) = &s.last_pull {
+        let _ = writeln!(
+            o,
+            "last pull: {} from {} at {}: {}{}",
+            p.generation
+                .map_or("(unread)".to_owned(), |g| g.short().to_string()),
+            p.from,
+            p.at,
+            p.result.word(),
+            p.reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+    }
     if s.interrupted {
         let _ = writeln!(
             o,

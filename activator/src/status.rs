@@ -43,6 +43,10 @@ pub struct Status {
     /// The host key the node decrypts its secrets with: where, and its public key (or why it
     /// cannot be read). `mesh fleet status` checks the fleet's secrets against it.
     pub host_key: HostKey,
+    /// The last pull from a registry (`mesh pull`) that did something: from where, which
+    /// generation, how it ended, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_pull: Option<crate::deploy::pull::LastPull>,
 }
 
 /// The generation in force.
@@ -219,6 +223,7 @@ impl Node {
                 .ok()
                 .and_then(|all| all.into_iter().next()),
             host_key: self.host_key(),
+            last_pull: crate::deploy::pull::LastPull::load(&self.state),
         };
         if let Some((_, _, g)) = &current {
             status.firewall = Some(match self.check_firewall(g) {

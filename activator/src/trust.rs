@@ -81,3 +81,32 @@ impl Node {
             .map_err(|refusal| ActivateError::Untrusted(Box::new(refusal)))
     }
 }
+
+impl Node {
+    /// Whether a generation offered by a registry may be fetched at all: one of `armored` (its
+    /// signatures, as the registry gave them) must be valid over `id` and by a signer the node
+    /// trusts — judged before anything else of it is fetched. Unlike [`Node::check_trust`], a
+    /// node that trusts no signer accepts nothing this way: a registry is not the operator.
+    pub fn judge_offer(
+        &self,
+        id: &GenerationId,
+        armored: &[String],
+    ) -> Result<String, ActivateError> {
+        let Some(signers) = self.trusted_signers()? else {
+            return Err(ActivateError::Signers {
+                path: self.trusted_signers_path()?,
+                why: "there is no such file: a pull switches only to a generation a signer the \
+                      node trusts signed"
+                    .into(),
+            });
+        };
+        let signatures: Vec<Signature> = armored
+            .iter()
+            .filter_map(|text| Signature::parse(text).ok())
+            .collect();
+        signers
+            .accept(id, &signatures)
+            .map(|s| s.to_string())
+            .map_err(|refusal| ActivateError::Untrusted(Box::new(refusal)))
+    }
+}

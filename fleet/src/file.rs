@@ -15,6 +15,25 @@ struct FleetOut {
     nodes: BTreeMap<String, NodeOut>,
     ssh_config: Option<String>,
     records: String,
+    #[serde(default)]
+    rollout: Option<RolloutOut>,
+}
+
+#[derive(Deserialize)]
+struct RolloutOut {
+    #[serde(default)]
+    waves: Vec<Vec<String>>,
+    within: Option<f64>,
+}
+
+/// How `mesh rollout` goes: the waves (node names; the nodes in none form the last) and how
+/// long a wave's nodes have to report the new generation confirmed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rollout {
+    /// Each wave's nodes, in order.
+    pub waves: Vec<Vec<String>>,
+    /// Seconds a wave has (0: the default, 600).
+    pub within: u64,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +130,8 @@ pub struct Fleet {
     pub ssh_config: Option<PathBuf>,
     /// The folder of the nodes' records.
     pub records: PathBuf,
+    /// The rollout's waves and health gate.
+    pub rollout: Rollout,
 }
 
 impl Fleet {
@@ -156,6 +177,16 @@ impl Fleet {
         Ok(Self {
             ssh_config: out.ssh_config.map(|c| here.join(c)),
             records: here.join(out.records),
+            rollout: out
+                .rollout
+                .map(|r| Rollout {
+                    waves: r.waves,
+                    within: r.within.map_or(600, |w| w.max(1.0) as u64),
+                })
+                .unwrap_or(Rollout {
+                    waves: Vec::new(),
+                    within: 600,
+                }),
             nodes,
             file,
         })

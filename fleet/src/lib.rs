@@ -8,6 +8,8 @@
 //! - [`deploy`]: per node, only the objects it lacks sent, checked on arrival, then a switch that
 //!   the node reverts by itself unless it is confirmed over a new connection in time;
 //! - [`status`]: the migration's board, a line per node;
+//! - [`publish`]: every node's generation published to an OCI registry, tagged per node;
+//! - [`rollout`]: the tags moved wave after wave, each wave's nodes waited for;
 //! - [`init`]: a new fleet that builds as it is (`mesh init`);
 //! - [`ssh`]: the transport; [`progress`]: what a long run says while it runs.
 //!
@@ -20,6 +22,8 @@ pub mod deploy;
 pub mod file;
 pub mod init;
 pub mod progress;
+pub mod publish;
+pub mod rollout;
 pub mod sign;
 pub mod ssh;
 pub mod status;

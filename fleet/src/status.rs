@@ -44,6 +44,11 @@ pub struct Line {
     /// the build or the node's host key could not be had).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secrets: Option<SecretsReadable>,
+    /// The generation its tag in the registry names (`mesh fleet status --registry`).
+    pub desired: Option<GenerationId>,
+    /// Its last pull from a registry, as `mesh status` says it: from where, which generation,
+    /// how it ended and why.
+    pub last_pull: Option<serde_json::Value>,
 }
 
 /// Whether a node can read its secrets: each ciphertext's header (public, read without a key)
@@ -174,6 +179,8 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         firewall_in_force: None,
         foreign: false,
         secrets: None,
+        desired: None,
+        last_pull: None,
     };
     let mut link = match Link::open(fleet, node) {
         Ok(l) => l,
@@ -203,6 +210,7 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         .as_str()
         .or_else(|| current[1].as_str())
         .and_then(|s| s.parse().ok());
+    line.last_pull = Some(status["last_pull"].clone()).filter(|p| !p.is_null());
     line.taken = text_list(&status["taken"]);
     line.not_taken = text_list(&status["not_taken"]);
     line.drifted_files = status["drift"].as_array().map(Vec::len);

@@ -19,6 +19,8 @@ mod held;
 mod incremental;
 mod netlab;
 mod node_fixture;
+mod pull;
+mod registry_lab;
 mod rejections;
 mod review;
 mod scale;

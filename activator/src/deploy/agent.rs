@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::deploy::{AgentId, Deploy, DeployState};
+use crate::deploy::{AgentId, Deploy, DeployState, Verdict};
 use crate::lock::{LockError, StateLock};
 use crate::node::Node;
 use crate::profile::Trigger;
@@ -326,16 +326,19 @@ pub fn run(place: &Place, spawner: &dyn Spawner, token: &str) -> Result<(), Agen
             }
             deploy.set(state, DeployState::Switched, None)?;
             say("switched: waiting for the deployer's confirmation over a new connection");
-            if deploy.wait_for_confirmation(state, deploy.left()) {
-                deploy.agent = None;
-                deploy.set(state, DeployState::Confirmed, None)?;
-                say("confirmed");
-                return Ok(());
+            match deploy.wait_for_confirmation(state, deploy.left()) {
+                Verdict::Confirmed => {
+                    deploy.agent = None;
+                    deploy.set(state, DeployState::Confirmed, None)?;
+                    say("confirmed");
+                    return Ok(());
+                }
+                Verdict::Rejected(why) => why,
+                Verdict::TimedOut => format!(
+                    "no confirmation within {} s of the deploy",
+                    deploy.confirm_within
+                ),
             }
-            format!(
-                "no confirmation within {} s of the deploy",
-                deploy.confirm_within
-            )
         }
     };
     revert(place, spawner, &mut deploy, reason)
@@ -564,4 +567,74 @@ pub fn waiting(state: &Path, id: &mesh_lib::GenerationId) -> Option<Deploy> {
         .ok()?
         .into_iter()
         .find(|d| !d.state.settled() && d.target == *id)
+}
+
+/// Why a deploy could not be armed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The node refused it before anything (a generation it cannot read or does not trust).
+    #[error(transparent)]
+    Refused(#[from] ActivateError),
+    /// Arming it, or starting its agent.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Arms a deploy of `target` on `node` and starts its agent: the deploy, as armed. The
+/// generation is checked first — the store gives it whole, a signer the node trusts vouches
+/// for it — so that a refusal changes nothing. Both `mesh deploy` (the node's side of it) and
+/// `mesh pull` start their switches here.
+pub fn start(
+    place: &Place,
+    spawner: &dyn Spawner,
+    node: &Node,
+    target: mesh_lib::GenerationId,
+    seconds: u64,
+) -> Result<Deploy, StartError> {
+    node.store
+        .generation(&target)
+        .map_err(ActivateError::from)?;
+    node.check_trust(&target)?;
+    let previous = node.current()?.map(|(_, id, _)| id);
+    let mut deploy = Deploy::arm(&place.state, target, previous, seconds)
+        .map_err(|e| StartError::Io(format!("arming the deploy: {e}")))?;
+    let pid = spawn_agent(place, spawner, &deploy.token)
+        .map_err(|e| StartError::Io(format!("starting the deploy's agent: {e}")))?;
+    // Named now, so that a restart before the agent records itself is seen for what it is.
+    deploy.agent = AgentId::of(pid);
+    deploy
+        .save(&place.state)
+        .map_err(|e| StartError::Io(format!("the deploy's record: {e}")))?;
+    Ok(deploy)
+}
+
+/// The deploy's record once its switch is done (switched, failed or reverted), or as it stands
+/// a margin past its deadline (its agent stops a switch still running at the deadline, and
+/// going back is bounded too).
+pub fn switch_done(state: &Path, token: &str) -> std::io::Result<Deploy> {
+    wait_while(state, token, |s| {
+        matches!(s, DeployState::Starting | DeployState::Switching)
+    })
+}
+
+/// The deploy's record once it is settled (confirmed, reverted or failed), or as it stands a
+/// margin past its deadline.
+pub fn settled(state: &Path, token: &str) -> std::io::Result<Deploy> {
+    wait_while(state, token, |s| !s.settled())
+}
+
+fn wait_while(
+    state: &Path,
+    token: &str,
+    going: impl Fn(DeployState) -> bool,
+) -> std::io::Result<Deploy> {
+    let first = Deploy::load(state, token)?;
+    let until = Instant::now() + first.left() + REVERT_BOUND;
+    loop {
+        let d = Deploy::load(state, token)?;
+        if !going(d.state) || Instant::now() >= until {
+            return Ok(d);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

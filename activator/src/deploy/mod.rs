@@ -18,6 +18,8 @@
 //! passed, or a new agent for the time that is left.
 
 pub mod agent;
+pub mod health;
+pub mod pull;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -140,7 +142,7 @@ fn start_time(pid: u32) -> Option<u64> {
 /// Now, to the microsecond: two deploys armed within one second (a deploy and the next, on a
 /// fast link) still sort by when they were armed. The text has a fixed width, so it sorts as
 /// the time does.
-fn now() -> String {
+pub(crate) fn now() -> String {
     stamp(SystemTime::now())
 }
 
@@ -159,6 +161,21 @@ fn record_path(state: &Path, token: &str) -> PathBuf {
 
 fn marker_path(state: &Path, token: &str) -> PathBuf {
     folder(state).join(format!("{token}.confirmed"))
+}
+
+fn rejection_path(state: &Path, token: &str) -> PathBuf {
+    folder(state).join(format!("{token}.rejected"))
+}
+
+/// What came of the wait for a deploy's confirmation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Confirmed in time.
+    Confirmed,
+    /// Rejected, for this reason (a pull whose health checks failed): go back now.
+    Rejected(String),
+    /// Nothing came in time.
+    TimedOut,
 }
 
 /// The agent's log of a deploy: what its switch and its revert said.
@@ -275,6 +292,20 @@ impl Deploy {
         marker_path(state, &self.token).exists()
     }
 
+    /// The switch is not to stay, for `why` (a health check that failed after a pull's
+    /// switch): the marker the agent goes back on, at once, recording why.
+    pub fn reject(state: &Path, token: &str, why: &str) -> std::io::Result<()> {
+        Self::load(state, token)?;
+        atomic::write_file(&rejection_path(state, token), why.as_bytes(), 0o600)
+    }
+
+    /// Why it was rejected, if it was.
+    pub fn rejected(&self, state: &Path) -> Option<String> {
+        std::fs::read(rejection_path(state, &self.token))
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
     /// The deadline, when the record has one.
     pub fn deadline(&self) -> Option<SystemTime> {
         let at = self.deadline.as_deref()?;
@@ -288,15 +319,18 @@ impl Deploy {
             .unwrap_or_default()
     }
 
-    /// Waits until the deployer confirms or `within` passes; whether it confirmed.
-    pub fn wait_for_confirmation(&self, state: &Path, within: Duration) -> bool {
+    /// Waits until the deployer confirms or rejects it, or `within` passes.
+    pub fn wait_for_confirmation(&self, state: &Path, within: Duration) -> Verdict {
         let until = Instant::now() + within;
         loop {
             if self.confirmed(state) {
-                return true;
+                return Verdict::Confirmed;
+            }
+            if let Some(why) = self.rejected(state) {
+                return Verdict::Rejected(why);
             }
             if Instant::now() >= until {
-                return false;
+                return Verdict::TimedOut;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -316,15 +350,27 @@ mod tests {
         let mut d = Deploy::arm(dir.path(), target, None, 30).unwrap();
         assert!(valid_token(&d.token));
         assert_eq!(Deploy::load(dir.path(), &d.token).unwrap(), d);
-        assert!(!d.wait_for_confirmation(dir.path(), Duration::from_millis(60)));
+        assert_eq!(
+            d.wait_for_confirmation(dir.path(), Duration::from_millis(60)),
+            Verdict::TimedOut
+        );
         Deploy::confirm(dir.path(), &d.token).unwrap();
-        assert!(d.wait_for_confirmation(dir.path(), Duration::from_secs(5)));
+        assert_eq!(
+            d.wait_for_confirmation(dir.path(), Duration::from_secs(5)),
+            Verdict::Confirmed
+        );
         d.set(dir.path(), DeployState::Confirmed, None).unwrap();
         assert_eq!(
             Deploy::all(dir.path()).unwrap()[0].state,
             DeployState::Confirmed
         );
         assert!(Deploy::load(dir.path(), "../../etc/passwd").is_err());
+        let other = Deploy::arm(dir.path(), target, None, 30).unwrap();
+        Deploy::reject(dir.path(), &other.token, "a check failed").unwrap();
+        assert_eq!(
+            other.wait_for_confirmation(dir.path(), Duration::from_secs(5)),
+            Verdict::Rejected("a check failed".into())
+        );
     }
 
     /// Deploys armed within the same second are listed newest first, whatever their random

@@ -1,0 +1,292 @@
+//! `mesh rollout`: the fleet's generations published to a registry, then the nodes' tags moved
+//! wave after wave as the fleet file's `rollout` says (a canary, then more): after each wave,
+//! its nodes — which pull by themselves (`mesh follow`) — are read over SSH (`mesh status`, as
+//! `mesh fleet status` reads them) until each reports the new generation in force and its pull
+//! confirmed. The first wave that does not get there within its time stops the rollout: its
+//! nodes are named with why, its tags are put back where they were (a node that went back by
+//! itself does not pull the generation again; a node not yet there does not get it), and the
+//! tags of the waves after it are never touched.
+
+use std::time::{Duration, Instant};
+
+use mesh_lib::GenerationId;
+use mesh_registry::Registry;
+use serde::Serialize;
+
+use crate::file::{Fleet, Node};
+use crate::publish::{Prepared, Pushed};
+use crate::ssh::Link;
+
+/// A wave of the rollout: its nodes' names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Wave {
+    /// Its number, from 1.
+    pub number: usize,
+    /// Its nodes.
+    pub nodes: Vec<String>,
+}
+
+/// The waves of `nodes` as the fleet declares them: its waves in order, keeping only nodes
+/// among `nodes`, then the rest in one last wave; an empty wave is dropped.
+pub fn waves(fleet: &Fleet, nodes: &[&Node]) -> Result<Vec<Wave>, String> {
+    let chosen: Vec<String> = nodes.iter().map(|n| n.name.to_string()).collect();
+    let mut placed = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for names in &fleet.rollout.waves {
+        let mut wave = Vec::new();
+        for n in names {
+            if !fleet.nodes.keys().any(|k| k.as_str() == n.as_str()) {
+                return Err(format!(
+                    "the rollout's waves name {}, which is not a node of {}",
+                    mesh_lib::text::escape(n),
+                    fleet.file.display()
+                ));
+            }
+            if chosen.contains(n) && placed.insert(n.clone()) {
+                wave.push(n.clone());
+            }
+        }
+        if !wave.is_empty() {
+            out.push(wave);
+        }
+    }
+    let rest: Vec<String> = chosen.into_iter().filter(|n| !placed.contains(n)).collect();
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+    Ok(out
+        .into_iter()
+        .enumerate()
+        .map(|(i, nodes)| Wave {
+            number: i + 1,
+            nodes,
+        })
+        .collect())
+}
+
+/// How one node of a wave stands.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeReport {
+    /// The node.
+    pub node: String,
+    /// The generation it was to get.
+    pub generation: Option<GenerationId>,
+    /// Whether it reported it in force and its pull confirmed.
+    pub healthy: bool,
+    /// What it reported, or why it is not healthy.
+    pub said: String,
+}
+
+/// How a wave went.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaveReport {
+    /// The wave.
+    pub wave: Wave,
+    /// Its nodes' lines of the push.
+    pub pushed: Vec<Pushed>,
+    /// Each node.
+    pub nodes: Vec<NodeReport>,
+    /// Whether every node got healthy.
+    pub healthy: bool,
+    /// Seconds it took.
+    pub seconds: f64,
+}
+
+/// How a node's pull of `target` stands, from its `mesh status --json`: `Some(Ok)` confirmed,
+/// `Some(Err(why))` it will not get there (reverted, refused, failed), `None` not yet.
+pub fn judge(status: &serde_json::Value, target: &GenerationId) -> Option<Result<String, String>> {
+    let in_force = status["current"]["id"].as_str();
+    let pull = &status["last_pull"];
+    let pulled = pull["generation"].as_str() == Some(&target.to_string());
+    let result = pull["result"].as_str().unwrap_or("");
+    let reason = pull["reason"].as_str().unwrap_or("");
+    let waiting = !status["current"]["waiting"].is_null();
+    if pulled && result != "confirmed" {
+        return Some(Err(format!("its pull was {result}: {reason}")));
+    }
+    // In force and no deploy waiting for it: confirmed (by its pull, or already there).
+    if in_force == Some(&target.to_string()) && !waiting {
+        return Some(Ok(format!("{} in force, confirmed", target.short())));
+    }
+    None
+}
+
+fn read_status(fleet: &Fleet, node: &Node) -> Result<serde_json::Value, String> {
+    let mut link = Link::open(fleet, node).map_err(|e| e.to_string())?;
+    let ran = link
+        .mesh(&["status", "--json"], None)
+        .map_err(|e| e.to_string())?;
+    link.close();
+    if !ran.ok() {
+        return Err(format!("mesh status: {}", ran.stderr.trim()));
+    }
+    serde_json::from_slice(&ran.stdout).map_err(|e| format!("mesh status: {e}"))
+}
+
+/// Waits until each of `nodes` reports its `target` confirmed, or will not, or `within`
+/// passed; polled every `every`.
+pub fn wait_for(
+    fleet: &Fleet,
+    nodes: &[(&Node, Option<GenerationId>)],
+    within: Duration,
+    every: Duration,
+) -> Vec<NodeReport> {
+    let until = Instant::now() + within;
+    crate::each(nodes, nodes.len().max(1), |(node, target)| {
+        let mut report = NodeReport {
+            node: node.name.to_string(),
+            generation: *target,
+            healthy: false,
+            said: String::new(),
+        };
+        let Some(target) = target else {
+            report.said = "it was not published".into();
+            return report;
+        };
+        let mut last;
+        loop {
+            match read_status(fleet, node) {
+                Ok(status) => match judge(&status, target) {
+                    Some(Ok(said)) => {
+                        report.healthy = true;
+                        report.said = said;
+                        return report;
+                    }
+                    Some(Err(why)) => {
+                        report.said = why;
+                        return report;
+                    }
+                    None => {
+                        last = format!(
+                            "in force: {}, last pull: {} {}",
+                            status["current"]["id"].as_str().unwrap_or("none"),
+                            status["last_pull"]["generation"].as_str().unwrap_or("none"),
+                            status["last_pull"]["result"].as_str().unwrap_or("")
+                        )
+                    }
+                },
+                Err(e) => last = e,
+            }
+            if Instant::now() >= until {
+                report.said = format!(
+                    "did not report {} confirmed within {} s ({last})",
+                    target.short(),
+                    within.as_secs()
+                );
+                return report;
+            }
+            std::thread::sleep(every);
+        }
+    })
+}
+
+/// What a rollout needs beyond the fleet.
+pub struct Options {
+    /// How long each wave has; `None`: the fleet file's.
+    pub within: Option<Duration>,
+    /// How often a wave's nodes are read.
+    pub every: Duration,
+}
+
+/// Moves the tags of `prepared` (uploaded already) wave after wave: each wave's report, the
+/// last one unhealthy if the rollout stopped there. `on_wave` is told each as it ends.
+pub fn run(
+    fleet: &Fleet,
+    registry: &Registry,
+    prepared: &[Prepared],
+    waves: &[Wave],
+    options: &Options,
+    on_wave: &dyn Fn(&WaveReport),
+) -> Vec<WaveReport> {
+    let within = options
+        .within
+        .unwrap_or(Duration::from_secs(fleet.rollout.within));
+    let mut out = Vec::new();
+    for wave in waves {
+        let started = Instant::now();
+        let mine: Vec<&Prepared> = prepared
+            .iter()
+            .filter(|p| wave.nodes.contains(&p.node))
+            .collect();
+        // What the tags named before, to put back if the wave does not get healthy.
+        let before: Vec<(String, Option<mesh_registry::Artifact>)> = mine
+            .iter()
+            .map(|p| (p.node.clone(), registry.artifact(&p.node).ok()))
+            .collect();
+        let owned: Vec<Prepared> = mine
+            .iter()
+            .map(|p| Prepared {
+                node: p.node.clone(),
+                result: match &p.result {
+                    Ok((id, publication)) => Ok((*id, publication.clone())),
+                    Err(e) => Err(e.clone()),
+                },
+            })
+            .collect();
+        let pushed = crate::publish::publish(registry, &owned, true);
+        let targets: Vec<(&Node, Option<GenerationId>)> = wave
+            .nodes
+            .iter()
+            .filter_map(|n| fleet.nodes.iter().find(|(k, _)| k.as_str() == n.as_str()))
+            .map(|(_, node)| {
+                let line = pushed.iter().find(|l| l.node == node.name.as_str());
+                let id = line
+                    .filter(|l| l.error.is_none())
+                    .and_then(|l| l.generation);
+                (node, id)
+            })
+            .collect();
+        let nodes = wait_for(fleet, &targets, within, options.every);
+        let healthy = nodes.iter().all(|n| n.healthy);
+        if !healthy {
+            for (tag, artifact) in &before {
+                if let Some(a) = artifact {
+                    let _ = registry.retag(tag, a);
+                }
+            }
+        }
+        let report = WaveReport {
+            wave: wave.clone(),
+            pushed,
+            nodes,
+            healthy,
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        on_wave(&report);
+        out.push(report);
+        if !healthy {
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node is healthy once the generation is in force with no deploy waiting for it; not
+    /// while it waits; never once its pull of that generation went back or was refused.
+    #[test]
+    fn a_node_is_judged_by_what_it_reports() {
+        let target = GenerationId::of(b"new");
+        let old = GenerationId::of(b"old");
+        let status = |in_force: &GenerationId, waiting: bool, pull: serde_json::Value| {
+            serde_json::json!({
+                "current": { "id": in_force.to_string(), "waiting": if waiting { serde_json::json!({}) } else { serde_json::Value::Null } },
+                "last_pull": pull,
+            })
+        };
+        let pulled = |result: &str| serde_json::json!({ "generation": target.to_string(), "result": result, "reason": "a check failed" });
+        assert!(judge(&status(&old, false, serde_json::Value::Null), &target).is_none());
+        assert!(judge(&status(&target, true, pulled("confirmed")), &target).is_none());
+        assert!(matches!(
+            judge(&status(&target, false, pulled("confirmed")), &target),
+            Some(Ok(_))
+        ));
+        let why = judge(&status(&old, false, pulled("reverted")), &target)
+            .unwrap()
+            .unwrap_err();
+        assert!(why.contains("reverted: a check failed"), "{why}");
+    }
+}

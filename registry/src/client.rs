@@ -1,0 +1,434 @@
+//! The registry, over the OCI distribution API (`oci-client`): a blocking face on its async
+//! client, with a runtime of its own.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use mesh_lib::{BlobHash, Store};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+use crate::{
+    keep_blob, keep_generation, Artifact, Descriptor, Fetched, Publication, RegistryError,
+    MANIFEST_TYPE, MAX_OBJECT,
+};
+
+/// How the registry is spoken to.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Plain HTTP (a registry on a private network or loopback with no TLS).
+    pub insecure: bool,
+    /// How long a connection, or a read, may take.
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            insecure: false,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A repository of a registry.
+pub struct Registry {
+    client: Client,
+    host: String,
+    repository: String,
+    runtime: tokio::runtime::Runtime,
+    /// The digests known to be in the registry (asked, or sent, by this process).
+    known: Mutex<BTreeSet<String>>,
+}
+
+/// What a push sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Sent {
+    /// The store's objects (the contents a generation references) sent: those the registry
+    /// lacked.
+    pub objects: usize,
+    /// Objects the registry had already.
+    pub objects_reused: usize,
+    /// Blobs sent (objects, signatures, generations and their deltas, configs).
+    pub blobs: usize,
+    /// Bytes sent (blobs and manifests).
+    pub bytes: u64,
+}
+
+impl Registry {
+    /// The repository `target` (`HOST[:PORT]/REPOSITORY`), with the docker config's
+    /// credentials for its host when it has some.
+    pub fn new(target: &str, options: &Options) -> Result<Self, RegistryError> {
+        let (host, repository) = target
+            .split_once('/')
+            .filter(|(h, r)| {
+                !h.is_empty()
+                    && !r.is_empty()
+                    && (h.contains('.') || h.contains(':') || *h == "localhost")
+            })
+            .ok_or_else(|| RegistryError::Reference(target.to_owned()))?;
+        if repository
+            .bytes()
+            .any(|b| !(b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/".contains(&b)))
+        {
+            return Err(RegistryError::Reference(target.to_owned()));
+        }
+        // ring, not the default provider (a long C build): installed once per process.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = Client::new(ClientConfig {
+            protocol: if options.insecure {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            read_timeout: Some(options.timeout),
+            connect_timeout: Some(options.timeout),
+            // One request at a time per upload: the objects are small, the registry's limit
+            // on open uploads is not ours to find.
+            use_monolithic_push: true,
+            ..ClientConfig::default()
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let auth = match crate::docker_credentials(host) {
+            Some((user, password)) => RegistryAuth::Basic(user, password),
+            None => RegistryAuth::Anonymous,
+        };
+        let registry = Self {
+            client,
+            host: host.to_owned(),
+            repository: repository.to_owned(),
+            runtime,
+            known: Mutex::new(BTreeSet::new()),
+        };
+        let reference = registry.reference("latest");
+        registry.runtime.block_on(
+            registry
+                .client
+                .store_auth_if_needed(reference.resolve_registry(), &auth),
+        );
+        Ok(registry)
+    }
+
+    /// `HOST/REPOSITORY`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.host, self.repository)
+    }
+
+    fn reference(&self, tag: &str) -> Reference {
+        Reference::with_tag(self.host.clone(), self.repository.clone(), tag.to_owned())
+    }
+
+    fn failed(
+        &self,
+        what: impl Into<String>,
+    ) -> impl FnOnce(oci_client::errors::OciDistributionError) -> RegistryError + '_ {
+        let what = what.into();
+        move |e| RegistryError::Registry {
+            registry: self.name(),
+            what,
+            why: e.to_string(),
+        }
+    }
+
+    /// Sends the blobs of `piece` the registry lacks (each asked for first).
+    fn upload_blobs(&self, piece: &crate::Piece, sent: &mut Sent) -> Result<(), RegistryError> {
+        let reference = self.reference("latest");
+        for layer in &piece.layers {
+            let digest = &layer.descriptor.digest;
+            if self.known.lock().expect("not poisoned").contains(digest) {
+                continue;
+            }
+            let there = self
+                .runtime
+                .block_on(self.client.blob_exists(&reference, digest))
+                .map_err(self.failed(format!("asking for {digest}")))?;
+            if !there {
+                self.runtime
+                    .block_on(
+                        self.client
+                            .push_blob(&reference, layer.bytes.clone(), digest),
+                    )
+                    .map_err(self.failed(format!(
+                        "sending {}",
+                        layer.descriptor.object().unwrap_or("the config")
+                    )))?;
+                sent.blobs += 1;
+                sent.bytes += layer.bytes.len() as u64;
+            }
+            self.known
+                .lock()
+                .expect("not poisoned")
+                .insert(digest.clone());
+        }
+        Ok(())
+    }
+
+    fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<(), RegistryError> {
+        self.runtime
+            .block_on(self.client.push_manifest_raw(
+                &self.reference(tag),
+                bytes.to_vec(),
+                MANIFEST_TYPE.parse().expect("a header value"),
+            ))
+            .map_err(self.failed(format!("tagging {tag}")))?;
+        Ok(())
+    }
+
+    /// Sends what the registry lacks of `publication`: each object's artifact (asked for by
+    /// its tag first), then the blobs of the node's artifact. The node's tag is not moved.
+    pub fn upload(&self, publication: &Publication) -> Result<Sent, RegistryError> {
+        let mut sent = Sent::default();
+        for (hash, piece) in &publication.objects {
+            let tag = crate::object_tag(hash);
+            if self.known.lock().expect("not poisoned").contains(&tag) || self.has_tag(&tag)? {
+                sent.objects_reused += 1;
+            } else {
+                self.upload_blobs(piece, &mut sent)?;
+                self.put_manifest(&tag, &piece.manifest)?;
+                sent.objects += 1;
+                sent.bytes += piece.manifest.len() as u64;
+            }
+            self.known.lock().expect("not poisoned").insert(tag);
+        }
+        self.upload_blobs(&publication.node, &mut sent)?;
+        Ok(sent)
+    }
+
+    /// Whether the registry has a manifest tagged `tag` (HEAD).
+    fn has_tag(&self, tag: &str) -> Result<bool, RegistryError> {
+        match self.runtime.block_on(
+            self.client
+                .fetch_manifest_digest(&self.reference(tag), &RegistryAuth::Anonymous),
+        ) {
+            Ok(_) => Ok(true),
+            Err(
+                oci_client::errors::OciDistributionError::ImageManifestNotFoundError(_)
+                | oci_client::errors::OciDistributionError::RegistryError { .. },
+            ) => Ok(false),
+            Err(oci_client::errors::OciDistributionError::ServerError { code: 404, .. }) => {
+                Ok(false)
+            }
+            Err(e) => Err(self.failed(format!("asking for {tag}"))(e)),
+        }
+    }
+
+    /// Points `tag` at the node's artifact of `publication` (whose blobs were uploaded): the
+    /// bytes sent, none when the tag points at it already.
+    pub fn tag(&self, tag: &str, publication: &Publication) -> Result<u64, RegistryError> {
+        let digest = crate::sha256(&publication.node.manifest);
+        if let Ok(a) = self.artifact(tag) {
+            if a.digest == digest {
+                return Ok(0);
+            }
+        }
+        self.put_manifest(tag, &publication.node.manifest)?;
+        Ok(publication.node.manifest.len() as u64)
+    }
+
+    /// Points `tag` at `artifact` again (as it was read: the same bytes, the same digest).
+    pub fn retag(&self, tag: &str, artifact: &Artifact) -> Result<(), RegistryError> {
+        self.put_manifest(tag, &artifact.bytes)
+    }
+
+    /// The artifact tagged `tag`.
+    pub fn artifact(&self, tag: &str) -> Result<Artifact, RegistryError> {
+        let bytes = self.manifest_bytes(tag)?;
+        Artifact::parse(
+            &format!("{}:{tag}", self.name()),
+            &bytes,
+            crate::sha256(&bytes),
+        )
+    }
+
+    /// The manifest tagged `tag`, its bytes as the registry has them.
+    fn manifest_bytes(&self, tag: &str) -> Result<Vec<u8>, RegistryError> {
+        let reference = self.reference(tag);
+        let (bytes, digest) = self
+            .runtime
+            .block_on(self.client.pull_manifest_raw(
+                &reference,
+                &RegistryAuth::Anonymous,
+                &[MANIFEST_TYPE],
+            ))
+            .map_err(|e| match &e {
+                oci_client::errors::OciDistributionError::ImageManifestNotFoundError(_) => {
+                    RegistryError::NoTag(format!("{}:{tag}", self.name()))
+                }
+                oci_client::errors::OciDistributionError::RegistryError { envelope, .. }
+                    if envelope
+                        .errors
+                        .iter()
+                        .any(|e| format!("{:?}", e.code).contains("ManifestUnknown")) =>
+                {
+                    RegistryError::NoTag(format!("{}:{tag}", self.name()))
+                }
+                _ => RegistryError::Registry {
+                    registry: self.name(),
+                    what: format!("reading tag {tag}"),
+                    why: e.to_string(),
+                },
+            })?;
+        if crate::sha256(&bytes) != digest && !digest.is_empty() {
+            return Err(RegistryError::Invalid {
+                reference: format!("{}:{tag}", self.name()),
+                why: format!("its manifest does not hash to {digest}"),
+            });
+        }
+        Ok(bytes.to_vec())
+    }
+
+    /// A blob's bytes as the registry stores them, checked against its digest and bounded.
+    fn blob(&self, descriptor: &Descriptor) -> Result<Vec<u8>, RegistryError> {
+        let what = descriptor.object().unwrap_or(&descriptor.digest).to_owned();
+        if descriptor.size > MAX_OBJECT {
+            return Err(RegistryError::Invalid {
+                reference: self.name(),
+                why: format!("{what} is larger than 1 GiB"),
+            });
+        }
+        let mut out = Bounded {
+            bytes: Vec::new(),
+            limit: descriptor.size,
+        };
+        let reference = self.reference("latest");
+        let oci = oci_client::manifest::OciDescriptor {
+            media_type: descriptor.media_type.clone(),
+            digest: descriptor.digest.clone(),
+            size: descriptor.size as i64,
+            ..Default::default()
+        };
+        self.runtime
+            .block_on(self.client.pull_blob(&reference, &oci, &mut out))
+            .map_err(|e| match e {
+                // The bytes the registry sent are not the ones the manifest names.
+                oci_client::errors::OciDistributionError::DigestError(d) => {
+                    RegistryError::Mismatch {
+                        object: what.clone(),
+                        actual: d.to_string(),
+                    }
+                }
+                e => self.failed(format!("fetching {what}"))(e),
+            })?;
+        Ok(out.bytes)
+    }
+
+    /// The signatures the artifact carries (armored), and the bytes they took: read first, so
+    /// that the generation is judged before anything else is fetched.
+    pub fn signatures(&self, artifact: &Artifact) -> Result<(Vec<String>, u64), RegistryError> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for layer in artifact.signature_layers() {
+            if layer.object() != Some(&format!("signature {}", artifact.generation)) {
+                continue;
+            }
+            let got = self.blob(layer)?;
+            bytes += got.len() as u64;
+            out.push(String::from_utf8_lossy(&got).into_owned());
+        }
+        Ok((out, bytes))
+    }
+
+    /// Fetches into `store` what it lacks of the artifact's generation: the generation (as a
+    /// delta from the one named, when the store has it; checked against its id), then each
+    /// object it references that the store lacks, by its tag (checked against its name,
+    /// stored as it arrives). Call it once the signatures were judged.
+    pub fn fetch(&self, store: &Store, artifact: &Artifact) -> Result<Fetched, RegistryError> {
+        let id = artifact.generation;
+        let mut fetched = Fetched::default();
+        let missing = |object: &str| RegistryError::Invalid {
+            reference: self.name(),
+            why: format!("the artifact lacks {object}"),
+        };
+        let generation = if store.has_intact_generation(&id) {
+            store.generation(&id)?
+        } else {
+            let base = artifact
+                .delta()
+                .filter(|(base, _)| store.has_intact_generation(base))
+                .and_then(|(base, layer)| {
+                    let bytes = store.generation(&base).ok()?.canonical_bytes().ok()?;
+                    Some((bytes, layer))
+                });
+            let (layer, dictionary) = match base {
+                Some((bytes, layer)) => (layer, Some(bytes)),
+                None => {
+                    let object = format!("generation {id}");
+                    (
+                        artifact.layer_of(&object).ok_or_else(|| missing(&object))?,
+                        None,
+                    )
+                }
+            };
+            let wire = self.blob(layer)?;
+            fetched.bytes += wire.len() as u64;
+            fetched.objects += 1;
+            keep_generation(store, &id, layer, wire, dictionary.as_deref())?
+        };
+        let lacking: Vec<BlobHash> = generation
+            .blobs()
+            .into_iter()
+            .filter(|h| !store.has_blob(h))
+            .collect();
+        for hash in lacking {
+            let object = format!("blob {hash}");
+            let tag = crate::object_tag(&hash);
+            let manifest = self.manifest_bytes(&tag).map_err(|e| match e {
+                RegistryError::NoTag(_) => missing(&object),
+                e => e,
+            })?;
+            fetched.bytes += manifest.len() as u64;
+            let manifest: crate::Manifest =
+                serde_json::from_slice(&manifest).map_err(|e| RegistryError::Invalid {
+                    reference: format!("{}:{tag}", self.name()),
+                    why: format!("not an OCI manifest: {e}"),
+                })?;
+            let layer = manifest
+                .layers
+                .iter()
+                .find(|l| l.object() == Some(object.as_str()))
+                .ok_or_else(|| missing(&object))?;
+            let wire = self.blob(layer)?;
+            fetched.bytes += wire.len() as u64;
+            keep_blob(store, &hash, layer, wire)?;
+            fetched.objects += 1;
+        }
+        Ok(fetched)
+    }
+}
+
+/// A writer that takes at most `limit` bytes: a registry that sends more than the descriptor
+/// says is cut off, not given the memory.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: u64,
+}
+
+impl tokio::io::AsyncWrite for Bounded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if (self.bytes.len() + buf.len()) as u64 > self.limit {
+            return Poll::Ready(Err(std::io::Error::other(
+                "the registry sent more bytes than the manifest says",
+            )));
+        }
+        self.bytes.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

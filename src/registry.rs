@@ -1,0 +1,456 @@
+//! `mesh push`, `mesh rollout` (the publisher's side) and `mesh pull`, `mesh follow` (the
+//! node's side): presentation of what `mesh-registry`, `mesh-fleet` and the activator's
+//! `deploy::pull` do.
+
+use std::path::Path;
+use std::time::Duration;
+
+use mesh_activator::deploy::health::Check;
+use mesh_activator::deploy::pull::{self, LastPull, PullResult};
+use mesh_activator::deploy::{agent, DeployState};
+use mesh_registry::{Options, Registry, RegistryError};
+use serde_json::json;
+
+use crate::activate::Machine;
+use crate::cli::{FollowArgs, PullArgs, PushArgs, RegistryOptions, RolloutArgs};
+use crate::failure::{Exit, Failure};
+use crate::fleet::Place;
+
+/// The registry `target`, as the options say to reach it.
+pub fn connect(target: &str, options: &RegistryOptions) -> Result<Registry, Failure> {
+    registry(target, options)
+}
+
+fn registry(target: &str, options: &RegistryOptions) -> Result<Registry, Failure> {
+    Registry::new(
+        target,
+        &Options {
+            insecure: options.insecure,
+            timeout: Duration::from_secs(options.registry_timeout),
+        },
+    )
+    .map_err(registry_failure)
+}
+
+fn registry_failure(e: RegistryError) -> Failure {
+    match e {
+        RegistryError::Reference(_) => Failure::user(e),
+        RegistryError::Invalid { .. } | RegistryError::Mismatch { .. } => {
+            Failure::new(Exit::Refused, miette::miette!("{e}; nothing was changed"))
+        }
+        _ => Failure::system(e),
+    }
+}
+
+fn prepare(
+    state: &Path,
+    place: &Place,
+    fleet_args: &crate::cli::FleetArgs,
+    sign: bool,
+    key: &crate::cli::SigningKey,
+    revision: Option<String>,
+    registry: &Registry,
+) -> Result<(mesh_fleet::Fleet, Vec<mesh_fleet::publish::Prepared>), Failure> {
+    let fleet = crate::fleet::load(state, place)?;
+    let nodes = crate::fleet::select(&fleet, &fleet_args.nodes)?;
+    let options = mesh_fleet::publish::Options {
+        parallel: fleet_args.at_once.parallel as usize,
+        state_dir: state.to_owned(),
+        evaluator: crate::commands::evaluator().clone(),
+        signer: crate::fleet::signer(sign, key)?,
+        revision: revision.or_else(|| mesh_fleet::publish::revision_of(&fleet)),
+    };
+    let prepared = mesh_fleet::publish::prepare(&fleet, &nodes, &options, registry);
+    Ok((fleet, prepared))
+}
+
+fn push_line(l: &mesh_fleet::publish::Pushed) -> String {
+    match &l.error {
+        Some(e) => format!("{:<20} FAILED: {e}", l.node),
+        None => format!(
+            "{:<20} {}  {} objects sent, {} there already, {} bytes{}",
+            l.node,
+            l.generation
+                .map_or("-".to_owned(), |g| g.short().to_string()),
+            l.sent.objects,
+            l.sent.objects_reused,
+            l.sent.bytes,
+            if l.tag_moved {
+                ", tag moved"
+            } else {
+                ", tag unchanged"
+            }
+        ),
+    }
+}
+
+/// `mesh push`.
+pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> {
+    let registry = registry(&args.target, &args.registry)?;
+    let (_, prepared) = prepare(
+        state,
+        place,
+        &args.fleet,
+        args.sign,
+        &args.key,
+        args.revision.clone(),
+        &registry,
+    )?;
+    let lines = mesh_fleet::publish::publish(&registry, &prepared, true);
+    let total = mesh_fleet::publish::bytes(&lines);
+    if args.fleet.json {
+        say!(
+            "{}",
+            json!({ "registry": registry.name(), "nodes": lines, "bytes": total })
+        );
+    } else {
+        for l in &lines {
+            say!("{}", push_line(l));
+        }
+        say!("{} bytes sent to {}", total, registry.name());
+    }
+    let failed: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.error.is_some())
+        .map(|l| l.node.as_str())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::system(format!(
+            "not published: {}",
+            failed.join(", ")
+        )))
+    }
+}
+
+/// `mesh rollout`.
+pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Failure> {
+    let registry = registry(&args.target, &args.registry)?;
+    let (fleet, prepared) = prepare(
+        state,
+        place,
+        &args.fleet,
+        args.sign,
+        &args.key,
+        args.revision.clone(),
+        &registry,
+    )?;
+    let failed: Vec<String> = prepared
+        .iter()
+        .filter_map(|p| p.result.as_ref().err().map(|e| format!("{}: {e}", p.node)))
+        .collect();
+    if !failed.is_empty() {
+        return Err(Failure::user(format!(
+            "nothing rolled out: {} node(s) cannot be published:\n  {}",
+            failed.len(),
+            failed.join("\n  ")
+        )));
+    }
+    // Every object first, no tag moved: a wave then costs a manifest per node.
+    for line in mesh_fleet::publish::publish(&registry, &prepared, false) {
+        if let Some(e) = line.error {
+            return Err(Failure::system(format!(
+                "nothing rolled out: uploading {}'s objects: {e}",
+                line.node
+            )));
+        }
+    }
+    let nodes = crate::fleet::select(&fleet, &args.fleet.nodes)?;
+    let waves = mesh_fleet::rollout::waves(&fleet, &nodes).map_err(Failure::user)?;
+    let json_out = args.fleet.json;
+    let reports = mesh_fleet::rollout::run(
+        &fleet,
+        &registry,
+        &prepared,
+        &waves,
+        &mesh_fleet::rollout::Options {
+            within: args.within.map(Duration::from_secs),
+            every: Duration::from_secs(args.every),
+        },
+        &|r: &mesh_fleet::rollout::WaveReport| {
+            if json_out {
+                return;
+            }
+            say!(
+                "wave {} ({}): {} in {:.1} s",
+                r.wave.number,
+                r.wave.nodes.join(", "),
+                if r.healthy { "healthy" } else { "NOT HEALTHY" },
+                r.seconds
+            );
+            for n in &r.nodes {
+                say!(
+                    "  {:<20} {}  {}",
+                    n.node,
+                    n.generation
+                        .map_or("-".to_owned(), |g| g.short().to_string()),
+                    n.said
+                );
+            }
+        },
+    );
+    let stopped = reports.iter().find(|r| !r.healthy);
+    let untouched: Vec<&str> = waves
+        .iter()
+        .skip(reports.len())
+        .flat_map(|w| w.nodes.iter().map(String::as_str))
+        .collect();
+    if json_out {
+        say!(
+            "{}",
+            json!({ "registry": registry.name(), "waves": reports, "untouched": untouched })
+        );
+    }
+    match stopped {
+        None => Ok(()),
+        Some(r) => {
+            let why: Vec<String> = r
+                .nodes
+                .iter()
+                .filter(|n| !n.healthy)
+                .map(|n| format!("{}: {}", n.node, n.said))
+                .collect();
+            Err(Failure::new(
+                Exit::Refused,
+                miette::miette!(
+                    "the rollout stopped at wave {}: {}; its tags were put back, the tags of \
+                     {} node(s) after it untouched{}",
+                    r.wave.number,
+                    why.join("; "),
+                    untouched.len(),
+                    if untouched.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", untouched.join(", "))
+                    }
+                ),
+            ))
+        }
+    }
+}
+
+/// How one pull went, for its caller (`pull` prints it, `follow` goes on).
+enum Pulled {
+    /// The tag's generation is in force: nothing done.
+    UpToDate(mesh_lib::GenerationId),
+    /// The tag's generation went back here before: not tried again.
+    NotAgain(LastPull),
+    /// Switched (or not), as recorded.
+    Done(LastPull),
+}
+
+/// `mesh pull`.
+pub fn pull(machine: &Machine, args: &PullArgs) -> Result<(), Failure> {
+    let pulled = pull_once(machine, args)?;
+    report(&pulled, args.json);
+    match pulled {
+        Pulled::UpToDate(_) | Pulled::NotAgain(_) => Ok(()),
+        Pulled::Done(p) => match p.result {
+            PullResult::Confirmed => Ok(()),
+            PullResult::Reverted | PullResult::Refused => Err(Failure::new(
+                Exit::Refused,
+                miette::miette!(
+                    "{} from {}: {}",
+                    p.result.word(),
+                    p.from,
+                    p.reason.unwrap_or_default()
+                ),
+            )),
+            PullResult::Failed => Err(Failure::system(format!(
+                "the pull from {} failed: {}",
+                p.from,
+                p.reason.unwrap_or_default()
+            ))),
+        },
+    }
+}
+
+fn report(pulled: &Pulled, json_out: bool) {
+    match pulled {
+        Pulled::UpToDate(id) => {
+            if json_out {
+                say!("{}", json!({ "result": "up-to-date", "generation": id }));
+            } else {
+                say!("{} is in force: nothing to do", id.short());
+            }
+        }
+        Pulled::NotAgain(p) => {
+            if json_out {
+                say!("{}", json!({ "result": "not-again", "last_pull": p }));
+            } else {
+                say!(
+                    "{} went back here at {} ({}): not tried again until the tag names another \
+                     (or --retry)",
+                    p.generation
+                        .map_or("-".to_owned(), |g| g.short().to_string()),
+                    p.at,
+                    p.reason.as_deref().unwrap_or("")
+                );
+            }
+        }
+        Pulled::Done(p) => {
+            if json_out {
+                say!("{}", serde_json::to_string(p).unwrap_or_default());
+            } else {
+                say!(
+                    "{} from {}: {} ({} objects, {} bytes fetched){}",
+                    p.generation
+                        .map_or("-".to_owned(), |g| g.short().to_string()),
+                    p.from,
+                    p.result.word(),
+                    p.objects,
+                    p.bytes,
+                    p.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+    }
+}
+
+fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
+    let mut checks: Vec<Check> = args.checks.iter().cloned().map(Check::Command).collect();
+    for p in &args.probes {
+        checks.push(Check::probe(p).map_err(Failure::user)?);
+    }
+    let node = mesh_activator::Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
+    let current = node.current()?;
+    let tag = match (&args.node, &current) {
+        (Some(n), _) => n.clone(),
+        (None, Some((_, _, g))) => g.node.to_string(),
+        (None, None) => {
+            return Err(Failure::user(
+                "no generation is in force here to tell this node's name: give it with --node",
+            ))
+        }
+    };
+    let registry = registry(&args.target, &args.registry)?;
+    let from = format!("{}:{tag}", registry.name());
+    let mut record = LastPull {
+        from: from.clone(),
+        generation: None,
+        revision: None,
+        result: PullResult::Failed,
+        reason: None,
+        objects: 0,
+        bytes: 0,
+        at: String::new(),
+        deploy: None,
+    };
+    let ended = |mut record: LastPull, result: PullResult, why: String| {
+        record.result = result;
+        record.reason = Some(why);
+        record
+            .save(&machine.state)
+            .map_err(|e| Failure::system(format!("recording the pull: {e}")))?;
+        Ok(Pulled::Done(record))
+    };
+    let artifact = match registry.artifact(&tag) {
+        Ok(a) => a,
+        Err(e @ (RegistryError::Invalid { .. } | RegistryError::NoTag(_))) => {
+            return ended(record, PullResult::Refused, e.to_string())
+        }
+        Err(e) => return ended(record, PullResult::Failed, e.to_string()),
+    };
+    let id = artifact.generation;
+    record.generation = Some(id);
+    record.revision = artifact.revision().map(str::to_owned);
+    record.bytes = artifact.bytes.len() as u64;
+    let waiting = agent::waiting(&machine.state, &id).is_some();
+    if current.as_ref().map(|(_, c, _)| *c) == Some(id) && !waiting {
+        return Ok(Pulled::UpToDate(id));
+    }
+    if !args.retry {
+        if let Some(last) = LastPull::load(&machine.state) {
+            if last.generation == Some(id) && last.result == PullResult::Reverted {
+                return Ok(Pulled::NotAgain(last));
+            }
+        }
+    }
+    // The signatures first, judged before anything else is fetched.
+    let (signatures, bytes) = match registry.signatures(&artifact) {
+        Ok(s) => s,
+        Err(e) => return ended(record, PullResult::Failed, e.to_string()),
+    };
+    record.bytes += bytes;
+    if let Err(e) = node.judge_offer(&id, &signatures) {
+        return ended(record, PullResult::Refused, e.to_string());
+    }
+    let fetched = registry.fetch(&node.store, &artifact);
+    let fetched = match fetched {
+        Ok(f) => f,
+        Err(e @ (RegistryError::Mismatch { .. } | RegistryError::Invalid { .. })) => {
+            return ended(
+                record,
+                PullResult::Refused,
+                format!("{e}; nothing was changed"),
+            )
+        }
+        Err(e) => {
+            return ended(
+                record,
+                PullResult::Failed,
+                format!("{e}; the objects that arrived whole are kept, nothing was switched"),
+            )
+        }
+    };
+    record.objects = fetched.objects;
+    record.bytes += fetched.bytes;
+    for text in &signatures {
+        if let Ok(sig) = mesh_lib::trust::Signature::parse(text) {
+            if sig.verify(&id).is_ok() {
+                node.store
+                    .put_signature(&id, sig.armored())
+                    .map_err(Failure::from)?;
+            }
+        }
+    }
+    let guard = pull::Guard {
+        checks,
+        within: Duration::from_secs(args.health_within),
+    };
+    let deploy = match pull::switch(
+        &crate::remote::place(machine),
+        &crate::remote::Spawn(machine.clone()),
+        &node,
+        id,
+        &guard,
+    ) {
+        Ok(d) => d,
+        Err(agent::StartError::Refused(e)) => {
+            return ended(record, PullResult::Refused, e.to_string())
+        }
+        Err(agent::StartError::Io(e)) => return ended(record, PullResult::Failed, e),
+    };
+    record.deploy = Some(deploy.token.clone());
+    let reason = deploy.reason.clone().unwrap_or_default();
+    match deploy.state {
+        DeployState::Confirmed => {
+            record.result = PullResult::Confirmed;
+            record
+                .save(&machine.state)
+                .map_err(|e| Failure::system(format!("recording the pull: {e}")))?;
+            Ok(Pulled::Done(record))
+        }
+        DeployState::Reverted => ended(record, PullResult::Reverted, reason),
+        other => ended(
+            record,
+            PullResult::Failed,
+            format!("its deploy {} is {other:?}: {reason}", deploy.token),
+        ),
+    }
+}
+
+/// `mesh follow`.
+pub fn follow(machine: &Machine, args: &FollowArgs) -> Result<(), Failure> {
+    loop {
+        match pull_once(machine, &args.pull) {
+            Ok(pulled) => report(&pulled, args.pull.json),
+            Err(e) => eprintln!("pull: {}", e.report_text()),
+        }
+        std::thread::sleep(Duration::from_secs(args.interval));
+    }
+}

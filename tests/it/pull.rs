@@ -1,0 +1,490 @@
+//! A fleet past one deployer: generations published to a real OCI registry (Debian's
+//! `docker-registry`, the Distribution registry, started here in the deployer's namespace,
+//! plain HTTP, its storage in a temporary folder), nodes in namespaces of their own pulling,
+//! verifying and switching by themselves, and rollouts in waves (see `sshlab.rs` for the
+//! nodes).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::node_fixture::snapshot;
+use crate::sshlab::{node_decl, Lab, LabNode};
+use crate::support::have_root_tools;
+
+use crate::registry_lab::{Registry, PORT, REGISTRY, REPO};
+
+fn tools() -> bool {
+    let here = have_root_tools(&["ssh-keygen", "ip", "nft", "tc", "curl", "sshd"]);
+    if here && !Path::new(REGISTRY).exists() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("this test needs {REGISTRY} (Debian's docker-registry), and CI must run it");
+        }
+        eprintln!("NOT RUN outside CI: this test needs {REGISTRY}");
+        return false;
+    }
+    here
+}
+
+/// `REGISTRY/REPO` as node `n` reaches it: the deployer's end of its link.
+fn target_for(n: &LabNode) -> String {
+    let last: u8 = n.address.rsplit('.').next().unwrap().parse().unwrap();
+    format!("198.51.100.{}:{PORT}/{REPO}", last - 1)
+}
+
+fn local_target() -> String {
+    format!("127.0.0.1:{PORT}/{REPO}")
+}
+
+/// `mesh ARGS` on node `n`, inside its namespace (where the registry is reached).
+fn on_node(n: &LabNode, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &n.netns, env!("CARGO_BIN_EXE_mesh")])
+        .env("MESH_STATE_DIR", n.state())
+        .env("MESH_ROOT", n.root())
+        .env("MESH_NETNS", &n.netns)
+        .env("MESH_SETTLE", "1")
+        .env("NO_COLOR", "1")
+        .args(args);
+    c
+}
+
+/// `mesh pull` on node `n`: its exit code and its JSON answer.
+fn pull(n: &LabNode, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let target = target_for(n);
+    let mut args = vec!["pull", &target, "--node", &n.name, "--insecure", "--json"];
+    args.extend_from_slice(extra);
+    let out = on_node(n, &args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let v = text
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_default();
+    (
+        out.status.code().unwrap_or(-1),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn keygen(dir: &Path, name: &str) -> PathBuf {
+    let key = dir.join(name);
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    key
+}
+
+/// Node `n` trusts the key `key` (its `.pub`).
+fn trust(n: &LabNode, key: &Path) {
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let dir = n.root().join("etc/mesh");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("trusted-signers"), format!("ci {public}")).unwrap();
+}
+
+/// `mesh push` from the deployer, signed with `key`: its JSON answer.
+fn push(lab: &Lab, key: &Path, extra: &[&str]) -> serde_json::Value {
+    let target = local_target();
+    let mut args = vec![
+        "push",
+        &target,
+        "--insecure",
+        "--sign",
+        "--key",
+        key.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = lab.mesh(&args);
+    assert!(
+        out.status.success(),
+        "mesh push: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn line<'a>(pushed: &'a serde_json::Value, node: &str) -> &'a serde_json::Value {
+    pushed["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["node"] == node)
+        .unwrap()
+}
+
+/// What a pull must not touch when it changes nothing: the root and the state directory, byte
+/// for byte, with their modes, owners and times.
+fn untouched(n: &LabNode) -> impl PartialEq + std::fmt::Debug {
+    (snapshot(&n.root()), snapshot(&n.state()))
+}
+
+/// Five nodes, each in its own namespace with its own state directory, pull their own
+/// generation from the registry, check its signature and switch; a pull that finds its
+/// generation in force changes nothing and writes nothing. A second push, of one changed file
+/// on one node, sends that file, its generation and its signature — nothing of the other nodes
+/// — and that node fetches the generation and the one file.
+#[test]
+fn push_then_pull_on_five_nodes_sends_only_what_changed() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("pull", 5, |n| node_decl(n, &format!("{n} v1\\n"), true));
+    let registry = Registry::start(&lab);
+    let keys = tempfile::tempdir().unwrap();
+    let ci = keygen(keys.path(), "ci");
+    for n in &lab.nodes {
+        trust(n, &ci);
+    }
+    let first = push(&lab, &ci, &[]);
+    for n in &lab.nodes {
+        let l = line(&first, &n.name);
+        assert!(l["error"].is_null(), "{l}");
+        assert_eq!(l["tag_moved"], true);
+    }
+    for n in &lab.nodes {
+        let (code, v, err) = pull(n, &[]);
+        assert_eq!(code, 0, "{}: {v} {err}", n.name);
+        assert_eq!(v["result"], "confirmed", "{v}");
+        let id = line(&first, &n.name)["generation"].as_str().unwrap();
+        assert_eq!(
+            n.current().as_deref(),
+            Some(id),
+            "{} runs its generation",
+            n.name
+        );
+        assert_eq!(
+            std::fs::read_to_string(n.root().join("etc/motd")).unwrap(),
+            format!("{} v1\n", n.name)
+        );
+    }
+
+    // In force: nothing done, nothing written.
+    let before = untouched(&lab.nodes[1]);
+    let (code, v, _) = pull(&lab.nodes[1], &[]);
+    assert_eq!((code, v["result"].as_str()), (0, Some("up-to-date")), "{v}");
+    assert_eq!(
+        untouched(&lab.nodes[1]),
+        before,
+        "a pull in force writes nothing"
+    );
+
+    // One file changes on one node.
+    lab.declare("node0", &node_decl("node0", "node0 v2\\n", true));
+    let second = push(&lab, &ci, &[]);
+    let changed = line(&second, "node0");
+    assert_eq!(changed["sent"]["objects"], 1, "the one file: {changed}");
+    assert_eq!(
+        changed["sent"]["blobs"], 4,
+        "the file, the generation, its delta, its signature: {changed}"
+    );
+    assert_eq!(changed["tag_moved"], true);
+    for n in &lab.nodes[1..] {
+        let l = line(&second, &n.name);
+        assert_eq!(
+            (l["sent"]["blobs"].as_u64(), l["tag_moved"].as_bool()),
+            (Some(0), Some(false)),
+            "{l}"
+        );
+        assert_eq!(l["sent"]["objects"], 0, "{l}");
+    }
+    let total = second["bytes"].as_u64().unwrap();
+    assert!(total < 8 * 1024, "{total} bytes sent for one changed file");
+    let (code, v, err) = pull(&lab.nodes[0], &[]);
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(v["objects"], 2, "the generation and the one file: {v}");
+    assert_eq!(
+        std::fs::read_to_string(lab.nodes[0].root().join("etc/motd")).unwrap(),
+        "node0 v2\n"
+    );
+    let received = v["bytes"].as_u64().unwrap();
+    assert!(
+        received < 17 * 1024,
+        "{received} bytes received by the node"
+    );
+    drop(registry);
+}
+
+/// A blob whose bytes the registry's storage changed, and a tag whose artifact carries no
+/// signature, are refused: the node stays in its generation, its files as they were, and the
+/// pull says why.
+#[test]
+fn a_tampered_blob_and_an_unsigned_tag_are_refused() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("pullbad", 1, |n| node_decl(n, "v1\\n", true));
+    let registry = Registry::start(&lab);
+    let keys = tempfile::tempdir().unwrap();
+    let ci = keygen(keys.path(), "ci");
+    let n = &lab.nodes[0];
+    trust(n, &ci);
+    push(&lab, &ci, &[]);
+    assert_eq!(pull(n, &[]).0, 0);
+    let v1 = n.current().unwrap();
+
+    lab.declare(
+        "node0",
+        &node_decl("node0", "v2, tampered on the way\\n", true),
+    );
+    push(&lab, &ci, &[]);
+    let stored = registry.blobs_holding(b"v2, tampered on the way\n");
+    assert_eq!(stored.len(), 1, "the file is one blob, stored as it is");
+    let mut bytes = std::fs::read(&stored[0]).unwrap();
+    bytes[0] ^= 0x20;
+    std::fs::write(&stored[0], bytes).unwrap();
+    let root = snapshot(&n.root());
+    let (code, v, err) = pull(n, &[]);
+    assert_eq!(code, 2, "{v} {err}");
+    assert_eq!(v["result"], "refused", "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("does not match"),
+        "{v}"
+    );
+    assert_eq!(n.current().as_deref(), Some(v1.as_str()));
+    assert_eq!(snapshot(&n.root()), root, "nothing changed on the machine");
+
+    // The artifact without its signature, under the node's tag.
+    let mut manifest = registry.manifest("node0");
+    manifest["layers"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|l| l["mediaType"] != "application/vnd.mesh.signature.v1");
+    registry.put_manifest("node0", &manifest);
+    let (code, v, err) = pull(n, &[]);
+    assert_eq!(code, 2, "{v} {err}");
+    assert_eq!(v["result"], "refused", "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("no signature"),
+        "{v}"
+    );
+    assert_eq!(n.current().as_deref(), Some(v1.as_str()));
+    assert_eq!(snapshot(&n.root()), root, "nothing changed on the machine");
+}
+
+/// The registry goes away while a node fetches: the node stays in its old generation, keeps
+/// the objects that arrived whole, and the next pull (the registry back) finishes, fetching
+/// only the rest.
+#[test]
+fn a_registry_gone_mid_pull_leaves_the_old_generation() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("pullcut", 1, |n| {
+        crate::sshlab::decl_with_data(n, "v1\\n", 40)
+    });
+    crate::sshlab::write_data(&lab, "node0", 40, 32 * 1024, "one");
+    let mut registry = Registry::start(&lab);
+    let keys = tempfile::tempdir().unwrap();
+    let ci = keygen(keys.path(), "ci");
+    let n = &lab.nodes[0];
+    trust(n, &ci);
+    push(&lab, &ci, &[]);
+    assert_eq!(pull(n, &[]).0, 0);
+    let v1 = n.current().unwrap();
+
+    let old_file = std::fs::read(n.root().join("etc/data/f000")).unwrap();
+    crate::sshlab::write_data(&lab, "node0", 40, 32 * 1024, "two");
+    push(&lab, &ci, &[]);
+    // About 1.3 MB at 2 Mbit/s: some five seconds; the registry goes after two.
+    lab.throttle("node0", "2mbit");
+    let target = target_for(n);
+    let child = on_node(
+        n,
+        &[
+            "pull",
+            &target,
+            "--node",
+            "node0",
+            "--insecure",
+            "--json",
+            "--registry-timeout",
+            "5",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    registry.down();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        n.current().as_deref(),
+        Some(v1.as_str()),
+        "the old generation"
+    );
+    assert_eq!(
+        std::fs::read(n.root().join("etc/data/f000")).unwrap(),
+        old_file,
+        "the old generation's files"
+    );
+    lab.unthrottle("node0");
+    registry.up();
+    let (code, v, err) = pull(n, &[]);
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(v["result"], "confirmed");
+    let fetched = v["objects"].as_u64().unwrap();
+    assert!(
+        fetched < 41,
+        "only what the cut pull did not keep: {fetched} of 41"
+    );
+    assert_ne!(n.current().as_deref(), Some(v1.as_str()));
+}
+
+/// A background `mesh follow` on a node, stopped when dropped.
+struct Follower(Child);
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A rollout in waves whose canary does not get healthy (its health check fails after the
+/// switch, so it goes back by itself and records why) stops there: it names the node and why,
+/// the canary's tag is put back, and the nodes of the later waves are untouched — their tags,
+/// their generation.
+#[test]
+fn a_wave_whose_canary_fails_stops_the_rollout() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("rollout", 3, |n| node_decl(n, "good v1\\n", true));
+    let fleet = std::fs::read_to_string(lab.fleet()).unwrap().replace(
+        "  nodes = {",
+        "  rollout = { waves = [[\"node0\"], [\"node1\"]], within = 30 },\n  nodes = {",
+    );
+    std::fs::write(lab.fleet(), fleet).unwrap();
+    let registry = Registry::start(&lab);
+    let keys = tempfile::tempdir().unwrap();
+    let ci = keygen(keys.path(), "ci");
+    for n in &lab.nodes {
+        trust(n, &ci);
+    }
+    let first = push(&lab, &ci, &[]);
+    for n in &lab.nodes {
+        assert_eq!(pull(n, &[]).0, 0);
+    }
+    let v1: Vec<String> = lab.nodes.iter().map(|n| n.current().unwrap()).collect();
+    let tags_before: Vec<serde_json::Value> = lab
+        .nodes
+        .iter()
+        .map(|n| registry.manifest(&n.name))
+        .collect();
+
+    let followers: Vec<Follower> = lab
+        .nodes
+        .iter()
+        .map(|n| {
+            let target = target_for(n);
+            let check = format!("grep -q good {}/etc/motd", n.root().display());
+            Follower(
+                on_node(
+                    n,
+                    &[
+                        "follow",
+                        &target,
+                        "--node",
+                        &n.name,
+                        "--insecure",
+                        "--interval",
+                        "1",
+                        "--check",
+                        &check,
+                        "--health-within",
+                        "2",
+                    ],
+                )
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+            )
+        })
+        .collect();
+    for n in &lab.nodes {
+        lab.declare(&n.name, &node_decl(&n.name, "bad v2\\n", true));
+    }
+    let target = local_target();
+    let out = lab.mesh(&[
+        "rollout",
+        &target,
+        "--insecure",
+        "--sign",
+        "--key",
+        ci.to_str().unwrap(),
+        "--every",
+        "1",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("stopped at wave 1")
+            && stderr.contains("node0")
+            && stderr.contains("unhealthy after the switch"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("node1, node2"), "{stderr}");
+    drop(followers);
+    // The canary went back by itself, and says why.
+    assert_eq!(lab.nodes[0].current().as_deref(), Some(v1[0].as_str()));
+    let status: serde_json::Value =
+        serde_json::from_slice(&lab.nodes[0].mesh(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["last_pull"]["result"], "reverted", "{status}");
+    assert!(
+        status["last_pull"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("grep -q good"),
+        "{status}"
+    );
+    // Every tag names what it named before the rollout; the later nodes never moved.
+    for (i, n) in lab.nodes.iter().enumerate() {
+        assert_eq!(
+            registry.manifest(&n.name),
+            tags_before[i],
+            "{}'s tag",
+            n.name
+        );
+        assert_eq!(n.current().as_deref(), Some(v1[i].as_str()), "{}", n.name);
+    }
+    assert!(first["nodes"].as_array().unwrap().len() == 3);
+    // The board: desired (the tag), in force, the last pull and its result.
+    let target = local_target();
+    let out = lab.mesh(&[
+        "fleet",
+        "status",
+        "--registry",
+        &target,
+        "--insecure",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let board: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let canary = &board["nodes"][0];
+    assert_eq!(canary["desired"].as_str(), Some(v1[0].as_str()), "{canary}");
+    assert_eq!(canary["current"].as_str(), Some(v1[0].as_str()), "{canary}");
+    assert_eq!(canary["last_pull"]["result"], "reverted", "{canary}");
+}
