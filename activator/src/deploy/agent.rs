@@ -582,7 +582,7 @@ pub enum StartError {
 
 /// Arms a deploy of `target` on `node` and starts its agent: the deploy, as armed. The
 /// generation is checked first — the store gives it whole, a signer the node trusts vouches
-/// for it — so that a refusal changes nothing. Both `mesh deploy` (the node's side of it) and
+/// for it, the node can decrypt its secrets — so that a refusal changes nothing. Both `mesh deploy` (the node's side of it) and
 /// `mesh pull` start their switches here.
 pub fn start(
     place: &Place,
@@ -591,10 +591,14 @@ pub fn start(
     target: mesh_lib::GenerationId,
     seconds: u64,
 ) -> Result<Deploy, StartError> {
-    node.store
+    let generation = node
+        .store
         .generation(&target)
         .map_err(ActivateError::from)?;
     node.check_trust(&target)?;
+    // A secret this node cannot decrypt (not encrypted to its host key, the key missing):
+    // refused before the deploy is armed, so nothing moves and nothing is reverted.
+    node.check_secrets(&generation)?;
     let previous = node.current()?.map(|(_, id, _)| id);
     let mut deploy = Deploy::arm(&place.state, target, previous, seconds)
         .map_err(|e| StartError::Io(format!("arming the deploy: {e}")))?;
