@@ -182,11 +182,11 @@ pub enum Command {
     /// one was reverted or its host key refused, 3 when one failed or is unreachable.
     Deploy(DeployArgs),
     /// Publish each node's generation to an OCI registry (REGISTRY/REPOSITORY): built with its
-    /// record from the fleet's records folder, signed, laid out as an artifact (its signatures,
-    /// the generation and every object it references, each a blob the registry names by its
-    /// digest), only the blobs the registry lacks sent, and the node's tag (its name) moved to
-    /// it, annotated with the generation id and the source revision. Nodes fetch it themselves
-    /// with `mesh pull`.
+    /// record from the fleet's records folder, signed; every object it references an artifact
+    /// of its own (tagged b3-HEX, sent only when the registry lacks it), and the node's tag
+    /// (its name) moved to an artifact of its signatures, the generation and its delta from the
+    /// one the tag named before, annotated with the generation id and the source revision.
+    /// Nodes fetch it themselves with `mesh pull`.
     Push(PushArgs),
     /// On a node: read this node's tag in REGISTRY/REPOSITORY, check its signature against the
     /// node's trusted signers before anything else is fetched, fetch only the objects the
@@ -680,8 +680,9 @@ pub struct RegistryOptions {
     pub registry_timeout: u64,
 }
 
+/// What `mesh push` and `mesh rollout` publish, and where.
 #[derive(Args, Debug)]
-pub struct PushArgs {
+pub struct PublishArgs {
     /// The registry and repository, e.g. registry.example:5000/fleet/prod.
     #[arg(value_name = "REGISTRY/REPOSITORY")]
     pub target: String,
@@ -700,6 +701,12 @@ pub struct PushArgs {
     /// file's checkout).
     #[arg(long, value_name = "REV")]
     pub revision: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    #[command(flatten)]
+    pub publish: PublishArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -742,21 +749,8 @@ pub struct FollowArgs {
 
 #[derive(Args, Debug)]
 pub struct RolloutArgs {
-    /// The registry and repository, e.g. registry.example:5000/fleet/prod.
-    #[arg(value_name = "REGISTRY/REPOSITORY")]
-    pub target: String,
     #[command(flatten)]
-    pub fleet: FleetArgs,
-    #[command(flatten)]
-    pub registry: RegistryOptions,
-    /// Sign each node's generation first (with --key, or the ssh-agent's first key).
-    #[arg(long)]
-    pub sign: bool,
-    #[command(flatten)]
-    pub key: SigningKey,
-    /// The source revision for the annotation (default: `git rev-parse HEAD`).
-    #[arg(long, value_name = "REV")]
-    pub revision: Option<String>,
+    pub publish: PublishArgs,
     /// Seconds each wave's nodes have to report the new generation confirmed (default: the
     /// fleet file's rollout.within).
     #[arg(long, value_name = "SECONDS")]

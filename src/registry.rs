@@ -42,26 +42,34 @@ fn registry_failure(e: RegistryError) -> Failure {
     }
 }
 
+/// The registry `args` names, the fleet, and each selected node built (and signed) for it.
 fn prepare(
     state: &Path,
     place: &Place,
-    fleet_args: &crate::cli::FleetArgs,
-    sign: bool,
-    key: &crate::cli::SigningKey,
-    revision: Option<String>,
-    registry: &Registry,
-) -> Result<(mesh_fleet::Fleet, Vec<mesh_fleet::publish::Prepared>), Failure> {
+    args: &crate::cli::PublishArgs,
+) -> Result<
+    (
+        Registry,
+        mesh_fleet::Fleet,
+        Vec<mesh_fleet::publish::Prepared>,
+    ),
+    Failure,
+> {
+    let registry = registry(&args.target, &args.registry)?;
     let fleet = crate::fleet::load(state, place)?;
-    let nodes = crate::fleet::select(&fleet, &fleet_args.nodes)?;
+    let nodes = crate::fleet::select(&fleet, &args.fleet.nodes)?;
     let options = mesh_fleet::publish::Options {
-        parallel: fleet_args.at_once.parallel as usize,
+        parallel: args.fleet.at_once.parallel as usize,
         state_dir: state.to_owned(),
         evaluator: crate::commands::evaluator().clone(),
-        signer: crate::fleet::signer(sign, key)?,
-        revision: revision.or_else(|| mesh_fleet::publish::revision_of(&fleet)),
+        signer: crate::fleet::signer(args.sign, &args.key)?,
+        revision: args
+            .revision
+            .clone()
+            .or_else(|| mesh_fleet::publish::revision_of(&fleet)),
     };
-    let prepared = mesh_fleet::publish::prepare(&fleet, &nodes, &options, registry);
-    Ok((fleet, prepared))
+    let prepared = mesh_fleet::publish::prepare(&fleet, &nodes, &options, &registry);
+    Ok((registry, fleet, prepared))
 }
 
 fn push_line(l: &mesh_fleet::publish::Pushed) -> String {
@@ -86,16 +94,8 @@ fn push_line(l: &mesh_fleet::publish::Pushed) -> String {
 
 /// `mesh push`.
 pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> {
-    let registry = registry(&args.target, &args.registry)?;
-    let (_, prepared) = prepare(
-        state,
-        place,
-        &args.fleet,
-        args.sign,
-        &args.key,
-        args.revision.clone(),
-        &registry,
-    )?;
+    let args = args.publish;
+    let (registry, _, prepared) = prepare(state, place, &args)?;
     let lines = mesh_fleet::publish::publish(&registry, &prepared, true);
     let total = mesh_fleet::publish::bytes(&lines);
     if args.fleet.json {
@@ -126,16 +126,7 @@ pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> 
 
 /// `mesh rollout`.
 pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Failure> {
-    let registry = registry(&args.target, &args.registry)?;
-    let (fleet, prepared) = prepare(
-        state,
-        place,
-        &args.fleet,
-        args.sign,
-        &args.key,
-        args.revision.clone(),
-        &registry,
-    )?;
+    let (registry, fleet, prepared) = prepare(state, place, &args.publish)?;
     let failed: Vec<String> = prepared
         .iter()
         .filter_map(|p| p.result.as_ref().err().map(|e| format!("{}: {e}", p.node)))
@@ -156,9 +147,9 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
             )));
         }
     }
-    let nodes = crate::fleet::select(&fleet, &args.fleet.nodes)?;
+    let nodes = crate::fleet::select(&fleet, &args.publish.fleet.nodes)?;
     let waves = mesh_fleet::rollout::waves(&fleet, &nodes).map_err(Failure::user)?;
-    let json_out = args.fleet.json;
+    let json_out = args.publish.fleet.json;
     let reports = mesh_fleet::rollout::run(
         &fleet,
         &registry,

@@ -4,13 +4,14 @@
 //! verifying and switching by themselves, and rollouts in waves (see `sshlab.rs` for the
 //! nodes).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::node_fixture::snapshot;
 use crate::sshlab::{node_decl, Lab, LabNode};
 use crate::support::have_root_tools;
+use crate::trust::keygen;
 
 use crate::registry_lab::{Registry, PORT, REGISTRY, REPO};
 
@@ -66,17 +67,6 @@ fn pull(n: &LabNode, extra: &[&str]) -> (i32, serde_json::Value, String) {
         v,
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn keygen(dir: &Path, name: &str) -> PathBuf {
-    let key = dir.join(name);
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    key
 }
 
 /// Node `n` trusts the key `key` (its `.pub`).

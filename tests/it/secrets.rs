@@ -13,23 +13,7 @@ const V2: &str = "hunter2-second-value-7c1e";
 
 /// Makes an ed25519 key pair at `path` (and `path.pub`); the public key's line.
 pub(crate) fn keygen(path: &Path) -> String {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).unwrap();
-    }
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "test", "-f"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read_to_string(path.with_extension("pub"))
-        .unwrap()
-        .trim()
-        .to_owned()
+    crate::support::ssh_keygen(path, "test")
 }
 
 /// A node with a secret: its host key under the root, an operator's key, `secrets.ncl`

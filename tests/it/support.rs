@@ -196,3 +196,25 @@ impl Drop for Netns {
             .status();
     }
 }
+
+/// A new ed25519 key at `path` (its folder made), without a passphrase, commented `comment`:
+/// its public half, one line.
+pub fn ssh_keygen(path: &Path, comment: &str) -> String {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(path.with_extension("pub"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}

@@ -14,19 +14,10 @@ fn tools() -> bool {
     have_root_tools(&["ssh-keygen", "ssh-agent", "ssh-add", "ip", "nft"])
 }
 
-/// A new ed25519 key in `dir`: its private key's path.
-fn keygen(dir: &Path, name: &str) -> PathBuf {
+/// A new ed25519 key in `dir`, commented `name`: its private key's path.
+pub(crate) fn keygen(dir: &Path, name: &str) -> PathBuf {
     let key = dir.join(name);
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::ssh_keygen(&key, name);
     key
 }
 
