@@ -246,14 +246,8 @@ fn main() {
         .output()
         .unwrap();
     assert!(made.status.success());
-    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     for n in &lab.nodes {
-        std::fs::create_dir_all(n.root().join("etc/mesh")).unwrap();
-        std::fs::write(
-            n.root().join("etc/mesh/trusted-signers"),
-            format!("ci {public}"),
-        )
-        .unwrap();
+        n.trust(&key);
     }
     let signing = ["--sign", "--key", key.to_str().unwrap()];
     let mut signed = Vec::new();

@@ -134,12 +134,15 @@ impl Fixture {
 
     /// Every file and folder under the root with its content, mode, owner and (for files) mtime:
     /// to compare before and after.
-    pub fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>, u32, u32, u32, i64)> {
+    pub fn snapshot(&self) -> Snapshot {
         snapshot(&self.root())
     }
 }
 
-pub fn snapshot(root: &Path) -> Vec<(PathBuf, Vec<u8>, u32, u32, u32, i64)> {
+/// Every file under a root: its path, bytes, mode, owner, group and modification time.
+pub type Snapshot = Vec<(PathBuf, Vec<u8>, u32, u32, u32, i64)>;
+
+pub fn snapshot(root: &Path) -> Snapshot {
     let mut out = Vec::new();
     for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
         let entry = entry.unwrap();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::node_fixture::snapshot;
+use crate::node_fixture::{snapshot, Snapshot};
 use crate::sshlab::{node_decl, Lab, LabNode};
 use crate::support::have_root_tools;
 use crate::trust::keygen;
@@ -69,12 +69,15 @@ fn pull(n: &LabNode, extra: &[&str]) -> (i32, serde_json::Value, String) {
     )
 }
 
-/// Node `n` trusts the key `key` (its `.pub`).
-fn trust(n: &LabNode, key: &Path) {
-    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-    let dir = n.root().join("etc/mesh");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("trusted-signers"), format!("ci {public}")).unwrap();
+/// A pull on `n` is refused (exit 2) for a reason that says `why`, with `in_force` still in
+/// force and its root as the snapshot `root` says.
+fn refused(n: &LabNode, why: &str, in_force: &str, root: &Snapshot) {
+    let (code, v, err) = pull(n, &[]);
+    assert_eq!(code, 2, "{v} {err}");
+    assert_eq!(v["result"], "refused", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains(why), "{v}");
+    assert_eq!(n.current().as_deref(), Some(in_force));
+    assert_eq!(&snapshot(&n.root()), root, "nothing changed on the machine");
 }
 
 /// `mesh push` from the deployer, signed with `key`: its JSON answer.
@@ -130,7 +133,7 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
     let keys = tempfile::tempdir().unwrap();
     let ci = keygen(keys.path(), "ci");
     for n in &lab.nodes {
-        trust(n, &ci);
+        n.trust(&ci);
     }
     let first = push(&lab, &ci, &[]);
     for n in &lab.nodes {
@@ -214,7 +217,7 @@ fn a_tampered_blob_and_an_unsigned_tag_are_refused() {
     let keys = tempfile::tempdir().unwrap();
     let ci = keygen(keys.path(), "ci");
     let n = &lab.nodes[0];
-    trust(n, &ci);
+    n.trust(&ci);
     push(&lab, &ci, &[]);
     assert_eq!(pull(n, &[]).0, 0);
     let v1 = n.current().unwrap();
@@ -230,15 +233,7 @@ fn a_tampered_blob_and_an_unsigned_tag_are_refused() {
     bytes[0] ^= 0x20;
     std::fs::write(&stored[0], bytes).unwrap();
     let root = snapshot(&n.root());
-    let (code, v, err) = pull(n, &[]);
-    assert_eq!(code, 2, "{v} {err}");
-    assert_eq!(v["result"], "refused", "{v}");
-    assert!(
-        v["reason"].as_str().unwrap().contains("does not match"),
-        "{v}"
-    );
-    assert_eq!(n.current().as_deref(), Some(v1.as_str()));
-    assert_eq!(snapshot(&n.root()), root, "nothing changed on the machine");
+    refused(n, "does not match", &v1, &root);
 
     // The artifact without its signature, under the node's tag.
     let mut manifest = registry.manifest("node0");
@@ -247,15 +242,7 @@ fn a_tampered_blob_and_an_unsigned_tag_are_refused() {
         .unwrap()
         .retain(|l| l["mediaType"] != "application/vnd.mesh.signature.v1");
     registry.put_manifest("node0", &manifest);
-    let (code, v, err) = pull(n, &[]);
-    assert_eq!(code, 2, "{v} {err}");
-    assert_eq!(v["result"], "refused", "{v}");
-    assert!(
-        v["reason"].as_str().unwrap().contains("no signature"),
-        "{v}"
-    );
-    assert_eq!(n.current().as_deref(), Some(v1.as_str()));
-    assert_eq!(snapshot(&n.root()), root, "nothing changed on the machine");
+    refused(n, "no signature", &v1, &root);
 }
 
 /// The registry goes away while a node fetches: the node stays in its old generation, keeps
@@ -274,7 +261,7 @@ fn a_registry_gone_mid_pull_leaves_the_old_generation() {
     let keys = tempfile::tempdir().unwrap();
     let ci = keygen(keys.path(), "ci");
     let n = &lab.nodes[0];
-    trust(n, &ci);
+    n.trust(&ci);
     push(&lab, &ci, &[]);
     assert_eq!(pull(n, &[]).0, 0);
     let v1 = n.current().unwrap();
@@ -364,7 +351,7 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
     let keys = tempfile::tempdir().unwrap();
     let ci = keygen(keys.path(), "ci");
     for n in &lab.nodes {
-        trust(n, &ci);
+        n.trust(&ci);
     }
     let first = push(&lab, &ci, &[]);
     for n in &lab.nodes {

@@ -68,6 +68,15 @@ impl LabNode {
             .and_then(|g| g["id"].as_str().map(str::to_owned))
     }
 
+    /// The node trusts the key `key` (its `.pub` beside it) under the name `ci`: its trusted
+    /// signers file is that one line.
+    pub fn trust(&self, key: &Path) {
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let dir = self.root().join("etc/mesh");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("trusted-signers"), format!("ci {public}")).unwrap();
+    }
+
     /// The process id of the node's `sshd` (what every connection to it forks from).
     pub fn sshd_pid(&self) -> Option<u32> {
         self.sshd.as_ref().map(Child::id)

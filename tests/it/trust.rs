@@ -226,12 +226,7 @@ fn a_restricted_deploy_key_deploys_signed_generations_only() {
     .unwrap();
     let signer = keygen(lab.dir.path(), "ci");
     let n = &lab.nodes[0];
-    std::fs::create_dir_all(n.root().join("etc/mesh")).unwrap();
-    std::fs::write(
-        n.root().join("etc/mesh/trusted-signers"),
-        format!("ci {}\n", public(&signer)),
-    )
-    .unwrap();
+    n.trust(&signer);
 
     let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
