@@ -571,34 +571,26 @@ fn confirm(
         row.armed.unwrap_or_else(Instant::now) + Duration::from_secs(options.confirm_within);
     let mut last = String::new();
     while Instant::now() < deadline {
-        match Link::open(fleet, node) {
-            Ok(mut fresh) => {
-                let ran = fresh.mesh(&["confirm", token, "--json"], None);
-                row.bytes_sent += fresh.sent;
-                fresh.close();
-                match ran {
-                    Ok(r) if r.ok() => {
-                        row.result = Outcome::Confirmed;
-                        told(row, &serde_json::from_slice(&r.stdout).unwrap_or_default());
-                        return;
-                    }
-                    Ok(r) => {
-                        let record: serde_json::Value =
-                            serde_json::from_slice(&r.stdout).unwrap_or_default();
-                        told(row, &record);
-                        row.result = if record["state"] == "reverted" {
-                            Outcome::Reverted
-                        } else {
-                            Outcome::Failed
-                        };
-                        row.reason = record["reason"]
-                            .as_str()
-                            .map(str::to_owned)
-                            .or_else(|| Some(r.stderr.trim().to_owned()));
-                        return;
-                    }
-                    Err(e) => last = e.to_string(),
-                }
+        match crate::ssh::once(fleet, node, &["confirm", token, "--json"]) {
+            Ok(r) if r.ok() => {
+                row.result = Outcome::Confirmed;
+                told(row, &serde_json::from_slice(&r.stdout).unwrap_or_default());
+                return;
+            }
+            Ok(r) => {
+                let record: serde_json::Value =
+                    serde_json::from_slice(&r.stdout).unwrap_or_default();
+                told(row, &record);
+                row.result = if record["state"] == "reverted" {
+                    Outcome::Reverted
+                } else {
+                    Outcome::Failed
+                };
+                row.reason = record["reason"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .or_else(|| Some(r.stderr.trim().to_owned()));
+                return;
             }
             Err(e) => last = e.to_string(),
         }

@@ -96,7 +96,12 @@ fn classify(node: &Node, e: &openssh::Error) -> SshError {
         message.push_str(&s.to_string());
         source = s.source();
     }
-    let message = mesh_lib::text::escape_keeping_lines(message.trim()).into_owned();
+    classify_said(node, &message)
+}
+
+/// What ssh said when it could not connect, as a reason.
+fn classify_said(node: &Node, said: &str) -> SshError {
+    let message = mesh_lib::text::escape_keeping_lines(said.trim()).into_owned();
     let name = node.name.to_string();
     if message.contains("Host key verification failed")
         || message.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
@@ -155,6 +160,99 @@ fn known_fingerprint(line: &str) -> Option<String> {
     let key = format!("{} {}", words.next()?, words.next()?);
     let key = ssh_key::PublicKey::from_openssh(&key).ok()?;
     Some(key.fingerprint(ssh_key::HashAlg::Sha256).to_string())
+}
+
+/// The key exchange a confirmation's connection prefers, unless `MESH_CONFIRM_KEX` names
+/// another (`default`: ssh's own choice). A confirmation carries a one-time token and nothing
+/// else, so the post-quantum default — which guards what is recorded now against its
+/// decryption years from now, and costs ~70 ms of CPU a connection on this kind of machine —
+/// buys it nothing; the classical exchange is put first, the defaults after it, so a server
+/// that accepts only the post-quantum one still gets it. The deploy's own connection, which
+/// carries the generation, keeps ssh's choice.
+pub const CONFIRM_KEX: &str = "^curve25519-sha256";
+
+fn confirm_kex() -> Option<String> {
+    match std::env::var("MESH_CONFIRM_KEX") {
+        Ok(v) if v == "default" || v.is_empty() => None,
+        Ok(v) => Some(v),
+        Err(_) => Some(CONFIRM_KEX.to_owned()),
+    }
+}
+
+/// Quotes `word` for the remote shell ssh hands the command to.
+fn quoted(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@,+".contains(&b))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// Runs the node's `mesh` with `args` over a new connection of its own, in one `ssh` process
+/// (no master, nothing kept), with the same checks as [`Link::open`] (host key strictly,
+/// batch mode, the connect timeout, the fleet's ssh config). For a confirmation: its key
+/// exchange is [`CONFIRM_KEX`].
+pub fn once(fleet: &Fleet, node: &Node, args: &[&str]) -> Result<Ran, SshError> {
+    let mut c = std::process::Command::new("ssh");
+    if let Some(config) = &fleet.ssh_config {
+        c.arg("-F").arg(config);
+    }
+    c.args([
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-T",
+    ])
+    .arg("-o")
+    .arg(format!("ConnectTimeout={}", timeout().as_secs().max(1)))
+    .args(["-o", "ServerAliveInterval=5"]);
+    if let Some(kex) = confirm_kex() {
+        c.arg("-o").arg(format!("KexAlgorithms={kex}"));
+    }
+    if let Some(port) = node.ssh.port {
+        c.arg("-p").arg(port.to_string());
+    }
+    if let Some(user) = &node.ssh.user {
+        c.arg("-l").arg(user);
+    }
+    if let Some(key) = &node.ssh.identity {
+        c.arg("-i").arg(key);
+    }
+    let command = std::iter::once(node.remote.mesh.clone())
+        .chain(node.remote.args(args))
+        .map(|w| quoted(&w))
+        .collect::<Vec<_>>()
+        .join(" ");
+    c.arg("--").arg(&node.ssh.destination).arg(command);
+    let out = c
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| SshError::Unreachable {
+            node: node.name.to_string(),
+            message: format!("cannot run ssh: {e}"),
+        })?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    // ssh's own failures exit 255 (the node's mesh never does).
+    if out.status.code() == Some(255) {
+        return Err(if out.stdout.is_empty() {
+            classify_said(node, &stderr)
+        } else {
+            SshError::Dropped {
+                node: node.name.to_string(),
+                message: stderr.trim().to_owned(),
+            }
+        });
+    }
+    Ok(Ran {
+        code: out.status.code(),
+        stdout: out.stdout,
+        stderr,
+    })
 }
 
 impl Link {

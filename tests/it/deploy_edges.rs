@@ -357,6 +357,40 @@ fn a_deploy_with_nothing_to_do_switches_nothing() {
     assert!(text.contains("unchanged"), "{text}");
 }
 
+/// The confirmation's connection prefers the classical key exchange — it carries a one-time
+/// token, nothing to hide for years — while the deploy's own keeps ssh's post-quantum default;
+/// a node whose sshd takes only the post-quantum exchange still gets its confirmation.
+#[test]
+fn the_confirmation_prefers_a_classical_key_exchange() {
+    if !tools() {
+        return;
+    }
+    let mut lab = Lab::new("kex", 2, |n| node_decl(n, "one\\n", true));
+    lab.nodes[0].sshd_option("LogLevel DEBUG1");
+    lab.nodes[1].sshd_option("LogLevel DEBUG1");
+    lab.nodes[1].sshd_option("KexAlgorithms sntrup761x25519-sha512@openssh.com");
+    let seen: Vec<usize> = lab.nodes.iter().map(|n| n.key_exchanges().len()).collect();
+    let json = deployed(&lab);
+    for n in ["node0", "node1"] {
+        assert_eq!(row(&json, n)["result"], "confirmed", "{json}");
+    }
+    let node0 = lab.nodes[0].key_exchanges()[seen[0]..].to_vec();
+    assert!(
+        node0.len() == 2
+            && node0[0].starts_with("sntrup761x25519")
+            && node0[1] == "curve25519-sha256",
+        "the deploy's connection (ssh's post-quantum default), then the confirmation's: {node0:?}"
+    );
+    assert_eq!(
+        lab.nodes[1].key_exchanges()[seen[1]..],
+        [
+            "sntrup761x25519-sha512@openssh.com",
+            "sntrup761x25519-sha512@openssh.com"
+        ],
+        "a server that takes only the post-quantum exchange gets it"
+    );
+}
+
 /// The fingerprint ssh-keygen gives a public key file.
 fn fingerprint(key: &std::path::Path) -> String {
     let out = Command::new("ssh-keygen")

@@ -137,6 +137,30 @@ impl LabNode {
         reconciled
     }
 
+    /// Adds `option` (e.g. `LogLevel DEBUG1`) to the node's sshd_config and restarts its sshd.
+    pub fn sshd_option(&mut self, option: &str) {
+        let path = self.dir.join("sshd_config");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(&format!("{option}\n"));
+        std::fs::write(path, text).unwrap();
+        if let Some(mut old) = self.sshd.take() {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        self.start_sshd();
+        wait_listening(&self.netns, &self.address);
+    }
+
+    /// The key exchanges the node's sshd agreed, in order (its log at `LogLevel DEBUG1`).
+    pub fn key_exchanges(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("sshd.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split("kex: algorithm: ").nth(1))
+            .map(|k| k.trim().trim_end_matches("[preauth]").trim().to_owned())
+            .collect()
+    }
+
     /// A new host key, and sshd told to read it: a client with the old known_hosts refuses it.
     pub fn change_host_key(&mut self) {
         let key = self.dir.join("host_key");
