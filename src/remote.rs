@@ -452,14 +452,17 @@ pub fn confirm(machine: &Machine, token: &str, json_out: bool) -> Result<(), Fai
     if !before.state.settled() {
         Deploy::confirm(state, token).map_err(known)?;
     }
-    let mut deploy = before;
-    for _ in 0..200 {
-        deploy = Deploy::load(state, token).map_err(known)?;
-        if deploy.state.settled() {
-            break;
+    // The agent answers a confirmation within milliseconds; wait up to 10 s for it.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let mut pause = Duration::from_millis(1);
+    let deploy = loop {
+        let deploy = Deploy::load(state, token).map_err(known)?;
+        if deploy.state.settled() || std::time::Instant::now() >= until {
+            break deploy;
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    };
     if json_out {
         say!("{}", told(machine, &deploy));
     } else {

@@ -207,12 +207,16 @@ fn bounded(spawner: &dyn Spawner, token: &str, step: Step, until: Instant) -> Ra
         }
     };
     let mut out = child.stdout.take().expect("piped");
-    // Read while it runs: its answer is one line, but a full pipe must never stop it.
+    // Read while it runs: its answer is one line, but a full pipe must never stop it. The end
+    // of its output (it exited, or closed it) wakes the wait at once.
+    let (ended, end) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
         let _ = out.read_to_string(&mut text);
+        let _ = ended.send(());
         text
     });
+    let mut output_ended = false;
     loop {
         match child.try_wait() {
             Ok(Some(_)) => break,
@@ -226,7 +230,13 @@ fn bounded(spawner: &dyn Spawner, token: &str, step: Step, until: Instant) -> Ra
                 let _ = child.wait();
                 return Ran::Stopped;
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) if output_ended => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) => {
+                let left = until.saturating_duration_since(Instant::now());
+                output_ended = end
+                    .recv_timeout(left.min(Duration::from_millis(20)))
+                    .is_ok();
+            }
             Err(_) => break,
         }
     }
@@ -634,11 +644,14 @@ fn wait_while(
 ) -> std::io::Result<Deploy> {
     let first = Deploy::load(state, token)?;
     let until = Instant::now() + first.left() + REVERT_BOUND;
+    // Read often at first, where the answer usually is, then every 20 ms.
+    let mut pause = Duration::from_millis(1);
     loop {
         let d = Deploy::load(state, token)?;
         if !going(d.state) || Instant::now() >= until {
             return Ok(d);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }

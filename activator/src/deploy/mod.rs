@@ -332,7 +332,9 @@ impl Deploy {
             if Instant::now() >= until {
                 return Verdict::TimedOut;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // A look is a stat and an open that fails: cheap enough to answer a confirmation
+            // within milliseconds.
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }
