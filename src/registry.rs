@@ -8,6 +8,7 @@ use std::time::Duration;
 use mesh_activator::deploy::health::Check;
 use mesh_activator::deploy::pull::{self, LastPull, PullResult};
 use mesh_activator::deploy::{agent, DeployState};
+use mesh_activator::lock::{LockError, StateLock};
 use mesh_registry::{Options, Registry, RegistryError};
 use serde_json::json;
 
@@ -229,6 +230,8 @@ enum Pulled {
     NotAgain(LastPull),
     /// Switched (or not), as recorded.
     Done(LastPull),
+    /// Another pull (this pid) is running here: nothing done, nothing recorded.
+    Busy(String),
 }
 
 /// `mesh pull`.
@@ -237,6 +240,10 @@ pub fn pull(machine: &Machine, args: &PullArgs) -> Result<(), Failure> {
     report(&pulled, args.json);
     match pulled {
         Pulled::UpToDate(_) | Pulled::NotAgain(_) => Ok(()),
+        Pulled::Busy(pid) => Err(Failure::new(
+            Exit::Refused,
+            miette::miette!("another mesh pull (pid {pid}) is running here: this one did nothing"),
+        )),
         Pulled::Done(p) => match p.result {
             PullResult::Confirmed => Ok(()),
             PullResult::Reverted | PullResult::Refused => Err(Failure::new(
@@ -259,6 +266,11 @@ pub fn pull(machine: &Machine, args: &PullArgs) -> Result<(), Failure> {
 
 fn report(pulled: &Pulled, json_out: bool) {
     match pulled {
+        Pulled::Busy(pid) => {
+            if json_out {
+                say!("{}", json!({ "result": "busy", "pid": pid }));
+            }
+        }
         Pulled::UpToDate(id) => {
             if json_out {
                 say!("{}", json!({ "result": "up-to-date", "generation": id }));
@@ -361,6 +373,19 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
             }
         }
     }
+    // One pull at a time past here (a timer's and one by hand): the second does nothing and
+    // records nothing. Taken once there is something to do: a pull in force writes nothing.
+    let _pulling = match StateLock::take_file(&machine.state, "pull.lock") {
+        Ok(lock) => lock,
+        Err(LockError::Held { pid }) => return Ok(Pulled::Busy(pid)),
+        Err(e) => return Err(Failure::system(e.to_string())),
+    };
+    // The pull that held it may have just put the generation in force.
+    if node.current()?.map(|(_, c, _)| c) == Some(id)
+        && agent::waiting(&machine.state, &id).is_none()
+    {
+        return Ok(Pulled::UpToDate(id));
+    }
     // The signatures first, judged before anything else is fetched.
     let (signatures, bytes) = match registry.signatures(&artifact) {
         Ok(s) => s,
@@ -439,6 +464,9 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
 pub fn follow(machine: &Machine, args: &FollowArgs) -> Result<(), Failure> {
     loop {
         match pull_once(machine, &args.pull) {
+            Ok(Pulled::Busy(pid)) if !args.pull.json => {
+                eprintln!("pull: another mesh pull (pid {pid}) is running here: skipped");
+            }
             Ok(pulled) => report(&pulled, args.pull.json),
             Err(e) => eprintln!("pull: {}", e.report_text()),
         }

@@ -80,7 +80,13 @@ fn holder(file: &mut File) -> Option<String> {
 impl StateLock {
     /// Takes the lock of `state`, failing at once if it is held.
     pub fn take(state: &Path) -> Result<Self, LockError> {
-        let path = state.join("lock");
+        Self::take_file(state, "lock")
+    }
+
+    /// Takes the lock `STATE/NAME` (another than the switch's: one pull at a time, say),
+    /// failing at once if it is held.
+    pub fn take_file(state: &Path, name: &str) -> Result<Self, LockError> {
+        let path = state.join(name);
         let io_err = |source| LockError::Io {
             path: path.clone(),
             source,

@@ -189,6 +189,21 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
     }
     let total = second["bytes"].as_u64().unwrap();
     assert!(total < 8 * 1024, "{total} bytes sent for one changed file");
+    // While another pull runs there (a timer's, say), one more does nothing and records
+    // nothing, naming the other.
+    let n0 = &lab.nodes[0];
+    let other = mesh_activator::lock::StateLock::take_file(&n0.state(), "pull.lock").unwrap();
+    let before = untouched(n0);
+    let (code, v, err) = pull(n0, &[]);
+    assert_eq!((code, v["result"].as_str()), (2, Some("busy")), "{v} {err}");
+    assert_eq!(v["pid"], std::process::id().to_string(), "{v}");
+    assert!(err.contains("another mesh pull"), "{err}");
+    drop(other);
+    assert_eq!(
+        untouched(n0),
+        before,
+        "a pull that found another running changed nothing"
+    );
     let (code, v, err) = pull(&lab.nodes[0], &[]);
     assert_eq!(code, 0, "{v} {err}");
     assert_eq!(v["objects"], 2, "the generation and the one file: {v}");
