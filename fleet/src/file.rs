@@ -22,16 +22,52 @@ struct FleetOut {
 #[derive(Deserialize)]
 struct RolloutOut {
     #[serde(default)]
-    waves: Vec<Vec<String>>,
+    waves: Vec<WaveOut>,
     within: Option<f64>,
 }
 
-/// How `mesh rollout` goes: the waves (node names; the nodes in none form the last) and how
-/// long a wave's nodes have to report the new generation confirmed.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum WaveOut {
+    Names(Vec<String>),
+    Share(String),
+}
+
+/// A wave as the fleet file declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaveSpec {
+    /// These nodes.
+    Names(Vec<String>),
+    /// This percentage (1–100) of the nodes rolled out, rounded up: taken, in name order, from
+    /// the nodes no wave before it took and no wave names.
+    Share(u8),
+}
+
+impl WaveOut {
+    fn spec(self) -> Result<WaveSpec, String> {
+        match self {
+            WaveOut::Names(n) => Ok(WaveSpec::Names(n)),
+            WaveOut::Share(s) => s
+                .strip_suffix('%')
+                .and_then(|n| n.parse::<u8>().ok())
+                .filter(|n| (1..=100).contains(n))
+                .map(WaveSpec::Share)
+                .ok_or_else(|| {
+                    format!(
+                        "the rollout's wave {} is neither an array of node names nor a share                          like \"25%\" (1% to 100%)",
+                        mesh_lib::text::escape(&s)
+                    )
+                }),
+        }
+    }
+}
+
+/// How `mesh rollout` goes: the waves (node names, or a share of the nodes; the nodes in none
+/// form the last) and how long a wave's nodes have to report the new generation confirmed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Rollout {
-    /// Each wave's nodes, in order.
-    pub waves: Vec<Vec<String>>,
+    /// Each wave, in order.
+    pub waves: Vec<WaveSpec>,
     /// Seconds a wave has (0: the default, 600).
     pub within: u64,
 }
@@ -177,16 +213,21 @@ impl Fleet {
         Ok(Self {
             ssh_config: out.ssh_config.map(|c| here.join(c)),
             records: here.join(out.records),
-            rollout: out
-                .rollout
-                .map(|r| Rollout {
-                    waves: r.waves,
+            rollout: match out.rollout {
+                Some(r) => Rollout {
+                    waves: r
+                        .waves
+                        .into_iter()
+                        .map(WaveOut::spec)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| MeshDiagnostic::new(format!("{}: {e}", file.display())))?,
                     within: r.within.map_or(600, |w| w.max(1.0) as u64),
-                })
-                .unwrap_or(Rollout {
+                },
+                None => Rollout {
                     waves: Vec::new(),
                     within: 600,
-                }),
+                },
+            },
             nodes,
             file,
         })

@@ -26,26 +26,51 @@ pub struct Wave {
     pub nodes: Vec<String>,
 }
 
-/// The waves of `nodes` as the fleet declares them: its waves in order, keeping only nodes
-/// among `nodes`, then the rest in one last wave; an empty wave is dropped.
+/// The waves of `nodes` as the fleet declares them, in order: a wave of names keeps the nodes
+/// among `nodes`; a share (`"25%"`) takes that part of `nodes`, rounded up, in name order, from
+/// those no earlier wave took and no wave names; the nodes left form one last wave. An empty
+/// wave is dropped.
 pub fn waves(fleet: &Fleet, nodes: &[&Node]) -> Result<Vec<Wave>, String> {
-    let chosen: Vec<String> = nodes.iter().map(|n| n.name.to_string()).collect();
-    let mut placed = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    for names in &fleet.rollout.waves {
-        let mut wave = Vec::new();
-        for n in names {
-            if !fleet.nodes.keys().any(|k| k.as_str() == n.as_str()) {
-                return Err(format!(
-                    "the rollout's waves name {}, which is not a node of {}",
-                    mesh_lib::text::escape(n),
-                    fleet.file.display()
-                ));
-            }
-            if chosen.contains(n) && placed.insert(n.clone()) {
-                wave.push(n.clone());
+    use crate::file::WaveSpec;
+    let mut chosen: Vec<String> = nodes.iter().map(|n| n.name.to_string()).collect();
+    chosen.sort();
+    chosen.dedup();
+    let mut named = std::collections::BTreeSet::new();
+    for spec in &fleet.rollout.waves {
+        if let WaveSpec::Names(names) = spec {
+            for n in names {
+                if !fleet.nodes.keys().any(|k| k.as_str() == n.as_str()) {
+                    return Err(format!(
+                        "the rollout's waves name {}, which is not a node of {}",
+                        mesh_lib::text::escape(n),
+                        fleet.file.display()
+                    ));
+                }
+                named.insert(n.clone());
             }
         }
+    }
+    let mut placed = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for spec in &fleet.rollout.waves {
+        let wave: Vec<String> = match spec {
+            WaveSpec::Names(names) => names
+                .iter()
+                .filter(|n| chosen.contains(n) && placed.insert((*n).clone()))
+                .cloned()
+                .collect(),
+            WaveSpec::Share(percent) => {
+                let count = (chosen.len() * usize::from(*percent)).div_ceil(100);
+                let free: Vec<String> = chosen
+                    .iter()
+                    .filter(|n| !placed.contains(*n) && !named.contains(*n))
+                    .take(count)
+                    .cloned()
+                    .collect();
+                placed.extend(free.iter().cloned());
+                free
+            }
+        };
         if !wave.is_empty() {
             out.push(wave);
         }
@@ -288,5 +313,70 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert!(why.contains("reverted: a check failed"), "{why}");
+    }
+
+    fn fleet_with(waves: &str) -> Result<(tempfile::TempDir, Fleet), String> {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: String = (0..8)
+            .map(|i| format!("    n{i} = {{ declaration = \"n{i}.ncl\", ssh = {{ destination = \"n{i}\" }} }},\n"))
+            .collect();
+        let file = dir.path().join("fleet.ncl");
+        std::fs::write(
+            &file,
+            format!(
+                "let mesh = import \"mesh.ncl\" in\nmesh.fleet {{\n  rollout = {{ waves = {waves} }},\n  nodes = {{\n{nodes}  }},\n}}\n"
+            ),
+        )
+        .unwrap();
+        let state = dir.path().join("state");
+        let fleet = Fleet::load(&file, &state, None).map_err(|e| format!("{e:?}"))?;
+        Ok((dir, fleet))
+    }
+
+    fn names(waves: &[Wave]) -> Vec<Vec<&str>> {
+        waves
+            .iter()
+            .map(|w| w.nodes.iter().map(String::as_str).collect())
+            .collect()
+    }
+
+    /// A share takes its part of the nodes rolled out, rounded up, in name order, leaving the
+    /// nodes a later wave names to that wave; the nodes left form the last wave.
+    #[test]
+    fn waves_by_name_and_by_share() {
+        let (_dir, fleet) = fleet_with(r#"[["n7"], "25%", "50%", ["n2"]]"#).unwrap();
+        let all: Vec<&Node> = fleet.nodes.values().collect();
+        assert_eq!(
+            names(&waves(&fleet, &all).unwrap()),
+            vec![
+                vec!["n7"],
+                vec!["n0", "n1"],
+                vec!["n3", "n4", "n5", "n6"],
+                vec!["n2"]
+            ]
+        );
+        // Of three nodes rolled out, 25% is one.
+        let some: Vec<&Node> = all
+            .iter()
+            .copied()
+            .filter(|n| n.name.as_str() < "n3")
+            .collect();
+        assert_eq!(
+            names(&waves(&fleet, &some).unwrap()),
+            vec![vec!["n0"], vec!["n1"], vec!["n2"]]
+        );
+        let (_dir, fleet) = fleet_with(r#"["100%"]"#).unwrap();
+        let all: Vec<&Node> = fleet.nodes.values().collect();
+        assert_eq!(waves(&fleet, &all).unwrap().len(), 1);
+    }
+
+    /// A share out of 1–100%, or a wave that is neither names nor a share, is refused with
+    /// what to write.
+    #[test]
+    fn a_wave_that_is_not_one_is_refused() {
+        for bad in [r#"["0%"]"#, r#"["120%"]"#, r#"["quarter"]"#, r#"[[""]]"#] {
+            let e = fleet_with(bad).map(|_| ()).unwrap_err();
+            assert!(e.contains("not a wave"), "{bad}: {e}");
+        }
     }
 }
