@@ -1,7 +1,10 @@
 //! The registry's ordinary authentication: the credentials `docker login` (or `podman login`,
 //! `oras login`) keeps in the docker config, `$DOCKER_CONFIG/config.json` or
-//! `~/.docker/config.json`, under `auths` by host (`"auth": base64(USER:PASSWORD)`).
-//! Credential helpers (`credsStore`, `credHelpers`) are not run.
+//! `~/.docker/config.json`: as docker reads them, the host's credential helper
+//! (`credHelpers`), else the config's store (`credsStore`) — each a program
+//! `docker-credential-NAME` on the PATH, asked `get` with the host on its stdin — else `auths`
+//! by host (`"auth": base64(USER:PASSWORD)`). A helper that fails or knows nothing of the host
+//! leaves the next way to try. Identity tokens (a helper's `<token>` user) are not used.
 
 use base64::Engine;
 
@@ -15,7 +18,35 @@ pub fn docker_credentials(host: &str) -> Option<(String, String)> {
 }
 
 fn credentials_in(text: &str, host: &str) -> Option<(String, String)> {
+    credentials_with(text, host, &|name, host| {
+        from_helper(
+            std::ffi::OsStr::new(&format!("docker-credential-{name}")),
+            host,
+        )
+    })
+}
+
+/// A user and a password.
+type Login = (String, String);
+
+/// What the docker config `text` gives for `host`, with `helper(NAME, host)` asking a
+/// credential helper.
+fn credentials_with(
+    text: &str,
+    host: &str,
+    helper: &dyn Fn(&str, &str) -> Option<Login>,
+) -> Option<Login> {
     let config: serde_json::Value = serde_json::from_str(text).ok()?;
+    let named = config
+        .get("credHelpers")
+        .and_then(|h| h.get(host))
+        .and_then(|n| n.as_str());
+    let store = config.get("credsStore").and_then(|n| n.as_str());
+    for name in named.into_iter().chain(store) {
+        if let Some(found) = helper(name, host) {
+            return Some(found);
+        }
+    }
     let auths = config.get("auths")?.as_object()?;
     let entry = auths.iter().find_map(|(k, v)| {
         let k = k
@@ -35,6 +66,40 @@ fn credentials_in(text: &str, host: &str) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
+/// Asks the credential helper `program` for `host` (`program get`, the host on its stdin, a
+/// JSON `{ "Username", "Secret" }` back), bounded to 10 s.
+fn from_helper(program: &std::ffi::OsStr, host: &str) -> Option<(String, String)> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(program)
+        .arg("get")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _gone = stdin.write_all(host.as_bytes());
+    }
+    let started = std::time::Instant::now();
+    while child.try_wait().ok()?.is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            let _killed = child.kill();
+            let _reaped = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let user = v.get("Username")?.as_str()?;
+    let secret = v.get("Secret")?.as_str()?;
+    (user != "<token>" && !secret.is_empty()).then(|| (user.to_owned(), secret.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     /// `auths` by host, with or without a scheme, as `auth` or as user and password.
@@ -50,5 +115,51 @@ mod tests {
             Some(("u".into(), "p".into()))
         );
         assert_eq!(super::credentials_in(text, "third.example"), None);
+    }
+
+    /// The host's helper first, then the store, then `auths`; a helper that knows nothing of
+    /// the host leaves the next.
+    #[test]
+    fn helpers_come_first() {
+        let text = r#"{"credHelpers":{"a.example":"one"},"credsStore":"two","auths":{"a.example":{"auth":"dXNlcjpwYXNz"},"c.example":{"auth":"dXNlcjpwYXNz"}}}"#;
+        let helper = |name: &str, host: &str| match (name, host) {
+            ("one", "a.example") => Some(("one-user".to_owned(), "s1".to_owned())),
+            ("two", "b.example") => Some(("two-user".to_owned(), "s2".to_owned())),
+            _ => None,
+        };
+        let got = |host| super::credentials_with(text, host, &helper).map(|(u, _)| u);
+        assert_eq!(got("a.example").as_deref(), Some("one-user"));
+        assert_eq!(got("b.example").as_deref(), Some("two-user"));
+        assert_eq!(got("c.example").as_deref(), Some("user"));
+        assert_eq!(got("d.example"), None);
+    }
+
+    /// A real helper process: asked `get` with the host on its stdin; one that fails, or
+    /// answers with an identity token, gives nothing.
+    #[test]
+    fn a_helper_is_asked_as_docker_asks_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("docker-credential-test");
+        std::fs::write(
+            &program,
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 3\nread host\ncase \"$host\" in\n  reg.example:5000) echo '{\"ServerURL\":\"reg.example:5000\",\"Username\":\"ci\",\"Secret\":\"s3cret\"}' ;;\n  tok.example) echo '{\"Username\":\"<token>\",\"Secret\":\"t\"}' ;;\n  *) echo 'credentials not found in native keychain' >&2; exit 1 ;;\nesac\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ask = |host| super::from_helper(program.as_os_str(), host);
+        assert_eq!(
+            ask("reg.example:5000"),
+            Some(("ci".to_owned(), "s3cret".to_owned()))
+        );
+        assert_eq!(ask("tok.example"), None);
+        assert_eq!(ask("other.example"), None);
+        assert_eq!(
+            super::from_helper(
+                std::ffi::OsStr::new("/nonexistent/docker-credential-x"),
+                "h"
+            ),
+            None
+        );
     }
 }
