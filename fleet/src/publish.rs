@@ -66,8 +66,8 @@ pub fn revision_of(fleet: &Fleet) -> Option<String> {
     (out.status.success() && !text.is_empty()).then_some(text)
 }
 
-/// Builds, signs and lays out each of `nodes`' artifacts (with a delta from the generation
-/// each node's tag in `registry` names now, when the store has it).
+/// Builds, signs and lays out each of `nodes`' artifacts (with deltas from the keyframe and
+/// the generation each node's tag in `registry` names now, when the store has them).
 pub fn prepare(
     fleet: &Fleet,
     nodes: &[&Node],
@@ -93,13 +93,13 @@ pub fn prepare(
                         .sign_into(store, &g.id)
                         .map_err(|e| format!("signing it: {e}"))?;
                 }
-                let previous = registry.artifact(&b.node).ok().map(|a| a.generation);
+                let previous = registry.artifact(&b.node).ok();
                 let p = mesh_registry::publication(
                     store,
                     &b.node,
                     &g.id,
                     options.revision.as_deref(),
-                    previous,
+                    previous.as_ref(),
                 )
                 .map_err(|e| e.to_string())?;
                 Ok((g.id, p))

@@ -348,10 +348,12 @@ impl Registry {
         let generation = if store.has_intact_generation(&id) {
             store.generation(&id)?
         } else {
+            // A delta from a generation the store has; else the whole one; else the keyframe
+            // and the delta from it.
             let base = artifact
-                .delta()
+                .deltas()
                 .filter(|(base, _)| store.has_intact_generation(base))
-                .and_then(|(base, layer)| {
+                .find_map(|(base, layer)| {
                     let bytes = store.generation(&base).ok()?.canonical_bytes().ok()?;
                     Some((bytes, layer))
                 });
@@ -359,10 +361,18 @@ impl Registry {
                 Some((bytes, layer)) => (layer, Some(bytes)),
                 None => {
                     let object = format!("generation {id}");
-                    (
-                        artifact.layer_of(&object).ok_or_else(|| missing(&object))?,
-                        None,
-                    )
+                    let (full, layer) = artifact.full().ok_or_else(|| missing(&object))?;
+                    if full == id {
+                        (layer, None)
+                    } else {
+                        let (_, delta) = artifact
+                            .deltas()
+                            .find(|(base, _)| *base == full)
+                            .ok_or_else(|| missing(&format!("delta {full}")))?;
+                        let wire = self.blob(layer)?;
+                        fetched.bytes += wire.len() as u64;
+                        (delta, Some(crate::keyframe(&full, layer, wire)?))
+                    }
                 }
             };
             let wire = self.blob(layer)?;

@@ -10,11 +10,21 @@
 //!   config: the empty descriptor ({})
 //!   layers, each annotated dev.mesh.object:
 //!     application/vnd.mesh.signature.v1            `signature b3:…`: each signature (sshsig, armored)
-//!     application/vnd.mesh.generation.v1[+zstd]    `generation b3:…`: its canonical encoding
-//!     application/vnd.mesh.generation.delta.v1     `delta b3:BASE`: the same, zstd against the
-//!                                                  generation the tag named before (a node that
-//!                                                  runs it fetches a few hundred bytes)
+//!     application/vnd.mesh.generation.v1[+zstd]    `generation b3:K`: a canonical encoding, the
+//!                                                  generation's own or its keyframe's (below)
+//!     application/vnd.mesh.generation.delta.v1     `delta b3:BASE`: the generation, zstd against
+//!                                                  BASE — the keyframe, and the generation the
+//!                                                  tag named before (a node that runs either
+//!                                                  fetches a few hundred bytes)
 //! ```
+//!
+//! The keyframe: a push keeps the whole generation the node's artifact carried before (already
+//! in the registry: not sent again) while the new generation's delta from it stays under a
+//! quarter of the generation's own size, and sends only that delta; past it, the generation is
+//! published whole and becomes the keyframe. A node's artifact then costs a push its manifest,
+//! its signature and a delta or two, whatever the node's size. A node that has neither base (a
+//! new one) fetches the keyframe — checked against its name, used only as the dictionary — and
+//! the delta; the result is checked against the signed id as always.
 //!
 //! and every object a generation references as an artifact of its own, tagged `b3-HEX` (its
 //! name), one layer (`application/vnd.mesh.blob.v1[+zstd]`): a node asks for the objects its
@@ -81,6 +91,10 @@ pub const MAX_OBJECT: u64 = mesh_lib::transfer::MAX_OBJECT;
 
 /// The compression level of the objects: they are small, and the link is the cost.
 const LEVEL: i32 = 9;
+
+/// A keyframe is kept while a generation's delta from it is at most this share (1/N) of the
+/// generation's own encoding; past it, the generation is published whole, the new keyframe.
+const KEYFRAME_SHARE: usize = 4;
 
 /// Why a push or a fetch did not go through.
 #[derive(Debug, thiserror::Error)]
@@ -223,11 +237,20 @@ impl Artifact {
         })
     }
 
-    /// The delta layer, from a generation the node may have: (its base, the layer).
-    pub fn delta(&self) -> Option<(GenerationId, &Descriptor)> {
-        self.manifest.layers.iter().find_map(|l| {
+    /// The delta layers, each from a generation a node may have: (its base, the layer).
+    pub fn deltas(&self) -> impl Iterator<Item = (GenerationId, &Descriptor)> {
+        self.manifest.layers.iter().filter_map(|l| {
             let base = l.object()?.strip_prefix("delta ")?.parse().ok()?;
             (l.media_type == DELTA_TYPE).then_some((base, l))
+        })
+    }
+
+    /// The whole generation it carries: the artifact's own, or the keyframe its deltas are
+    /// from (the layer, and the generation it holds).
+    pub fn full(&self) -> Option<(GenerationId, &Descriptor)> {
+        self.manifest.layers.iter().find_map(|l| {
+            let id = l.object()?.strip_prefix("generation ")?.parse().ok()?;
+            l.media_type.starts_with(GENERATION_TYPE).then_some((id, l))
         })
     }
 
@@ -245,13 +268,6 @@ impl Artifact {
             .layers
             .iter()
             .filter(|l| l.media_type == SIGNATURE_TYPE)
-    }
-
-    fn layer_of(&self, object: &str) -> Option<&Descriptor> {
-        self.manifest
-            .layers
-            .iter()
-            .find(|l| l.object() == Some(object))
     }
 }
 
@@ -346,14 +362,15 @@ fn delta(bytes: &[u8], dictionary: &[u8]) -> std::io::Result<Vec<u8>> {
 }
 
 /// The artifacts of generation `id` for `node`, from `store`: its signatures (at least one:
-/// an unsigned generation is not published), the generation (and, when `previous` is in the
-/// store, a delta from it), and an artifact per object it references.
+/// an unsigned generation is not published), the generation whole, or the keyframe (see the
+/// crate's doc), and its deltas from the generations `previous` (the node's artifact now) names,
+/// and an artifact per object it references.
 pub fn publication(
     store: &Store,
     node: &str,
     id: &GenerationId,
     revision: Option<&str>,
-    previous: Option<GenerationId>,
+    previous: Option<&Artifact>,
 ) -> Result<Publication, RegistryError> {
     let invalid = |why: String| RegistryError::Invalid {
         reference: format!("{node} ({id})"),
@@ -376,20 +393,47 @@ pub fn publication(
         });
     }
     let generation = store.generation(id)?;
+    let canonical_of = |g: &GenerationId| -> Result<Option<Vec<u8>>, RegistryError> {
+        if g == id || !store.has_intact_generation(g) {
+            return Ok(None);
+        }
+        let bytes = store
+            .generation(g)?
+            .canonical_bytes()
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(Some(bytes))
+    };
     let canonical = generation
         .canonical_bytes()
         .map_err(|e| invalid(e.to_string()))?;
-    let (media, bytes) = encode(GENERATION_TYPE, &canonical)?;
+    let (media, whole) = encode(GENERATION_TYPE, &canonical)?;
+    // The keyframe the node's artifact carries now, kept while this generation's delta from it
+    // stays small: what a second push sends for a node is then a few hundred bytes.
+    let mut deltas: Vec<(GenerationId, Vec<u8>)> = Vec::new();
+    let mut full = None;
+    if let Some((keyframe, _)) = previous.and_then(Artifact::full) {
+        if let Some(dictionary) = canonical_of(&keyframe)? {
+            let bytes = delta(&canonical, &dictionary)?;
+            if bytes.len() * KEYFRAME_SHARE <= whole.len() {
+                let (media, kept) = encode(GENERATION_TYPE, &dictionary)?;
+                full = Some((keyframe, media, kept));
+                deltas.push((keyframe, bytes));
+            }
+        }
+    }
+    if let Some(base) = previous.map(|a| a.generation) {
+        if !deltas.iter().any(|(b, _)| *b == base) {
+            if let Some(dictionary) = canonical_of(&base)? {
+                deltas.push((base, delta(&canonical, &dictionary)?));
+            }
+        }
+    }
+    let (full_id, media, bytes) = full.unwrap_or((*id, media, whole));
     layers.push(Layer {
-        descriptor: Descriptor::of(&media, &bytes, Some(format!("generation {id}"))),
+        descriptor: Descriptor::of(&media, &bytes, Some(format!("generation {full_id}"))),
         bytes,
     });
-    if let Some(base) = previous.filter(|p| p != id && store.has_intact_generation(p)) {
-        let dictionary = store
-            .generation(&base)?
-            .canonical_bytes()
-            .map_err(|e| invalid(e.to_string()))?;
-        let bytes = delta(&canonical, &dictionary)?;
+    for (base, bytes) in deltas {
         layers.push(Layer {
             descriptor: Descriptor::of(DELTA_TYPE, &bytes, Some(format!("delta {base}"))),
             bytes,
@@ -468,6 +512,24 @@ fn keep_generation(
             },
         }),
     }
+}
+
+/// A keyframe's bytes, checked against its name (a dictionary only: never stored, the
+/// generation made from it is checked against the signed id).
+fn keyframe(
+    id: &GenerationId,
+    descriptor: &Descriptor,
+    wire: Vec<u8>,
+) -> Result<Vec<u8>, RegistryError> {
+    let bytes = decode(&descriptor.media_type, wire)?;
+    let actual = GenerationId::of(&bytes);
+    if actual != *id {
+        return Err(RegistryError::Mismatch {
+            object: format!("generation {id} (the keyframe)"),
+            actual: actual.to_string(),
+        });
+    }
+    Ok(bytes)
 }
 
 /// Checks a blob's bytes against its name and stores it.

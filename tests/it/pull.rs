@@ -141,6 +141,22 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
         assert!(l["error"].is_null(), "{l}");
         assert_eq!(l["tag_moved"], true);
     }
+    // node4 changes before it ever pulled: its artifact keeps the first push's generation as
+    // its keyframe (not sent again) with a delta from it, and node4, which has neither, fetches
+    // both and gets the generation the new signature vouches for.
+    lab.declare("node4", &node_decl("node4", "node4 v1b\\n", true));
+    let again = push(&lab, &ci, &["--node", "node4"]);
+    assert_eq!(
+        line(&again, "node4")["sent"]["blobs"],
+        3,
+        "the file, the delta from the keyframe, the signature: {again}"
+    );
+    let mut first = first;
+    for l in first["nodes"].as_array_mut().unwrap() {
+        if l["node"] == "node4" {
+            *l = line(&again, "node4").clone();
+        }
+    }
     for n in &lab.nodes {
         let (code, v, err) = pull(n, &[]);
         assert_eq!(code, 0, "{}: {v} {err}", n.name);
@@ -154,7 +170,11 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
         );
         assert_eq!(
             std::fs::read_to_string(n.root().join("etc/motd")).unwrap(),
-            format!("{} v1\n", n.name)
+            if n.name == "node4" {
+                "node4 v1b\n".to_owned()
+            } else {
+                format!("{} v1\n", n.name)
+            }
         );
     }
 
@@ -174,8 +194,9 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
     let changed = line(&second, "node0");
     assert_eq!(changed["sent"]["objects"], 1, "the one file: {changed}");
     assert_eq!(
-        changed["sent"]["blobs"], 4,
-        "the file, the generation, its delta, its signature: {changed}"
+        changed["sent"]["blobs"], 3,
+        "the file, the generation as a delta from its keyframe (the first push's), its \
+         signature: {changed}"
     );
     assert_eq!(changed["tag_moved"], true);
     for n in &lab.nodes[1..] {
