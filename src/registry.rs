@@ -206,10 +206,18 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
             Err(Failure::new(
                 Exit::Refused,
                 miette::miette!(
-                    "the rollout stopped at wave {}: {}; its tags were put back, the tags of \
-                     {} node(s) after it untouched{}",
+                    "the rollout stopped at wave {}: {}; {}, the tags of {} node(s) after it \
+                     untouched{}",
                     r.wave.number,
                     why.join("; "),
+                    if r.not_put_back.is_empty() {
+                        "its tags were put back".to_owned()
+                    } else {
+                        format!(
+                            "its tags were put back but for: {}",
+                            r.not_put_back.join("; ")
+                        )
+                    },
                     untouched.len(),
                     if untouched.is_empty() {
                         String::new()

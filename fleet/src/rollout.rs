@@ -113,6 +113,10 @@ pub struct WaveReport {
     pub nodes: Vec<NodeReport>,
     /// Whether every node got healthy.
     pub healthy: bool,
+    /// The tags of an unhealthy wave that could not be put back where they were, and why
+    /// (one that named nothing before still names the new generation).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_put_back: Vec<String>,
     /// Seconds it took.
     pub seconds: f64,
 }
@@ -263,10 +267,21 @@ pub fn run(
             .collect();
         let nodes = wait_for(fleet, &targets, within, options.every);
         let healthy = nodes.iter().all(|n| n.healthy);
+        let mut not_put_back = Vec::new();
         if !healthy {
             for (tag, artifact) in &before {
-                if let Some(a) = artifact {
-                    let _ = registry.retag(tag, a);
+                let moved = pushed.iter().any(|l| l.node == *tag && l.tag_moved);
+                match artifact {
+                    Some(a) => {
+                        if let Err(e) = registry.retag(tag, a) {
+                            not_put_back.push(format!("{tag}: {e}"));
+                        }
+                    }
+                    None if moved => not_put_back.push(format!(
+                        "{tag}: it named nothing before, and still names the new generation \
+                         (delete the tag in the registry to withdraw it)"
+                    )),
+                    None => {}
                 }
             }
         }
@@ -275,6 +290,7 @@ pub fn run(
             pushed,
             nodes,
             healthy,
+            not_put_back,
             seconds: started.elapsed().as_secs_f64(),
         };
         on_wave(&report);
