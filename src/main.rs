@@ -25,6 +25,11 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(mesh_compiler::bounded::CHILD_ARG.as_ref()) {
         return ExitCode::from(mesh_compiler::bounded::serve());
     }
+    // The ProxyCommand of the mesh's own ssh connections (see mesh_fleet::ssh::proxy).
+    if std::env::args_os().nth(1).as_deref() == Some(mesh_fleet::ssh::PROXY_ARG.as_ref()) {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
+        return ExitCode::from(mesh_fleet::ssh::proxy(&args));
+    }
     failure::install_report_handler();
     let args = match cli::Cli::try_parse() {
         Ok(args) => args,

@@ -243,19 +243,68 @@ fn deploy_record(link: &mut Link, token: &str) -> Result<serde_json::Value, SshE
     Ok(serde_json::from_slice(&ran.stdout).unwrap_or(serde_json::Value::Null))
 }
 
+/// A build started before the node said its record, with the record it said last time (kept
+/// in the deployer's state directory): while ssh connects, the node is built; the build is
+/// used only if the node's record is that one, byte for byte.
+struct Speculation<'s> {
+    /// The record it builds with (`None`: the node had none).
+    record: Option<Vec<u8>>,
+    build: std::thread::ScopedJoinHandle<'s, Result<mesh_compiler::Built, String>>,
+}
+
+/// Where the deployer keeps the record `node` said last (empty: it had none).
+fn seen_record(state_dir: &Path, node: &Node) -> PathBuf {
+    state_dir
+        .join("deploy")
+        .join("records")
+        .join(format!("{}.record", node.name))
+}
+
+/// Builds `node` with the record `bytes` says.
+fn build_with(
+    node: &Node,
+    bytes: Option<&[u8]>,
+    options: &Options,
+) -> Result<mesh_compiler::Built, String> {
+    let record = match bytes.map(NodeRecord::parse).transpose() {
+        Ok(r) => r,
+        Err(e) => return Err(format!("its record cannot be read: {e}")),
+    };
+    let label = PathBuf::from(format!("{}'s record", node.name));
+    crate::build::node(
+        node,
+        record.as_ref().map(|r| (r, label.as_path())),
+        &options.state_dir,
+        &options.evaluator,
+    )
+    .map_err(|e| format!("the build failed: {e}"))
+}
+
 fn one(fleet: &Fleet, node: &Node, options: &Options, progress: &Progress, row: &mut Row) {
     let name = node.name.to_string();
-    progress.say(&name, "connecting");
-    let mut link = match Link::open(fleet, node) {
-        Ok(l) => l,
-        Err(e) => return reached(row, e),
-    };
-    let outcome = deploy_over(fleet, node, options, progress, row, &mut link);
-    row.bytes_sent = link.sent;
-    if let Err(e) = outcome {
-        reached(row, e);
-    }
-    link.close();
+    std::thread::scope(|scope| {
+        let speculation = std::fs::read(seen_record(&options.state_dir, node))
+            .ok()
+            .map(|bytes| {
+                let record = (!bytes.is_empty()).then_some(bytes);
+                let guess = record.clone();
+                Speculation {
+                    record,
+                    build: scope.spawn(move || build_with(node, guess.as_deref(), options)),
+                }
+            });
+        progress.say(&name, "connecting");
+        let mut link = match Link::open(fleet, node) {
+            Ok(l) => l,
+            Err(e) => return reached(row, e),
+        };
+        let outcome = deploy_over(fleet, node, options, progress, row, &mut link, speculation);
+        row.bytes_sent = link.sent;
+        if let Err(e) = outcome {
+            reached(row, e);
+        }
+        link.close();
+    });
 }
 
 fn deploy_over(
@@ -265,10 +314,11 @@ fn deploy_over(
     progress: &Progress,
     row: &mut Row,
     link: &mut Link,
+    speculation: Option<Speculation<'_>>,
 ) -> Result<(), SshError> {
     let name = node.name.to_string();
     let mut serve = link.serve(options.io_timeout)?;
-    let outcome = converse(node, options, progress, row, &mut serve);
+    let outcome = converse(node, options, progress, row, &mut serve, speculation);
     link.sent += serve.finish();
     let token = match outcome {
         Ok(Some(token)) => token,
@@ -338,20 +388,22 @@ fn converse(
     progress: &Progress,
     row: &mut Row,
     serve: &mut Serve<'_>,
+    speculation: Option<Speculation<'_>>,
 ) -> Result<Option<String>, ServeError> {
     let name = node.name.to_string();
     let version = serve.hello()?;
     progress.say(&name, "reading its record");
-    let record = match serve.record()? {
-        Some(bytes) => match NodeRecord::parse(&bytes) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                row.reason = Some(format!("its record cannot be read: {e}"));
-                return Ok(None);
-            }
-        },
-        None => None,
-    };
+    let record = serve.record()?;
+    let seen = seen_record(&options.state_dir, node);
+    let said = record.clone().unwrap_or_default();
+    if std::fs::read(&seen).ok().as_deref() != Some(said.as_slice()) {
+        // For the next deploy's build while it connects; a deploy goes on without it.
+        let _kept = seen
+            .parent()
+            .map(mesh_lib::atomic::create_dir_all)
+            .transpose()
+            .and_then(|_| mesh_lib::atomic::write_file(&seen, &said, 0o600));
+    }
     let current = match version {
         Some(_) => serve.current()?,
         None => None,
@@ -359,16 +411,18 @@ fn converse(
     row.in_force = current.as_ref().map(|c| c.id);
     row.from = row.in_force;
     progress.say(&name, "building");
-    let label = PathBuf::from(format!("{name}'s record"));
-    let built = match crate::build::node(
-        node,
-        record.as_ref().map(|r| (r, label.as_path())),
-        &options.state_dir,
-        &options.evaluator,
-    ) {
+    let built = match speculation {
+        // Built while connecting, with the record the node said: what a build now makes.
+        Some(s) if s.record == record => s
+            .build
+            .join()
+            .unwrap_or_else(|_| build_with(node, record.as_deref(), options)),
+        _ => build_with(node, record.as_deref(), options),
+    };
+    let built = match built {
         Ok(b) => b,
         Err(e) => {
-            row.reason = Some(format!("the build failed: {e}"));
+            row.reason = Some(e);
             return Ok(None);
         }
     };

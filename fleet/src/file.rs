@@ -168,6 +168,9 @@ pub struct Fleet {
     pub records: PathBuf,
     /// The rollout's waves and health gate.
     pub rollout: Rollout,
+    /// The ssh_config the mesh's own ssh connections read (see [`crate::ssh::wrapper`]):
+    /// in the state directory; `None` when `MESH_SSH_NODELAY=0`.
+    pub ssh_wrapper: Option<PathBuf>,
 }
 
 impl Fleet {
@@ -212,6 +215,8 @@ impl Fleet {
         }
         Ok(Self {
             ssh_config: out.ssh_config.map(|c| here.join(c)),
+            ssh_wrapper: (std::env::var("MESH_SSH_NODELAY").as_deref() != Ok("0"))
+                .then(|| state_dir.join("ssh").join("config")),
             records: here.join(out.records),
             rollout: match out.rollout {
                 Some(r) => Rollout {

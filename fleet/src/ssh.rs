@@ -11,6 +11,132 @@ use tokio::io::AsyncWriteExt;
 
 use crate::file::{Fleet, Node};
 
+/// The first argument that makes the mesh binary the ProxyCommand of its own ssh connections
+/// (see [`proxy`]); not a command of the CLI.
+pub const PROXY_ARG: &str = "__mesh-ssh-proxy";
+
+/// The ssh_config file the mesh's connections read (`-F`): the fleet's `ssh_config`, or a
+/// wrapper (`Fleet::ssh_wrapper`) that reads the user's own configuration first — the fleet's
+/// `ssh_config`, else `~/.ssh/config` and `/etc/ssh/ssh_config`, as ssh reads them — and only
+/// then names the mesh binary as the `ProxyCommand` (with `ProxyUseFdpass`): ssh takes the
+/// first value it finds, so a `ProxyCommand` or `ProxyJump` of the user's own wins. The proxy
+/// opens the TCP connection with `TCP_NODELAY`, which ssh sets only for interactive sessions:
+/// without it, each of the small packets a login sends back to back waits for the last one's
+/// delayed acknowledgement, some 40 ms a connection. `None`: ssh's own defaults.
+pub fn config_file(fleet: &Fleet) -> Option<std::path::PathBuf> {
+    let Some(wrapper) = &fleet.ssh_wrapper else {
+        return fleet.ssh_config.clone();
+    };
+    match wrapper_text(fleet).map(|text| write_if_changed(wrapper, &text)) {
+        Some(Ok(())) => Some(wrapper.clone()),
+        _ => fleet.ssh_config.clone(),
+    }
+}
+
+/// The wrapper's text, or `None` when a path cannot be written in it as it is.
+fn wrapper_text(fleet: &Fleet) -> Option<String> {
+    let quoted = |p: &std::path::Path| {
+        let p = p.to_str()?;
+        (!p.contains(['"', '\n', '%'])).then(|| format!("\"{p}\""))
+    };
+    let mut text = String::from(
+        "# Written by mesh for its own ssh connections (see the README's fleet section).\n",
+    );
+    match &fleet.ssh_config {
+        Some(c) => text.push_str(&format!("Include {}\n", quoted(c)?)),
+        None => {
+            if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+                let user = std::path::Path::new(&home).join(".ssh").join("config");
+                text.push_str(&format!("Include {}\n", quoted(&user)?));
+            }
+            text.push_str("Include /etc/ssh/ssh_config\n");
+        }
+    }
+    let exe = std::env::current_exe().ok()?;
+    let exe = exe.to_str()?;
+    if exe.contains(['\'', '\n', '%']) {
+        return None;
+    }
+    text.push_str(&format!(
+        "Host *\n  ProxyCommand '{exe}' {PROXY_ARG} %h %p\n  ProxyUseFdpass yes\n"
+    ));
+    Some(text)
+}
+
+fn write_if_changed(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    if std::fs::read(path).is_ok_and(|b| b == text.as_bytes()) {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        mesh_lib::atomic::create_dir_all(dir)?;
+    }
+    mesh_lib::atomic::write_file(path, text.as_bytes(), 0o600)
+}
+
+/// `mesh __mesh-ssh-proxy HOST PORT`, as ssh's `ProxyCommand` with `ProxyUseFdpass`: connects
+/// to HOST:PORT (each of its addresses in turn, each within the connect timeout), sets
+/// `TCP_NODELAY`, and hands the connected socket to ssh over its standard output. Its exit
+/// code.
+pub fn proxy(args: &[std::ffi::OsString]) -> u8 {
+    use std::net::ToSocketAddrs;
+    let (Some(host), Some(port)) = (
+        args.first().and_then(|h| h.to_str()),
+        args.get(1)
+            .and_then(|p| p.to_str())
+            .and_then(|p| p.parse::<u16>().ok()),
+    ) else {
+        eprintln!("usage: mesh {PROXY_ARG} HOST PORT (ssh's ProxyCommand, with ProxyUseFdpass)");
+        return 2;
+    };
+    let addresses = match (host, port).to_socket_addrs() {
+        Ok(a) => a.collect::<Vec<_>>(),
+        Err(e) => {
+            eprintln!("ssh: Could not resolve hostname {host}: {e}");
+            return 255;
+        }
+    };
+    let mut last = None;
+    for address in addresses {
+        match std::net::TcpStream::connect_timeout(&address, timeout()) {
+            Ok(stream) => {
+                let _best_effort = stream.set_nodelay(true);
+                return match hand_over(&stream) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("mesh: handing the connection to ssh: {e}");
+                        255
+                    }
+                };
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    eprintln!(
+        "ssh: connect to host {host} port {port}: {}",
+        last.map_or("no address".to_owned(), |e| e.to_string())
+    );
+    255
+}
+
+/// Sends `stream` to ssh over standard output (one byte, the descriptor in `SCM_RIGHTS`).
+fn hand_over(stream: &std::net::TcpStream) -> std::io::Result<()> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::os::fd::AsFd;
+    let fds = [stream.as_fd()];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other("no room for the descriptor"));
+    }
+    sendmsg(
+        rustix::stdio::stdout(),
+        &[std::io::IoSlice::new(b"\0")],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    Ok(())
+}
+
 /// How long a connection may take to open, unless `MESH_SSH_TIMEOUT` (seconds) says otherwise.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -198,7 +324,7 @@ fn quoted(word: &str) -> String {
 /// exchange is [`CONFIRM_KEX`].
 pub fn once(fleet: &Fleet, node: &Node, args: &[&str]) -> Result<Ran, SshError> {
     let mut c = std::process::Command::new("ssh");
-    if let Some(config) = &fleet.ssh_config {
+    if let Some(config) = config_file(fleet) {
         c.arg("-F").arg(config);
     }
     c.args([
@@ -275,7 +401,7 @@ impl Link {
             .control_persist(ControlPersist::IdleFor(
                 std::num::NonZeroUsize::new(30).expect("not zero"),
             ));
-        if let Some(config) = &fleet.ssh_config {
+        if let Some(config) = config_file(fleet) {
             builder.config_file(config);
         }
         if let Some(port) = node.ssh.port {

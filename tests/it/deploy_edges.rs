@@ -391,6 +391,90 @@ fn the_confirmation_prefers_a_classical_key_exchange() {
     );
 }
 
+/// The mesh's connections read the operator's ssh configuration first, then open through the
+/// mesh's own proxy (the TCP connection with `TCP_NODELAY`, handed to ssh): ssh itself says so
+/// (`ssh -G`). A `ProxyCommand` of the operator's wins over it — here one that notes each
+/// connection and then hands over to the mesh's proxy, so both connections of a deploy (its
+/// own and the confirmation's) go through it and the descriptor passing works.
+#[test]
+fn connections_read_the_operator_s_config_first_then_open_without_nagle() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("nodelay", 1, |n| node_decl(n, "one\\n", true));
+    assert_eq!(row(&deployed(&lab), "node0")["result"], "confirmed");
+    let wrapper = lab.deployer_state().join("ssh/config");
+    let text = std::fs::read_to_string(&wrapper).unwrap();
+    let mesh = env!("CARGO_BIN_EXE_mesh");
+    let lab_config = lab.dir.path().join("ssh_config");
+    assert!(
+        text.contains(&format!("Include \"{}\"", lab_config.display())),
+        "{text}"
+    );
+    let effective = std::process::Command::new("ssh")
+        .arg("-F")
+        .arg(&wrapper)
+        .args(["-G", "node0"])
+        .output()
+        .unwrap();
+    let effective = String::from_utf8_lossy(&effective.stdout).into_owned();
+    assert!(
+        effective.contains(&format!("proxycommand '{mesh}' __mesh-ssh-proxy %h %p"))
+            && effective.contains("proxyusefdpass yes")
+            && effective.contains("user root"),
+        "the operator's settings, then the mesh's proxy: {effective}"
+    );
+
+    let marker = lab.dir.path().join("proxied");
+    lab.ssh_option(&format!(
+        "ProxyCommand sh -c 'echo %h >> {}; exec {mesh} __mesh-ssh-proxy %h %p'\n  ProxyUseFdpass yes",
+        marker.display()
+    ));
+    lab.declare("node0", &node_decl("node0", "two\\n", true));
+    assert_eq!(row(&deployed(&lab), "node0")["result"], "confirmed");
+    let proxied = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(
+        proxied.lines().count(),
+        2,
+        "the deploy's connection and the confirmation's, through the operator's proxy: {proxied:?}"
+    );
+}
+
+/// The deployer keeps the record each node said last and builds with it while ssh connects;
+/// that build is used only when the node says the same record: one that differs (here, a
+/// cached record the node never had, which does not even parse) is set aside, and the node
+/// gets the generation built with what it says.
+#[test]
+fn a_build_made_while_connecting_counts_only_for_the_record_the_node_says() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("guess", 1, |n| node_decl(n, "one\\n", true));
+    deployed(&lab);
+    let seen = lab.deployer_state().join("deploy/records/node0.record");
+    assert_eq!(
+        std::fs::read(&seen).unwrap(),
+        b"",
+        "the node said it has no record"
+    );
+    std::fs::write(&seen, b"{ not a record").unwrap();
+    lab.declare("node0", &node_decl("node0", "two\\n", true));
+    let json = deployed(&lab);
+    let r = row(&json, "node0");
+    assert_eq!(r["result"], "confirmed", "{json}");
+    let built = lab.mesh(&["fleet", "build", "--json"]);
+    let built: serde_json::Value = serde_json::from_slice(&built.stdout).unwrap();
+    assert_eq!(
+        built["nodes"][0]["id"], r["to"],
+        "the generation the node's own record builds: {built}"
+    );
+    assert_eq!(
+        std::fs::read(&seen).unwrap(),
+        b"",
+        "the cache says it again"
+    );
+}
+
 /// The fingerprint ssh-keygen gives a public key file.
 fn fingerprint(key: &std::path::Path) -> String {
     let out = Command::new("ssh-keygen")
