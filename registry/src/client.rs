@@ -180,10 +180,14 @@ impl Registry {
         Ok(())
     }
 
-    /// Sends what the registry lacks of `publication`: each object's artifact (asked for by
-    /// its tag first), then the blobs of the node's artifact. The node's tag is not moved.
+    /// Sends what the registry lacks of `publication`: each object's artifact that may be
+    /// missing (asked for by its tag first), then the blobs of the node's artifact. The node's
+    /// tag is not moved.
     pub fn upload(&self, publication: &Publication) -> Result<Sent, RegistryError> {
-        let mut sent = Sent::default();
+        let mut sent = Sent {
+            objects_reused: publication.present,
+            ..Sent::default()
+        };
         for (hash, piece) in &publication.objects {
             let tag = crate::object_tag(hash);
             if self.known.lock().expect("not poisoned").contains(&tag) || self.has_tag(&tag)? {

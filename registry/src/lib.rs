@@ -326,8 +326,13 @@ pub struct Piece {
 pub struct Publication {
     /// The node's artifact (signatures, the generation, its delta).
     pub node: Piece,
-    /// Each object the generation references: its name, and its artifact (tag `b3-HEX`).
+    /// Each object the generation references that the registry may lack: its name, and its
+    /// artifact (tag `b3-HEX`).
     pub objects: Vec<(BlobHash, Piece)>,
+    /// How many objects it references that the registry holds for sure: those of the
+    /// generation the node's tag names now (a push sends every object before it moves a tag),
+    /// neither asked for nor sent again.
+    pub present: usize,
 }
 
 fn manifest_of(
@@ -447,8 +452,21 @@ pub fn publication(
         annotations.insert(REVISION_KEY.to_owned(), r.to_owned());
     }
     let node_piece = manifest_of(ARTIFACT_TYPE, layers, annotations)?;
+    // The objects of the generation the tag names now are in the registry: a push sends them
+    // all before it moves the tag (and a rollout puts back only what was published so).
+    let there: std::collections::BTreeSet<BlobHash> = previous
+        .map(|a| a.generation)
+        .filter(|p| store.has_intact_generation(p))
+        .and_then(|p| store.generation(&p).ok())
+        .map(|g| g.blobs().into_iter().collect())
+        .unwrap_or_default();
     let mut objects = Vec::new();
+    let mut present = 0;
     for hash in generation.blobs() {
+        if there.contains(&hash) {
+            present += 1;
+            continue;
+        }
         let (media, bytes) = encode(BLOB_TYPE, &store.blob(&hash)?)?;
         let layer = Layer {
             descriptor: Descriptor::of(&media, &bytes, Some(format!("blob {hash}"))),
@@ -462,6 +480,7 @@ pub fn publication(
     Ok(Publication {
         node: node_piece,
         objects,
+        present,
     })
 }
 
