@@ -722,6 +722,16 @@ pub fn flip(machine: &Machine, args: FlipArgs) -> Result<(), Failure> {
     )
 }
 
+/// A line said on the way: on standard output for a person, on standard error when standard
+/// output is one JSON object.
+fn aside(json_out: bool, line: &str) {
+    if json_out {
+        eprintln!("{line}");
+    } else {
+        say!("{line}");
+    }
+}
+
 pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     use mesh_lib::model::{Port, Protocol, FOUNDATION_PORTS};
@@ -736,9 +746,12 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
         if record.trusted_signers.as_ref() != Some(&path) {
             record.trusted_signers = Some(path);
             node.save_record(&record)?;
-            say!(
-                "the node's trusted signers are at {} (a generation from elsewhere needs a signature by one of them)",
-                record.trusted_signers.as_ref().expect("just set")
+            aside(
+                args.json,
+                &format!(
+                    "the node's trusted signers are at {} (a generation from elsewhere needs a signature by one of them)",
+                    record.trusted_signers.as_ref().expect("just set")
+                ),
             );
         }
     }
@@ -748,9 +761,12 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
         if record.host_key.as_ref() != Some(&path) {
             record.host_key = Some(path);
             node.save_record(&record)?;
-            say!(
-                "the node's host key is at {} (its secrets are decrypted with it)",
-                record.host_key.as_ref().expect("just set")
+            aside(
+                args.json,
+                &format!(
+                    "the node's host key is at {} (its secrets are decrypted with it)",
+                    record.host_key.as_ref().expect("just set")
+                ),
             );
         }
     }

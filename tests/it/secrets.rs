@@ -575,9 +575,22 @@ fn a_deploy_decrypts_with_the_nodes_host_key_and_refuses_a_node_that_cannot() {
         plain.to_str().unwrap(),
         "--host-key",
         "/etc/mesh/host_key",
+        "--json",
     ]);
     assert!(
         genesis.status.success(),
+        "{}",
+        String::from_utf8_lossy(&genesis.stderr)
+    );
+    // With --json, standard output is one JSON object; what it said on the way is on stderr.
+    serde_json::from_slice::<serde_json::Value>(&genesis.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON object ({e}): {}",
+            String::from_utf8_lossy(&genesis.stdout)
+        )
+    });
+    assert!(
+        String::from_utf8_lossy(&genesis.stderr).contains("the node's host key is at"),
         "{}",
         String::from_utf8_lossy(&genesis.stderr)
     );
