@@ -263,7 +263,7 @@ pub fn pull(machine: &Machine, args: &PullArgs) -> Result<(), Failure> {
                     p.reason.unwrap_or_default()
                 ),
             )),
-            PullResult::Failed => Err(Failure::system(format!(
+            PullResult::Failed | PullResult::Running => Err(Failure::system(format!(
                 "the pull from {} failed: {}",
                 p.from,
                 p.reason.unwrap_or_default()
@@ -350,6 +350,7 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
         bytes: 0,
         at: String::new(),
         deploy: None,
+        pid: None,
     };
     let ended = |mut record: LastPull, result: PullResult, why: String| {
         record.result = result;
@@ -394,6 +395,14 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
     {
         return Ok(Pulled::UpToDate(id));
     }
+    // Under way, for `mesh status` and the rollout: every end below writes over it, and one
+    // that never comes (the process killed) reads as interrupted.
+    let mut running = record.clone();
+    running.result = PullResult::Running;
+    running.pid = Some(std::process::id());
+    running
+        .save(&machine.state)
+        .map_err(|e| Failure::system(format!("recording the pull: {e}")))?;
     // The signatures first, judged before anything else is fetched.
     let (signatures, bytes) = match registry.signatures(&artifact) {
         Ok(s) => s,

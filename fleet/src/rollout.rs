@@ -130,7 +130,7 @@ pub fn judge(status: &serde_json::Value, target: &GenerationId) -> Option<Result
     let result = pull["result"].as_str().unwrap_or("");
     let reason = pull["reason"].as_str().unwrap_or("");
     let waiting = !status["current"]["waiting"].is_null();
-    if pulled && result != "confirmed" {
+    if pulled && result != "confirmed" && result != "running" {
         return Some(Err(format!("its pull was {result}: {reason}")));
     }
     // In force and no deploy waiting for it: confirmed (by its pull, or already there).
@@ -321,6 +321,10 @@ mod tests {
         let pulled = |result: &str| serde_json::json!({ "generation": target.to_string(), "result": result, "reason": "a check failed" });
         assert!(judge(&status(&old, false, serde_json::Value::Null), &target).is_none());
         assert!(judge(&status(&target, true, pulled("confirmed")), &target).is_none());
+        assert!(
+            judge(&status(&old, false, pulled("running")), &target).is_none(),
+            "a pull under way: not yet"
+        );
         assert!(matches!(
             judge(&status(&target, false, pulled("confirmed")), &target),
             Some(Ok(_))

@@ -240,6 +240,79 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
     drop(registry);
 }
 
+/// A pull under way says so; one whose process was killed (mid-switch, waiting on its health
+/// check) reads as failed, interrupted, naming it — not as the pull before it.
+#[test]
+fn a_pull_killed_midway_reads_as_interrupted() {
+    if !tools() {
+        return;
+    }
+    let mut lab = Lab::new("pullkill", 1, |n| node_decl(n, "one v1\\n", true));
+    let registry = Registry::start(&lab);
+    let keys = tempfile::tempdir().unwrap();
+    let ci = keygen(keys.path(), "ci");
+    lab.nodes[0].trust(&ci);
+    push(&lab, &ci, &[]);
+    assert_eq!(pull(&lab.nodes[0], &[]).0, 0);
+    lab.declare("node0", &node_decl("node0", "one v2\\n", true));
+    let second = push(&lab, &ci, &[]);
+    let v2 = line(&second, "node0")["generation"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let n = &lab.nodes[0];
+    let target = target_for(n);
+    let mut child = on_node(
+        n,
+        &[
+            "pull",
+            &target,
+            "--node",
+            "node0",
+            "--insecure",
+            "--check",
+            "sleep 30",
+            "--health-within",
+            "40",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let status = |n: &LabNode| -> serde_json::Value {
+        serde_json::from_slice(&n.mesh(&["status", "--json"]).stdout).unwrap()
+    };
+    let mut seen = serde_json::Value::Null;
+    for _ in 0..200 {
+        seen = status(n);
+        if n.current().as_deref() == Some(v2.as_str()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        n.current().as_deref(),
+        Some(v2.as_str()),
+        "switched: {seen}"
+    );
+    let now = status(n);
+    assert_eq!(now["last_pull"]["result"], "running", "{now}");
+    assert_eq!(now["last_pull"]["pid"], child.id(), "{now}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let after = status(n);
+    assert_eq!(after["last_pull"]["result"], "failed", "{after}");
+    let reason = after["last_pull"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("interrupted") && reason.contains(&child.id().to_string()),
+        "{after}"
+    );
+    // Its deploy's agent goes on waiting for a confirmation that never comes: stopped here.
+    lab.nodes[0].crash();
+    drop(registry);
+}
+
 /// A blob whose bytes the registry's storage changed, and a tag whose artifact carries no
 /// signature, are refused: the node stays in its generation, its files as they were, and the
 /// pull says why.

@@ -31,6 +31,8 @@ pub enum PullResult {
     Refused,
     /// The registry, the store or the switch failed: the node is in its old generation.
     Failed,
+    /// Under way (its `pid` runs it). One whose process is gone reads as failed: interrupted.
+    Running,
 }
 
 impl PullResult {
@@ -41,6 +43,7 @@ impl PullResult {
             PullResult::Reverted => "reverted",
             PullResult::Refused => "refused",
             PullResult::Failed => "failed",
+            PullResult::Running => "running",
         }
     }
 }
@@ -69,6 +72,22 @@ pub struct LastPull {
     /// The deploy that carried its switch, if it got that far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deploy: Option<String>,
+    /// The process of a pull under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+/// Whether process `pid` runs.
+fn running(pid: u32) -> bool {
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|p| {
+            matches!(
+                rustix::process::test_kill_process(p),
+                Ok(()) | Err(rustix::io::Errno::PERM)
+            )
+        })
 }
 
 /// Where the last pull's record is.
@@ -77,9 +96,21 @@ pub fn record_path(state: &Path) -> PathBuf {
 }
 
 impl LastPull {
-    /// The last pull's record, if there was a pull.
+    /// The last pull's record, if there was a pull. One under way whose process is gone (killed,
+    /// the node restarted) reads as failed, interrupted: its deploy's agent settles the switch
+    /// by itself (see `mesh deploys`).
     pub fn load(state: &Path) -> Option<Self> {
-        serde_json::from_slice(&std::fs::read(record_path(state)).ok()?).ok()
+        let mut record: Self =
+            serde_json::from_slice(&std::fs::read(record_path(state)).ok()?).ok()?;
+        if record.result == PullResult::Running && !record.pid.is_some_and(running) {
+            record.result = PullResult::Failed;
+            record.reason = Some(format!(
+                "interrupted: the pull (pid {}) ended before it recorded how; its deploy, if it \
+                 got that far, settles by itself (`mesh deploys`)",
+                record.pid.map_or("?".to_owned(), |p| p.to_string())
+            ));
+        }
+        Some(record)
     }
 
     /// Writes it, atomically, stamped now.
