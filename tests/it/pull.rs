@@ -432,6 +432,77 @@ fn a_registry_gone_mid_pull_leaves_the_old_generation() {
 }
 
 /// A background `mesh follow` on a node, stopped when dropped.
+/// A rollout whose unhealthy wave holds a node whose tag named nothing before (it ran what a
+/// deploy over SSH put there) cannot put that tag back: it says so, naming the node, instead of
+/// saying the tags were put back.
+#[test]
+fn a_stopped_rollout_names_a_tag_it_could_not_put_back() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("putback", 1, |n| node_decl(n, "good v1\\n", true));
+    let fleet = std::fs::read_to_string(lab.fleet()).unwrap().replace(
+        "  nodes = {",
+        "  rollout = { waves = [[\"node0\"]], within = 20 },\n  nodes = {",
+    );
+    std::fs::write(lab.fleet(), fleet).unwrap();
+    let registry = Registry::start(&lab);
+    let keys = tempfile::tempdir().unwrap();
+    let ci = keygen(keys.path(), "ci");
+    let n = &lab.nodes[0];
+    n.trust(&ci);
+    let key = ci.to_str().unwrap();
+    let deployed = lab.mesh(&["deploy", "--confirm-timeout", "20", "--sign", "--key", key]);
+    assert!(
+        deployed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deployed.stdout)
+    );
+    let target = target_for(n);
+    let check = format!("grep -q good {}/etc/motd", n.root().display());
+    let follower = Follower(
+        on_node(
+            n,
+            &[
+                "follow",
+                &target,
+                "--node",
+                "node0",
+                "--insecure",
+                "--interval",
+                "1",
+                "--check",
+                &check,
+                "--health-within",
+                "2",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    lab.declare("node0", &node_decl("node0", "bad v2\\n", true));
+    let out = lab.mesh(&[
+        "rollout",
+        &local_target(),
+        "--insecure",
+        "--sign",
+        "--key",
+        key,
+        "--every",
+        "1",
+    ]);
+    drop(follower);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("put back but for: node0: it named nothing before"),
+        "{stderr}"
+    );
+    drop(registry);
+}
+
 struct Follower(Child);
 
 impl Drop for Follower {
