@@ -67,14 +67,17 @@ fn holder(file: &mut File) -> Option<String> {
     file.rewind().ok()?;
     file.read_to_string(&mut text).ok()?;
     let pid: i32 = text.split_whitespace().next()?.parse().ok()?;
-    let running =
-        rustix::process::Pid::from_raw(pid).is_some_and(
-            |p| match rustix::process::test_kill_process(p) {
-                Ok(()) | Err(rustix::io::Errno::PERM) => true,
-                Err(_) => false,
-            },
-        );
-    running.then(|| pid.to_string())
+    runs(pid).then(|| pid.to_string())
+}
+
+/// Whether process `pid` is running (one of another user's counts).
+pub fn runs(pid: i32) -> bool {
+    rustix::process::Pid::from_raw(pid).is_some_and(|p| {
+        matches!(
+            rustix::process::test_kill_process(p),
+            Ok(()) | Err(rustix::io::Errno::PERM)
+        )
+    })
 }
 
 impl StateLock {

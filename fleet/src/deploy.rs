@@ -394,15 +394,17 @@ fn converse(
     let version = serve.hello()?;
     progress.say(&name, "reading its record");
     let record = serve.record()?;
-    let seen = seen_record(&options.state_dir, node);
-    let said = record.clone().unwrap_or_default();
-    if std::fs::read(&seen).ok().as_deref() != Some(said.as_slice()) {
-        // For the next deploy's build while it connects; a deploy goes on without it.
+    // Kept for the next deploy's build while it connects (when it differs from what this one
+    // built with, read as it began); a deploy goes on without it.
+    if speculation.as_ref().map(|s| &s.record) != Some(&record) {
+        let seen = seen_record(&options.state_dir, node);
         let _kept = seen
             .parent()
             .map(mesh_lib::atomic::create_dir_all)
             .transpose()
-            .and_then(|_| mesh_lib::atomic::write_file(&seen, &said, 0o600));
+            .and_then(|_| {
+                mesh_lib::atomic::write_file(&seen, record.as_deref().unwrap_or_default(), 0o600)
+            });
     }
     let current = match version {
         Some(_) => serve.current()?,

@@ -54,7 +54,8 @@ impl WaveOut {
                 .map(WaveSpec::Share)
                 .ok_or_else(|| {
                     format!(
-                        "the rollout's wave {} is neither an array of node names nor a share                          like \"25%\" (1% to 100%)",
+                        "the rollout's wave {} is neither an array of node names nor a share \
+                         like \"25%\" (1% to 100%)",
                         mesh_lib::text::escape(&s)
                     )
                 }),
@@ -168,7 +169,7 @@ pub struct Fleet {
     pub records: PathBuf,
     /// The rollout's waves and health gate.
     pub rollout: Rollout,
-    /// The ssh_config the mesh's own ssh connections read (see [`crate::ssh::wrapper`]):
+    /// The ssh_config the mesh's own ssh connections read (see [`crate::ssh::config_file`]):
     /// in the state directory; `None` when `MESH_SSH_NODELAY=0`.
     pub ssh_wrapper: Option<PathBuf>,
 }

@@ -68,7 +68,7 @@ fn credentials_with(
 
 /// Asks the credential helper `program` for `host` (`program get`, the host on its stdin, a
 /// JSON `{ "Username", "Secret" }` back), bounded to 10 s.
-fn from_helper(program: &std::ffi::OsStr, host: &str) -> Option<(String, String)> {
+fn from_helper(program: &std::ffi::OsStr, host: &str) -> Option<Login> {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let mut child = Command::new(program)

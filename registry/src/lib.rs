@@ -398,15 +398,21 @@ pub fn publication(
         });
     }
     let generation = store.generation(id)?;
+    // The generation the tag names now, read once: a base of the deltas, and whose objects the
+    // registry holds.
+    let base = previous.map(|a| a.generation);
+    let loaded = match base {
+        Some(p) if p != *id && store.has_intact_generation(&p) => Some(store.generation(&p)?),
+        _ => None,
+    };
     let canonical_of = |g: &GenerationId| -> Result<Option<Vec<u8>>, RegistryError> {
-        if g == id || !store.has_intact_generation(g) {
-            return Ok(None);
-        }
-        let bytes = store
-            .generation(g)?
-            .canonical_bytes()
-            .map_err(|e| invalid(e.to_string()))?;
-        Ok(Some(bytes))
+        let bytes = match &loaded {
+            _ if g == id => return Ok(None),
+            Some(l) if base == Some(*g) => l.canonical_bytes(),
+            _ if store.has_intact_generation(g) => store.generation(g)?.canonical_bytes(),
+            _ => return Ok(None),
+        };
+        Ok(Some(bytes.map_err(|e| invalid(e.to_string()))?))
     };
     let canonical = generation
         .canonical_bytes()
@@ -426,7 +432,7 @@ pub fn publication(
             }
         }
     }
-    if let Some(base) = previous.map(|a| a.generation) {
+    if let Some(base) = base {
         if !deltas.iter().any(|(b, _)| *b == base) {
             if let Some(dictionary) = canonical_of(&base)? {
                 deltas.push((base, delta(&canonical, &dictionary)?));
@@ -454,12 +460,14 @@ pub fn publication(
     let node_piece = manifest_of(ARTIFACT_TYPE, layers, annotations)?;
     // The objects of the generation the tag names now are in the registry: a push sends them
     // all before it moves the tag (and a rollout puts back only what was published so).
-    let there: std::collections::BTreeSet<BlobHash> = previous
-        .map(|a| a.generation)
-        .filter(|p| store.has_intact_generation(p))
-        .and_then(|p| store.generation(&p).ok())
-        .map(|g| g.blobs().into_iter().collect())
-        .unwrap_or_default();
+    let there: std::collections::BTreeSet<BlobHash> = if base == Some(*id) {
+        generation.blobs().into_iter().collect()
+    } else {
+        loaded
+            .as_ref()
+            .map(|g| g.blobs().into_iter().collect())
+            .unwrap_or_default()
+    };
     let mut objects = Vec::new();
     let mut present = 0;
     for hash in generation.blobs() {

@@ -431,7 +431,6 @@ fn a_registry_gone_mid_pull_leaves_the_old_generation() {
     assert_ne!(n.current().as_deref(), Some(v1.as_str()));
 }
 
-/// A background `mesh follow` on a node, stopped when dropped.
 /// A rollout whose unhealthy wave holds a node whose tag named nothing before (it ran what a
 /// deploy over SSH put there) cannot put that tag back: it says so, naming the node, instead of
 /// saying the tags were put back.
@@ -441,11 +440,7 @@ fn a_stopped_rollout_names_a_tag_it_could_not_put_back() {
         return;
     }
     let lab = Lab::new("putback", 1, |n| node_decl(n, "good v1\\n", true));
-    let fleet = std::fs::read_to_string(lab.fleet()).unwrap().replace(
-        "  nodes = {",
-        "  rollout = { waves = [[\"node0\"]], within = 20 },\n  nodes = {",
-    );
-    std::fs::write(lab.fleet(), fleet).unwrap();
+    with_rollout(&lab, r#"[["node0"]]"#, 20);
     let registry = Registry::start(&lab);
     let keys = tempfile::tempdir().unwrap();
     let ci = keygen(keys.path(), "ci");
@@ -458,41 +453,9 @@ fn a_stopped_rollout_names_a_tag_it_could_not_put_back() {
         "{}",
         String::from_utf8_lossy(&deployed.stdout)
     );
-    let target = target_for(n);
-    let check = format!("grep -q good {}/etc/motd", n.root().display());
-    let follower = Follower(
-        on_node(
-            n,
-            &[
-                "follow",
-                &target,
-                "--node",
-                "node0",
-                "--insecure",
-                "--interval",
-                "1",
-                "--check",
-                &check,
-                "--health-within",
-                "2",
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap(),
-    );
+    let follower = Follower::start(n);
     lab.declare("node0", &node_decl("node0", "bad v2\\n", true));
-    let out = lab.mesh(&[
-        "rollout",
-        &local_target(),
-        "--insecure",
-        "--sign",
-        "--key",
-        key,
-        "--every",
-        "1",
-    ]);
+    let out = rollout(&lab, &ci);
     drop(follower);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -503,6 +466,7 @@ fn a_stopped_rollout_names_a_tag_it_could_not_put_back() {
     drop(registry);
 }
 
+/// A background `mesh follow` on a node, stopped when dropped.
 struct Follower(Child);
 
 impl Drop for Follower {
@@ -510,6 +474,59 @@ impl Drop for Follower {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+impl Follower {
+    /// `mesh follow` on `n` every second, healthy only while its motd says "good".
+    fn start(n: &LabNode) -> Self {
+        let target = target_for(n);
+        let check = format!("grep -q good {}/etc/motd", n.root().display());
+        Follower(
+            on_node(
+                n,
+                &[
+                    "follow",
+                    &target,
+                    "--node",
+                    &n.name,
+                    "--insecure",
+                    "--interval",
+                    "1",
+                    "--check",
+                    &check,
+                    "--health-within",
+                    "2",
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        )
+    }
+}
+
+/// The lab's fleet file with `rollout = { waves = WAVES, within = WITHIN }`.
+fn with_rollout(lab: &Lab, waves: &str, within: u64) {
+    let fleet = std::fs::read_to_string(lab.fleet()).unwrap().replace(
+        "  nodes = {",
+        &format!("  rollout = {{ waves = {waves}, within = {within} }},\n  nodes = {{"),
+    );
+    std::fs::write(lab.fleet(), fleet).unwrap();
+}
+
+/// `mesh rollout` to the registry, signed with `key`, its nodes read every second.
+fn rollout(lab: &Lab, key: &Path) -> std::process::Output {
+    lab.mesh(&[
+        "rollout",
+        &local_target(),
+        "--insecure",
+        "--sign",
+        "--key",
+        key.to_str().unwrap(),
+        "--every",
+        "1",
+    ])
 }
 
 /// A rollout in waves whose canary does not get healthy (its health check fails after the
@@ -522,11 +539,7 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
         return;
     }
     let lab = Lab::new("rollout", 3, |n| node_decl(n, "good v1\\n", true));
-    let fleet = std::fs::read_to_string(lab.fleet()).unwrap().replace(
-        "  nodes = {",
-        "  rollout = { waves = [[\"node0\"], [\"node1\"]], within = 30 },\n  nodes = {",
-    );
-    std::fs::write(lab.fleet(), fleet).unwrap();
+    with_rollout(&lab, r#"[["node0"], ["node1"]]"#, 30);
     let registry = Registry::start(&lab);
     let keys = tempfile::tempdir().unwrap();
     let ci = keygen(keys.path(), "ci");
@@ -544,50 +557,11 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
         .map(|n| registry.manifest(&n.name))
         .collect();
 
-    let followers: Vec<Follower> = lab
-        .nodes
-        .iter()
-        .map(|n| {
-            let target = target_for(n);
-            let check = format!("grep -q good {}/etc/motd", n.root().display());
-            Follower(
-                on_node(
-                    n,
-                    &[
-                        "follow",
-                        &target,
-                        "--node",
-                        &n.name,
-                        "--insecure",
-                        "--interval",
-                        "1",
-                        "--check",
-                        &check,
-                        "--health-within",
-                        "2",
-                    ],
-                )
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-            )
-        })
-        .collect();
+    let followers: Vec<Follower> = lab.nodes.iter().map(Follower::start).collect();
     for n in &lab.nodes {
         lab.declare(&n.name, &node_decl(&n.name, "bad v2\\n", true));
     }
-    let target = local_target();
-    let out = lab.mesh(&[
-        "rollout",
-        &target,
-        "--insecure",
-        "--sign",
-        "--key",
-        ci.to_str().unwrap(),
-        "--every",
-        "1",
-    ]);
+    let out = rollout(&lab, &ci);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),

@@ -77,19 +77,6 @@ pub struct LastPull {
     pub pid: Option<u32>,
 }
 
-/// Whether process `pid` runs.
-fn running(pid: u32) -> bool {
-    i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-        .is_some_and(|p| {
-            matches!(
-                rustix::process::test_kill_process(p),
-                Ok(()) | Err(rustix::io::Errno::PERM)
-            )
-        })
-}
-
 /// Where the last pull's record is.
 pub fn record_path(state: &Path) -> PathBuf {
     state.join("pull.json")
@@ -102,7 +89,12 @@ impl LastPull {
     pub fn load(state: &Path) -> Option<Self> {
         let mut record: Self =
             serde_json::from_slice(&std::fs::read(record_path(state)).ok()?).ok()?;
-        if record.result == PullResult::Running && !record.pid.is_some_and(running) {
+        if record.result == PullResult::Running
+            && !record
+                .pid
+                .and_then(|p| i32::try_from(p).ok())
+                .is_some_and(crate::lock::runs)
+        {
             record.result = PullResult::Failed;
             record.reason = Some(format!(
                 "interrupted: the pull (pid {}) ended before it recorded how; its deploy, if it \
