@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
         return ExitCode::from(mesh_fleet::ssh::proxy(&args));
     }
+    mesh_fleet::ssh::prepare_environment();
     failure::install_report_handler();
     let args = match cli::Cli::try_parse() {
         Ok(args) => args,

@@ -73,6 +73,24 @@ fn write_if_changed(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     mesh_lib::atomic::write_file(path, text.as_bytes(), 0o600)
 }
 
+/// Readies this process's environment for the ssh processes it starts; called first thing, while
+/// the process has one thread.
+///
+/// ssh runs a `ProxyCommand` (the mesh's own, see [`config_file`]) through the user's shell,
+/// with the socket it will pass on as that shell's input. bash so started, with `SHLVL` unset or
+/// 0 (a mesh run from a timer, a CI job, `sudo -i`…), takes itself for a command sshd ran and
+/// reads `~/.bashrc` first: a pyenv or conda set-up there cost 25–50 ms of the deployer's CPU per
+/// connection, two connections per node. Started from a shell, `SHLVL` is 1 or more and bash
+/// reads nothing; this makes it so when it is not.
+pub fn prepare_environment() {
+    let level = std::env::var("SHLVL")
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok());
+    if level.is_none_or(|l| l < 1) {
+        std::env::set_var("SHLVL", "1");
+    }
+}
+
 /// `mesh __mesh-ssh-proxy HOST PORT`, as ssh's `ProxyCommand` with `ProxyUseFdpass`: connects
 /// to HOST:PORT (each of its addresses in turn, each within the connect timeout), sets
 /// `TCP_NODELAY`, and hands the connected socket to ssh over its standard output. Its exit

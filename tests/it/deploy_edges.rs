@@ -395,7 +395,8 @@ fn the_confirmation_prefers_a_classical_key_exchange() {
 /// mesh's own proxy (the TCP connection with `TCP_NODELAY`, handed to ssh): ssh itself says so
 /// (`ssh -G`). A `ProxyCommand` of the operator's wins over it — here one that notes each
 /// connection and then hands over to the mesh's proxy, so both connections of a deploy (its
-/// own and the confirmation's) go through it and the descriptor passing works.
+/// own and the confirmation's) go through it and the descriptor passing works. The shell ssh
+/// runs the proxy with reads no start-up file.
 #[test]
 fn connections_read_the_operator_s_config_first_then_open_without_nagle() {
     if !tools() {
@@ -423,6 +424,29 @@ fn connections_read_the_operator_s_config_first_then_open_without_nagle() {
             && effective.contains("proxyusefdpass yes")
             && effective.contains("user root"),
         "the operator's settings, then the mesh's proxy: {effective}"
+    );
+
+    // ssh runs the proxy through the user's shell, its input a socket: bash so started with
+    // SHLVL unset (a timer's, a CI job's) took itself for a command sshd ran and read
+    // ~/.bashrc, on every connection of every node.
+    let home = tempfile::tempdir().unwrap();
+    let sourced = home.path().join("sourced");
+    std::fs::write(
+        home.path().join(".bashrc"),
+        format!("echo read >> '{}'\n", sourced.display()),
+    )
+    .unwrap();
+    lab.declare("node0", &node_decl("node0", "rc\n", true));
+    let mut c = lab.command(&["deploy", "--json", "--confirm-timeout", "20"]);
+    c.env("HOME", home.path())
+        .env("SHELL", "/bin/bash")
+        .env_remove("SHLVL");
+    let out = c.output().unwrap();
+    assert_eq!(row(&json_of(&out), "node0")["result"], "confirmed");
+    assert!(
+        !sourced.exists(),
+        "the proxy's shell read ~/.bashrc: {:?}",
+        std::fs::read_to_string(&sourced)
     );
 
     let marker = lab.dir.path().join("proxied");
