@@ -70,7 +70,7 @@ fn entry_path(state_dir: &Path, key: &CacheKey) -> PathBuf {
 pub fn lookup(
     state_dir: &Path,
     key: &CacheKey,
-    allowed: impl Fn(&Path) -> bool,
+    mut allowed: impl FnMut(&Path) -> bool,
 ) -> Option<(GenerationId, Option<Summary>)> {
     let bytes = std::fs::read(entry_path(state_dir, key)).ok()?;
     let entry: Entry = serde_json::from_slice(&bytes).ok()?;
@@ -379,6 +379,11 @@ pub mod modules {
     /// the node being built, it keeps only that node's.
     const MIN_KEPT: usize = 2000;
 
+    /// Bytes of entries a merge keeps at most beside the node's own (or four times the node's
+    /// own, if more): the newest bundles' first. Every build reads every bundle, and a module
+    /// can be large (a file's text is in its value).
+    const MAX_KEPT_BYTES: usize = 4 << 20;
+
     /// The modules' entries: `STATE/cache/modules/NAME.bundle`, one per build that evaluated
     /// modules (a cold build of hundreds of modules writes one file, not hundreds). A bundle's
     /// first line is its index, `{"KEY": [OFFSET, LENGTH], …}` into the rest, the values' JSON
@@ -470,8 +475,39 @@ pub mod modules {
                 let new: BTreeSet<String> = entries.iter().map(|(k, _)| k.clone()).collect();
                 let live: BTreeSet<&str> = live.iter().map(String::as_str).collect();
                 let over = old.index.len() + entries.len() > MIN_KEPT.max(4 * live.len());
-                for (key, (file, range)) in &old.index {
-                    if !new.contains(key) && (!over || live.contains(key.as_str())) {
+                let mut kept: usize = entries.iter().map(|(_, bytes)| bytes.len()).sum();
+                let own: usize = old
+                    .index
+                    .iter()
+                    .filter(|(key, _)| live.contains(key.as_str()) && !new.contains(*key))
+                    .map(|(_, (_, range))| range.len())
+                    .sum();
+                kept += own;
+                let budget = MAX_KEPT_BYTES.max(4 * kept);
+                // The newest bundles' entries first: the nodes built lately.
+                let modified = |file: usize| {
+                    std::fs::metadata(&old.files[file].0)
+                        .and_then(|m| m.modified())
+                        .ok()
+                };
+                let mut order: Vec<(&String, &(usize, std::ops::Range<usize>))> =
+                    old.index.iter().collect();
+                order.sort_by_cached_key(|(key, (file, _))| {
+                    (std::cmp::Reverse(modified(*file)), (*key).clone())
+                });
+                for (key, (file, range)) in order {
+                    if new.contains(key) {
+                        continue;
+                    }
+                    let keep = if live.contains(key.as_str()) {
+                        true
+                    } else if !over && kept + range.len() <= budget {
+                        kept += range.len();
+                        true
+                    } else {
+                        false
+                    };
+                    if keep {
                         entries.push((key.clone(), old.files[*file].1[range.clone()].to_vec()));
                     }
                 }
@@ -581,6 +617,50 @@ pub mod modules {
             assert!(live.iter().all(|k| after.contains(k)));
             assert!(after.contains("ffff0000"));
             assert_eq!(after.index.len(), 101, "the edits' old entries dropped");
+        }
+
+        /// Past the bound in bytes, a merge keeps the node's modules and, of the others, the
+        /// newest bundles' entries that fit: large modules edited often do not make every
+        /// build read all of their history.
+        #[test]
+        fn a_merge_past_the_bytes_keeps_the_node_s_modules_and_the_newest() {
+            let state = tempfile::tempdir().unwrap();
+            let live: Vec<String> = (0..4).map(|m| format!("aaaa{m:04x}")).collect();
+            let big = format!("\"{}\"", "x".repeat(25 << 10));
+            let at = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+            for build in 0..MAX_BUNDLES {
+                // Each build: 40 modules of other nodes of 25 KiB, and the node's 4.
+                let entries: Vec<Entry> = (0..40)
+                    .map(|m| entry(&format!("{build:04x}{m:04x}"), &big))
+                    .chain(live.iter().map(|k| entry(k, "2")))
+                    .collect();
+                store(state.path(), &entries, &live);
+                // Bundles written in order, a minute apart.
+                for e in std::fs::read_dir(bundles_dir(state.path())).unwrap() {
+                    let f = std::fs::File::options()
+                        .write(true)
+                        .open(e.unwrap().path())
+                        .unwrap();
+                    let just_written = at + std::time::Duration::from_secs(3000);
+                    if f.metadata().unwrap().modified().unwrap() > just_written {
+                        f.set_modified(at + std::time::Duration::from_secs(60 * build as u64))
+                            .unwrap();
+                    }
+                }
+            }
+            store(state.path(), &[entry("ffff0000", "3")], &live);
+            let after = Bundles::load(state.path());
+            assert_eq!(bundles(state.path()), 1);
+            assert!(live.iter().all(|k| after.contains(k)));
+            assert!(after.contains("ffff0000"));
+            let size = std::fs::metadata(bundle_paths(state.path())[0].clone())
+                .unwrap()
+                .len() as usize;
+            assert!(size <= MAX_KEPT_BYTES + (16 << 10), "{size}");
+            // The newest build's entries are kept, the oldest's are not.
+            let newest = MAX_BUNDLES - 1;
+            assert!((0..40).all(|m| after.contains(&format!("{newest:04x}{m:04x}"))));
+            assert!((0..40).all(|m| !after.contains(&format!("{:04x}{m:04x}", 0))));
         }
 
         /// A bundle that does not read — its index torn, or a value cut short — is a miss,

@@ -149,8 +149,15 @@ impl Tree {
     /// Whether `path` may be read: once its symlinks are resolved, it is in the tree or in the
     /// library's folder. A path that cannot be resolved is not allowed.
     pub fn allows(&self, path: &Path) -> bool {
-        std::fs::canonicalize(path)
-            .is_ok_and(|real| real.starts_with(&self.root) || real.starts_with(&self.library))
+        self.checker().allows(path)
+    }
+
+    /// A [`Checker`] of paths against this tree: for many paths, most in a few folders.
+    pub fn checker(&self) -> Checker<'_> {
+        Checker {
+            tree: self,
+            folders: std::collections::HashMap::new(),
+        }
     }
 
     fn refusal(&self, what: &str, resolved: &Path) -> String {
@@ -176,6 +183,50 @@ impl Tree {
              folder; --tree DIR gives it outright. Move the file into the tree, or start a \
              fleet where the tree should be: `mesh init DIR`"
         )
+    }
+}
+
+/// Checks paths against a [`Tree`] as [`Tree::allows`] does, resolving each folder once: a
+/// file that is no symlink, named plainly (no `.` or `..`), is its folder's real path and its
+/// name. Resolving every path whole would ask the kernel for every component of every path
+/// (a build reads a few hundred files).
+pub struct Checker<'t> {
+    tree: &'t Tree,
+    /// The real path of each folder resolved (`None`: it cannot be).
+    folders: std::collections::HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl Checker<'_> {
+    /// [`Tree::allows`].
+    pub fn allows(&mut self, path: &Path) -> bool {
+        self.real(path).is_some_and(|real| {
+            real.starts_with(&self.tree.root) || real.starts_with(&self.tree.library)
+        })
+    }
+
+    /// `path` with every symlink resolved: [`std::fs::canonicalize`].
+    fn real(&mut self, path: &Path) -> Option<PathBuf> {
+        use std::path::Component;
+        let plain = path.is_absolute()
+            && path
+                .components()
+                .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+        let (Some(folder), Some(name), true) = (path.parent(), path.file_name(), plain) else {
+            return std::fs::canonicalize(path).ok();
+        };
+        if std::fs::symlink_metadata(path)
+            .ok()?
+            .file_type()
+            .is_symlink()
+        {
+            return std::fs::canonicalize(path).ok();
+        }
+        let real = self
+            .folders
+            .entry(folder.to_owned())
+            .or_insert_with(|| std::fs::canonicalize(folder).ok())
+            .as_ref()?;
+        Some(real.join(name))
     }
 }
 
@@ -371,7 +422,8 @@ pub fn walk_with(
 ) -> Result<(Graph, Parsed), MeshDiagnostic> {
     let mut graph = Graph::default();
     let mut parsed = Parsed::new();
-    if !tree.allows(node) {
+    let mut checker = tree.checker();
+    if !checker.allows(node) {
         // The declaration itself is in its tree by construction; a vanished one is Nickel's
         // to report.
         return Ok((graph, parsed));
@@ -407,7 +459,7 @@ pub fn walk_with(
             let Some(resolved) = resolve(&file, &import.path, import_paths) else {
                 continue; // not found: Nickel reports it
             };
-            if !tree.allows(&resolved) {
+            if !checker.allows(&resolved) {
                 return Err(MeshDiagnostic::new(
                     tree.refusal(&format!("{} imports", display_name(&file)), &resolved),
                 )
@@ -494,8 +546,9 @@ pub fn check_read<'a>(
     read: impl IntoIterator<Item = &'a Path>,
     tree: &Tree,
 ) -> Result<(), MeshDiagnostic> {
+    let mut checker = tree.checker();
     for path in read {
-        if !tree.allows(path) {
+        if !checker.allows(path) {
             return Err(
                 MeshDiagnostic::new(tree.refusal("the declaration read", path))
                     .with_help(tree.help()),

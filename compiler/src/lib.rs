@@ -152,7 +152,8 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
     if request.use_cache {
         // An entry whose sources the tree no longer holds (a checkout moved, a link retargeted)
         // is not used: the evaluation below says what is wrong.
-        if let Some((id, summary)) = cache::lookup(request.state_dir, &key, |p| tree.allows(p)) {
+        let mut checker = tree.checker();
+        if let Some((id, summary)) = cache::lookup(request.state_dir, &key, |p| checker.allows(p)) {
             // A generation a crash left torn is built again (and written whole).
             if store.has_intact_generation(&id) {
                 return Ok(match summary {
