@@ -9,6 +9,9 @@
 //!
 //! Targets (issue 2): cold build within 1.3x the bare evaluation; a rebuild of unchanged inputs
 //! under 5% of the cold build.
+//!
+//! Last, 10 nodes with one module changed in each, built at once in one process as a deploy
+//! builds them: by evaluating children that stay, against a child per build.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -242,4 +245,133 @@ fn main() {
     for (phase, d) in phases(&large) {
         println!("  {phase:<28} {:>10}", ms(d));
     }
+    fleet_rows();
+}
+
+/// The machine's busy CPU time so far (every core, every process), from /proc/stat.
+fn busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // user, nice, system, irq, softirq, steal; in clock ticks (100 a second).
+    Duration::from_millis((f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) * 10)
+}
+
+/// Node `n` of a fleet of nodes of 20 modules each, every module in a file of its own, one
+/// of them the node's own (with `version`): what a deploy builds, one node per thread.
+fn fleet_node(dir: &Path, n: usize, version: usize) -> PathBuf {
+    let mods = dir.join("mods");
+    std::fs::create_dir_all(&mods).unwrap();
+    for m in 0..19 {
+        let path = mods.join(format!("m{m}.ncl"));
+        if !path.exists() {
+            let files: String = (0..10)
+                .map(|f| {
+                    format!(
+                        "{{ path = \"/etc/m{m}/f{f}\", content = \"module {m} file {f}\\n\" }},"
+                    )
+                })
+                .collect();
+            std::fs::write(
+                path,
+                format!("{{ name = \"m{m}\", config = fun s => {{ files = [{files}] }} }}\n"),
+            )
+            .unwrap();
+        }
+    }
+    let files: String = (0..50)
+        .map(|f| format!("{{ path = \"/etc/own/f{f}\", content = \"node {n} version {version} file {f}\\n\" }},"))
+        .collect();
+    std::fs::write(
+        mods.join(format!("own{n}.ncl")),
+        format!("{{ name = \"own\", config = fun s => {{ files = [{files}] }} }}\n"),
+    )
+    .unwrap();
+    let modules: String = (0..19)
+        .map(|m| format!("(import \"mods/m{m}.ncl\"), "))
+        .collect();
+    let path = dir.join(format!("n{n}.ncl"));
+    std::fs::write(
+        &path,
+        format!(
+            "let mesh = import \"mesh.ncl\" in\nmesh.node {{\n  name = \"n{n}\",\n  settings = {{\n    ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }},\n    private_network = {{ range = \"10.77.0.0/24\", address = \"10.77.0.9\" }},\n  }},\n  modules = [{modules}(import \"mods/own{n}.ncl\")],\n}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// 10 nodes, one module changed in each, built at once in one process as a deploy builds them:
+/// by children that stay (one per core, `mesh_compiler::serving`) and by a child per build
+/// (`MESH_EVAL_SERVE=0`, what every build did before), alternating, medians of 5 rounds each.
+fn fleet_rows() {
+    const NODES: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let child = Evaluator::Child {
+        program: std::env::current_exe().unwrap(),
+        limits: Limits::default(),
+    };
+    let mut version = 0;
+    let round = |version: &mut usize| -> (Duration, Duration) {
+        *version += 1;
+        let first = *version == 1;
+        let nodes: Vec<PathBuf> = (0..NODES)
+            .map(|n| fleet_node(dir.path(), n, *version))
+            .collect();
+        let (t, cpu) = (Instant::now(), busy());
+        std::thread::scope(|scope| {
+            for node in &nodes {
+                let (child, state) = (&child, state.path());
+                scope.spawn(move || {
+                    let built = build(&BuildRequest {
+                        node,
+                        record: None,
+                        state_dir: state,
+                        use_cache: true,
+                        evaluator: child,
+                        tree: &Default::default(),
+                        per_module: true,
+                    })
+                    .unwrap();
+                    assert!(first || built.evaluated == Some(1));
+                });
+            }
+        });
+        (t.elapsed(), busy() - cpu)
+    };
+    round(&mut version);
+    let (mut served, mut apart) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        std::env::set_var("MESH_EVAL_SERVE", "0");
+        apart.push(round(&mut version));
+        std::env::remove_var("MESH_EVAL_SERVE");
+        served.push(round(&mut version));
+    }
+    let pick = |v: &[(Duration, Duration)]| {
+        (
+            median(v.iter().map(|r| r.0).collect()),
+            median(v.iter().map(|r| r.1).collect()),
+        )
+    };
+    let ((st, sc), (at, ac)) = (pick(&served), pick(&apart));
+    println!("\n{NODES} nodes of 20 modules, one changed in each, built at once in one process (a deploy's builds):");
+    println!(
+        "  children that stay, one per core   {:>10} wall {:>10} CPU   {:.2}x wall, {:.2}x CPU",
+        ms(st),
+        ms(sc),
+        st.as_secs_f64() / at.as_secs_f64(),
+        sc.as_secs_f64() / ac.as_secs_f64()
+    );
+    println!(
+        "  a child per build (reference)      {:>10} wall {:>10} CPU   1.00x",
+        ms(at),
+        ms(ac)
+    );
 }

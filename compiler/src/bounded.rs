@@ -19,8 +19,10 @@
 //!
 //! The answer on the child's stdout: a little-endian `u64` length, then that many bytes of JSON
 //! ([`Answer`]). The child closes its stdout once it has answered, so the mesh goes on while the
-//! child gives its memory back (and reaps it on the side). A child building a node built before
-//! is told so ([`WARM_ARG`]) and loads Nickel's standard library as it starts.
+//! child gives its memory back (and reaps it on the side). A node built before is built by a
+//! child that stays and serves the other builds of the process too ([`crate::serving`]); one
+//! asked again in a child of its own is told so ([`WARM_ARG`]) and loads Nickel's standard
+//! library as it starts.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -218,7 +220,7 @@ pub(crate) struct Evaluated {
 /// `warm`: an evaluator already loading the standard library, if one was started.
 pub(crate) fn evaluate_here(
     request: &Request,
-    warm: Option<crate::eval::Warm>,
+    warm: Option<&crate::eval::Warm>,
 ) -> Result<Evaluated, MeshDiagnostic> {
     let mut evaluated = evaluate_declaration(request, warm)?;
     // The secrets' ciphertexts are read from the tree, and are sources like the imports.
@@ -230,7 +232,7 @@ pub(crate) fn evaluate_here(
 /// Evaluates the declaration and assembles its generation, its secrets not yet read.
 fn evaluate_declaration(
     request: &Request,
-    warm: Option<crate::eval::Warm>,
+    warm: Option<&crate::eval::Warm>,
 ) -> Result<Evaluated, MeshDiagnostic> {
     let tree = &request.tree;
     let known = match (&request.cache_dir, request.per_module) {
@@ -241,8 +243,12 @@ fn evaluate_declaration(
     // here, so the evaluator loads its standard library while the walk goes on. (Not for a
     // first build: its modules are evaluated in processes of their own, and the walk parses
     // on every core.)
-    let warm = warm.or_else(|| (!known.is_empty()).then(crate::eval::Warm::start).flatten());
-    if let Some(w) = &warm {
+    let started = match warm {
+        None if !known.is_empty() => crate::eval::Warm::start(),
+        _ => None,
+    };
+    let warm = warm.or(started.as_ref());
+    if let Some(w) = warm {
         w.library(&request.library);
     }
     let (graph, parsed) = crate::imports::walk_with(
@@ -430,7 +436,12 @@ pub(crate) fn evaluate_in_child(
             .cache_dir
             .as_deref()
             .is_some_and(|dir| crate::cache::modules::has_parsed(dir, &request.node));
-    let output = run_child(program, limits, &request.node, &input, warm)?;
+    // A node built before: most likely one module to evaluate, in a child that stays.
+    let output = if warm && crate::serving::enabled() {
+        crate::serving::evaluate(program, limits, &request.node, &input)?
+    } else {
+        run_child(program, limits, &request.node, &input, false)?
+    };
     decode(&output).map_err(|e| BoundedError::Failed {
         node: request.node.clone(),
         reason: format!("its answer cannot be read: {e}"),
@@ -439,7 +450,7 @@ pub(crate) fn evaluate_in_child(
 
 /// Runs `program` as an evaluating child with `input` on its stdin, bounded by `limits`; its
 /// stdout, once it exited with success.
-fn run_child(
+pub(crate) fn run_child(
     program: &Path,
     limits: Limits,
     node: &Path,
@@ -529,7 +540,7 @@ fn is_whole_answer(output: &[u8]) -> bool {
 }
 
 /// Waits for the child, then reads its answer (`output`), or why it gave none.
-fn finish_child(
+pub(crate) fn finish_child(
     mut child: std::process::Child,
     output: Result<std::io::Result<Vec<u8>>, ()>,
     errors: std::thread::JoinHandle<Vec<u8>>,
@@ -642,23 +653,46 @@ fn frame(answer: Answer) -> Result<Vec<u8>, serde_json::Error> {
 /// system all at once then.
 static ENDS_AFTER_ANSWER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Drops `value` — or, in an evaluating child, leaves it to the process's end: freeing a large
-/// evaluation or node value by value costs milliseconds the answer would wait for.
-pub(crate) fn discard<T>(value: T) {
-    if ENDS_AFTER_ANSWER.load(std::sync::atomic::Ordering::Relaxed) {
+/// Set in an evaluator serving one build after another ([`crate::serving`]): what the answer
+/// would wait for the freeing of is freed once it is given ([`collect_garbage`]).
+pub(crate) static SERVING: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// What this thread is to free once its answer is given.
+    static GARBAGE: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Drops `value` — or, in an evaluating child, leaves it to the process's end (or, in one
+/// that serves several builds, to the moment its answer is given): freeing a large evaluation
+/// or node value by value costs milliseconds the answer would wait for.
+pub(crate) fn discard<T: 'static>(value: T) {
+    if SERVING.load(std::sync::atomic::Ordering::Relaxed) {
+        GARBAGE.with(|g| g.borrow_mut().push(Box::new(value)));
+    } else if ENDS_AFTER_ANSWER.load(std::sync::atomic::Ordering::Relaxed) {
         std::mem::forget(value);
     }
+}
+
+/// Frees what this thread [`discard`]ed.
+pub(crate) fn collect_garbage() {
+    let garbage = GARBAGE.with(|g| std::mem::take(&mut *g.borrow_mut()));
+    drop(garbage);
 }
 
 /// The child's side: reads the request on stdin, limits its own address space, evaluates,
 /// writes the answer on stdout. Returns the process's exit code: 0 when it answered (a
 /// rejection is an answer), 3 when it could not.
 pub fn serve() -> u8 {
-    ENDS_AFTER_ANSWER.store(true, std::sync::atomic::Ordering::Relaxed);
     // Told a node built before is to be built: Nickel's standard library is loaded from the
     // start, beside everything else.
-    let warm = std::env::args_os()
-        .nth(2)
+    let mode = std::env::args_os().nth(2);
+    if mode.as_deref() == Some(crate::serving::SERVE_ARG.as_ref()) {
+        return crate::serving::serve_builds();
+    }
+    ENDS_AFTER_ANSWER.store(true, std::sync::atomic::Ordering::Relaxed);
+    let warm = mode
         .is_some_and(|a| a == WARM_ARG)
         .then(crate::eval::Warm::start)
         .flatten();
@@ -680,38 +714,16 @@ pub fn serve() -> u8 {
     let _best_effort =
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     if request.time_seconds > 0 {
-        let cpu = request.time_seconds.saturating_add(1);
-        let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
-        let limit = rustix::process::Rlimit {
-            current: Some(hard.map_or(cpu, |h| h.min(cpu))),
-            maximum: hard,
-        };
-        if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::Cpu, limit) {
-            eprintln!("mesh evaluator: cannot limit its time: {e}");
+        if let Err(e) = limit_cpu(request.time_seconds.saturating_add(1)) {
+            eprintln!("mesh evaluator: {e}");
             return 3;
         }
     }
-    if request.memory_mib > 0 {
-        let bytes = request.memory_mib.saturating_mul(1024 * 1024);
-        let hard = rustix::process::getrlimit(rustix::process::Resource::As).maximum;
-        let limit = rustix::process::Rlimit {
-            current: Some(hard.map_or(bytes, |h| h.min(bytes))),
-            maximum: hard,
-        };
-        if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::As, limit) {
-            eprintln!("mesh evaluator: cannot limit its memory: {e}");
-            return 3;
-        }
+    if let Err(e) = limit_memory(request.memory_mib) {
+        eprintln!("mesh evaluator: {e}");
+        return 3;
     }
-    let answer = match request.chunk.clone() {
-        Some(text) => encode_chunk(evaluate_chunk_here(&request, text)),
-        None => encode(
-            evaluate_here(&request, warm)
-                .map_err(crate::BuildError::from)
-                .and_then(|evaluated| crate::keep(&request, evaluated)),
-        ),
-    };
-    let answer = match answer {
+    let answer = match answer(&request, warm.as_ref()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("mesh evaluator: cannot encode the answer: {e}");
@@ -732,4 +744,46 @@ pub fn serve() -> u8 {
             3
         }
     }
+}
+
+/// What an evaluating child answers `request`, framed: a chunk's value, or the node's
+/// generation kept (or why not).
+pub(crate) fn answer(
+    request: &Request,
+    warm: Option<&crate::eval::Warm>,
+) -> Result<Vec<u8>, String> {
+    match request.chunk.clone() {
+        Some(text) => encode_chunk(evaluate_chunk_here(request, text)),
+        None => encode(
+            evaluate_here(request, warm)
+                .map_err(crate::BuildError::from)
+                .and_then(|evaluated| crate::keep(request, evaluated)),
+        ),
+    }
+}
+
+/// Limits this process's CPU time to `seconds` (it gets SIGXCPU past them).
+pub(crate) fn limit_cpu(seconds: u64) -> Result<(), String> {
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
+    let limit = rustix::process::Rlimit {
+        current: Some(hard.map_or(seconds, |h| h.min(seconds))),
+        maximum: hard,
+    };
+    rustix::process::setrlimit(rustix::process::Resource::Cpu, limit)
+        .map_err(|e| format!("cannot limit its time: {e}"))
+}
+
+/// Limits this process's address space to `mib` MiB (0: no limit).
+pub(crate) fn limit_memory(mib: u64) -> Result<(), String> {
+    if mib == 0 {
+        return Ok(());
+    }
+    let bytes = mib.saturating_mul(1024 * 1024);
+    let hard = rustix::process::getrlimit(rustix::process::Resource::As).maximum;
+    let limit = rustix::process::Rlimit {
+        current: Some(hard.map_or(bytes, |h| h.min(bytes))),
+        maximum: hard,
+    };
+    rustix::process::setrlimit(rustix::process::Resource::As, limit)
+        .map_err(|e| format!("cannot limit its memory: {e}"))
 }

@@ -208,9 +208,13 @@ fn json_of(value: &NickelValue) -> Result<Box<RawValue>, String> {
 fn sources_read(files: &Files) -> Vec<ReadSource> {
     let count = files.filenames().count();
     let first = files.stdlib_modules().count();
+    sources_of(files, (first..count).filter_map(file_id))
+}
+
+/// Those of `ids` that are files on disk, with the blake3 of their text, sorted.
+fn sources_of(files: &Files, ids: impl Iterator<Item = FileId>) -> Vec<ReadSource> {
     let mut out = Vec::new();
-    for index in first..count {
-        let Some(id) = file_id(index) else { continue };
+    for id in ids {
         let name = Path::new(files.name(id));
         if name.is_absolute() && name.is_file() {
             out.push((
@@ -276,11 +280,17 @@ fn nickel_to_mesh(files: &Files, diagnostics: Vec<Diagnostic<FileId>>) -> MeshDi
 /// Nickel's standard library is more than half of evaluating one module, and a build that
 /// evaluates one module changed can have it loaded while it walks the declaration and reads its
 /// caches. It lives on a thread of its own (Nickel's evaluator is not `Send`), which waits for
-/// the text to evaluate.
+/// the texts to evaluate, one after another, keeping what it parsed and evaluated of the files
+/// they import (the mesh's library first): an evaluator serving several builds
+/// ([`crate::serving`]) parses them once. What it keeps of a file is what it read first, or
+/// again once the file's modification time changed.
 pub(crate) struct Warm {
     ask: std::sync::mpsc::Sender<Ask>,
-    answer: std::sync::mpsc::Receiver<Option<(Box<RawValue>, Vec<ReadSource>)>>,
+    answer: std::sync::Mutex<std::sync::mpsc::Receiver<Option<Evaluated>>>,
 }
+
+/// An evaluation's value as JSON, and the files it read.
+type Evaluated = (Box<RawValue>, Vec<ReadSource>);
 
 /// What [`Warm`] is asked.
 enum Ask {
@@ -307,8 +317,10 @@ struct Job {
 /// main thread it has the process's whole stack.
 const WARM_STACK: usize = 64 << 20;
 
+type WarmContext = nickel_lang_core::eval::VmContext<nickel_lang_core::cache::CacheHub, CacheImpl>;
+
 impl Warm {
-    /// Starts loading the standard library, for one evaluation ([`Warm::evaluate`]).
+    /// Starts loading the standard library, for the evaluations to come ([`Warm::evaluate`]).
     pub(crate) fn start() -> Option<Self> {
         let (ask, asked) = std::sync::mpsc::channel::<Ask>();
         let (answered, answer) = std::sync::mpsc::channel();
@@ -316,78 +328,28 @@ impl Warm {
             .name("mesh-evaluator".into())
             .stack_size(WARM_STACK)
             .spawn(move || {
-                use nickel_lang_core::cache::{CacheHub, ImportResolver, InputFormat, SourcePath};
-                use nickel_lang_core::eval::{VirtualMachine, VmContext};
-                let mut vm: VmContext<CacheHub, CacheImpl> = VmContext::new(
-                    CacheHub::new(),
-                    std::io::sink(),
-                    nickel_lang_core::error::NullReporter {},
-                );
-                // Its documentation is most of Nickel's standard library's text: none of it
-                // is evaluated, and an evaluation here that fails is done again elsewhere, so
-                // no message ever points into the text without it.
-                let files = &mut vm.import_resolver.sources.files;
-                for id in files.stdlib_modules() {
-                    if let Some(text) = without_docs(files.source(id)) {
-                        files.update(id, text);
+                let mut context = Context::new();
+                // Until the last sender goes: no more builds to serve.
+                while let Ok(asked) = asked.recv() {
+                    if context.is_stale() {
+                        crate::bounded::discard(context);
+                        context = Context::new();
+                    }
+                    match asked {
+                        Ask::Library(dir) => context.library(dir),
+                        Ask::Job(job) => {
+                            let _gone = answered.send(context.run(&job));
+                            crate::bounded::collect_garbage();
+                        }
                     }
                 }
-                let loaded = vm.import_resolver.prepare_stdlib(&mut vm.pos_table).is_ok();
-                // No job: the build needed no evaluation here.
-                let job = loop {
-                    match asked.recv() {
-                        Ok(Ask::Library(dir)) if loaded => {
-                            vm.register_extend_env_for_typecheck();
-                            let file = dir.join(crate::library::FILE);
-                            if let Ok(id) = vm
-                                .import_resolver
-                                .sources
-                                .get_or_add_file(&file, InputFormat::Nickel)
-                            {
-                                let _at_the_import =
-                                    vm.import_resolver.prepare(&mut vm.pos_table, id.inner());
-                            }
-                        }
-                        Ok(Ask::Library(_)) => {}
-                        Ok(Ask::Job(job)) => break job,
-                        Err(_) => return,
-                    }
-                };
-                let result = loaded.then(|| {
-                    vm.import_resolver
-                        .sources
-                        .add_import_paths(std::iter::once(&job.library_dir));
-                    let id = vm.import_resolver.sources.add_string(
-                        SourcePath::Path(job.node.clone(), InputFormat::Nickel),
-                        match with_pins(&job.text, &job.pinned) {
-                            text if job.modules_only => format!("(\n{text}\n).modules"),
-                            text => text,
-                        },
-                    );
-                    let body = vm.prepare_eval(id).ok()?;
-                    let value = VirtualMachine::new(&mut vm)
-                        .eval_full_for_export_closure(body.into())
-                        .ok()?;
-                    let files = vm.import_resolver.files().clone();
-                    let paths = read_paths(&files);
-                    crate::imports::check_read(paths.iter().map(PathBuf::as_path), &job.tree)
-                        .ok()?;
-                    // The declaration read is the text given, before the pins.
-                    let mut read = sources_read(&files);
-                    for (path, digest) in &mut read {
-                        if *path == job.node {
-                            *digest = *blake3::hash(job.text.as_bytes()).as_bytes();
-                        }
-                    }
-                    let answer = json_of(&value).ok().map(|json| (json, read));
-                    crate::bounded::discard(value);
-                    answer
-                });
-                let _gone = answered.send(result.flatten());
-                crate::bounded::discard(vm);
+                crate::bounded::discard(context);
             })
             .ok()?;
-        Some(Warm { ask, answer })
+        Some(Warm {
+            ask,
+            answer: std::sync::Mutex::new(answer),
+        })
     }
 
     /// Has the mesh's library in `library_dir` loaded once the standard library is, before the
@@ -402,14 +364,16 @@ impl Warm {
     /// if anything failed (the caller then evaluates the way that reports it). `modules_only`:
     /// `text` is a node's declaration, and only its `modules` are evaluated (with the pins).
     pub(crate) fn evaluate(
-        self,
+        &self,
         node: &Path,
         library_dir: &Path,
         pinned: &BTreeMap<String, u16>,
         tree: &crate::imports::Tree,
         text: String,
         modules_only: bool,
-    ) -> Option<(Box<RawValue>, Vec<ReadSource>)> {
+    ) -> Option<Evaluated> {
+        // One evaluation at a time: the answer is the one to this job.
+        let answer = self.answer.lock().ok()?;
         self.ask
             .send(Ask::Job(Job {
                 node: node.to_owned(),
@@ -420,7 +384,140 @@ impl Warm {
                 modules_only,
             }))
             .ok()?;
-        self.answer.recv().ok()?
+        answer.recv().ok()?
+    }
+}
+
+/// What [`Warm`]'s thread keeps from one evaluation to the next.
+struct Context {
+    vm: WarmContext,
+    /// Whether the standard library loaded.
+    loaded: bool,
+    /// The mesh's libraries loaded.
+    libraries: std::collections::BTreeSet<PathBuf>,
+    /// The folders on the import path.
+    import_paths: std::collections::BTreeSet<PathBuf>,
+    /// Every file on disk an evaluation read, and its modification time once it was read.
+    seen: BTreeMap<PathBuf, Option<std::time::SystemTime>>,
+}
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+impl Context {
+    /// A context with Nickel's standard library loaded.
+    fn new() -> Self {
+        let mut vm: WarmContext = nickel_lang_core::eval::VmContext::new(
+            nickel_lang_core::cache::CacheHub::new(),
+            std::io::sink(),
+            nickel_lang_core::error::NullReporter {},
+        );
+        // Its documentation is most of Nickel's standard library's text: none of it is
+        // evaluated, and an evaluation here that fails is done again elsewhere, so no message
+        // ever points into the text without it.
+        let files = &mut vm.import_resolver.sources.files;
+        for id in files.stdlib_modules() {
+            if let Some(text) = without_docs(files.source(id)) {
+                files.update(id, text);
+            }
+        }
+        let loaded = vm.import_resolver.prepare_stdlib(&mut vm.pos_table).is_ok();
+        Self {
+            vm,
+            loaded,
+            libraries: Default::default(),
+            import_paths: Default::default(),
+            seen: Default::default(),
+        }
+    }
+
+    /// Whether a file an evaluation read changed since: Nickel reads a file again when its
+    /// modification time changed, but not the files imported by one it kept, so a context that
+    /// read a file since changed is not used again.
+    fn is_stale(&self) -> bool {
+        self.seen.iter().any(|(path, at)| modified(path) != *at)
+    }
+
+    /// Parses, typechecks and transforms the mesh's library in `dir`.
+    fn library(&mut self, dir: PathBuf) {
+        use nickel_lang_core::cache::InputFormat;
+        if !self.loaded || self.libraries.contains(&dir) {
+            return;
+        }
+        let vm = &mut self.vm;
+        if self.libraries.is_empty() {
+            vm.register_extend_env_for_typecheck();
+        }
+        let file = dir.join(crate::library::FILE);
+        if let Ok(id) = vm
+            .import_resolver
+            .sources
+            .get_or_add_file(&file, InputFormat::Nickel)
+        {
+            let _at_the_import = vm.import_resolver.prepare(&mut vm.pos_table, id.inner());
+        }
+        self.libraries.insert(dir);
+    }
+
+    /// Evaluates `job`: its value as JSON, and the files it read (exactly: the job's text and
+    /// what it imports, not what earlier jobs read).
+    fn run(&mut self, job: &Job) -> Option<Evaluated> {
+        use nickel_lang_core::cache::{ImportResolver as _, InputFormat, SourcePath};
+        use nickel_lang_core::eval::VirtualMachine;
+        if !self.loaded {
+            return None;
+        }
+        if self.import_paths.insert(job.library_dir.clone()) {
+            self.vm
+                .import_resolver
+                .sources
+                .add_import_paths(std::iter::once(&job.library_dir));
+        }
+        let vm = &mut self.vm;
+        let id = vm.import_resolver.sources.add_string(
+            SourcePath::Path(job.node.clone(), InputFormat::Nickel),
+            match with_pins(&job.text, &job.pinned) {
+                text if job.modules_only => format!("(\n{text}\n).modules"),
+                text => text,
+            },
+        );
+        let body = vm.prepare_eval(id).ok();
+        let mut ids = vm.import_resolver.import_data.transitive_imports(id);
+        ids.insert(id);
+        let files = vm.import_resolver.files();
+        let paths: Vec<PathBuf> = ids
+            .iter()
+            .map(|id| PathBuf::from(files.name(*id)))
+            .filter(|name| name.is_absolute() && *name != job.node)
+            .collect();
+        for path in &paths {
+            self.seen
+                .entry(path.clone())
+                .or_insert_with(|| modified(path));
+        }
+        let value = VirtualMachine::new(vm)
+            .eval_full_for_export_closure(body?.into())
+            .ok()?;
+        crate::imports::check_read(
+            paths
+                .iter()
+                .map(PathBuf::as_path)
+                .chain(std::iter::once(job.node.as_path())),
+            &job.tree,
+        )
+        .ok()?;
+        let files = vm.import_resolver.files();
+        // The declaration read is the text given, before the pins.
+        let mut read = sources_of(files, ids.into_iter());
+        for (path, digest) in &mut read {
+            if *path == job.node {
+                *digest = *blake3::hash(job.text.as_bytes()).as_bytes();
+            }
+        }
+        let answer = json_of(&value).ok().map(|json| (json, read));
+        crate::bounded::discard(value);
+        answer
     }
 }
 

@@ -88,7 +88,7 @@ struct Evaluated {
 
 /// Evaluates the node module by module; `None` when only a whole evaluation can answer.
 /// `warm`: an evaluator already loading the standard library, for modules evaluated here.
-pub(crate) fn evaluate(inputs: &Inputs<'_>, mut warm: Option<crate::eval::Warm>) -> Option<Answer> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, warm: Option<&crate::eval::Warm>) -> Option<Answer> {
     let import_paths = [inputs.library.to_owned()];
     let spine = Spine::of(inputs.node, inputs.library, &import_paths, inputs.graph)?;
     let keys = modules::keys(&spine, inputs.graph, inputs.pinned);
@@ -130,7 +130,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, mut warm: Option<crate::eval::Warm>)
     loop {
         let first = values.is_empty();
         let (evaluated, refused) = std::thread::scope(|scope| {
-            let (warm, misses, spine, head_known) = (warm.take(), &misses, &spine, head.is_some());
+            let (misses, spine, head_known) = (&misses, &spine, head.is_some());
             let evaluating = std::thread::Builder::new()
                 .name("mesh-modules".into())
                 .stack_size(EVALUATING_STACK)
@@ -261,7 +261,7 @@ fn run_chunks(
     spine: &Spine,
     chunks: &[Vec<usize>],
     head_known: bool,
-    mut warm: Option<crate::eval::Warm>,
+    warm: Option<&crate::eval::Warm>,
 ) -> Option<Vec<Evaluated>> {
     let here = |chunk: &[usize]| {
         let text = spine.wrapper(chunk);
@@ -282,7 +282,6 @@ fn run_chunks(
         return chunks
             .iter()
             .map(|chunk| {
-                let warm = warm.take();
                 let text = spine.wrapper(chunk);
                 let (value, read) = warm
                     .and_then(|w| {

@@ -27,6 +27,7 @@ pub mod imports;
 pub mod incremental;
 pub mod library;
 pub mod secrets;
+pub mod serving;
 pub mod spine;
 
 use std::path::{Path, PathBuf};

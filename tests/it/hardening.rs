@@ -959,23 +959,41 @@ fn a_record_that_is_no_file_is_refused() {
 
 /// Item 3: the evaluating child does not outlive the mesh. Killed while a declaration that does
 /// not terminate is being evaluated (with room for minutes of it), the mesh takes its child with
-/// it: nothing keeps eating the node's memory.
+/// it: nothing keeps eating the node's memory. So too for a node built before, whose changed
+/// module a child serving builds evaluates (`mesh_compiler::serving`).
 #[test]
 fn the_evaluator_does_not_outlive_the_mesh() {
+    for built_before in [false, true] {
+        the_evaluator_does_not_outlive_the_mesh_when(built_before);
+    }
+}
+
+fn the_evaluator_does_not_outlive_the_mesh_when(built_before: bool) {
     let fleet = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    std::fs::write(
-        fleet.path().join("n.ncl"),
-        node(
-            PORTS,
-            &module("m", r#"files = [{ path = "/etc/x", content = f 0 }]"#),
+    let declare = |content: &str| {
+        std::fs::write(
+            fleet.path().join("n.ncl"),
+            node(
+                PORTS,
+                &module(
+                    "m",
+                    &format!(r#"files = [{{ path = "/etc/x", content = {content} }}]"#),
+                ),
+            )
+            .replace(
+                "let mesh = import \"mesh.ncl\" in",
+                "let mesh = import \"mesh.ncl\" in\nlet rec f = fun x => f (x + 1) in",
+            ),
         )
-        .replace(
-            "let mesh = import \"mesh.ncl\" in",
-            "let mesh = import \"mesh.ncl\" in\nlet rec f = fun x => f (x + 1) in",
-        ),
-    )
-    .unwrap();
+        .unwrap();
+    };
+    if built_before {
+        declare("\"x\"");
+        let ran = build_in(state.path(), &fleet.path().join("n.ncl"), &[]);
+        assert_eq!(ran.code, 0, "{}", ran.stderr);
+    }
+    declare("f 0");
     let mut c = mesh(state.path());
     c.current_dir(fleet.path())
         .args([

@@ -26,6 +26,7 @@ mod review;
 mod scale;
 mod secrets;
 mod services;
+mod serving;
 mod setup;
 mod sshlab;
 mod support;
