@@ -201,6 +201,7 @@ pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Resu
             match registry.artifact(&l.node) {
                 Ok(a) => l.desired = Some(a.generation),
                 Err(mesh_registry::RegistryError::NoTag(_)) => {}
+                Err(mesh_registry::RegistryError::Withdrawn(_)) => l.withdrawn = true,
                 Err(e) => return Err(Failure::system(e)),
             }
         }
@@ -271,7 +272,7 @@ pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Resu
                 format!("  ({})", problem.join("; "))
             }
         );
-        if l.desired.is_some() || l.last_pull.is_some() {
+        if l.desired.is_some() || l.withdrawn || l.last_pull.is_some() {
             let p = l.last_pull.clone().unwrap_or_default();
             let text = |k: &str| p[k].as_str().unwrap_or("-").to_owned();
             let pulled = p["generation"]
@@ -280,7 +281,11 @@ pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Resu
             say!(
                 "{:<16} desired {}, in force {}, last pull: {} {} at {}{}",
                 "",
-                short(l.desired.as_ref()),
+                if l.withdrawn {
+                    "withdrawn".to_owned()
+                } else {
+                    short(l.desired.as_ref())
+                },
                 short(l.current.as_ref()),
                 short(pulled.as_ref()),
                 text("result"),

@@ -210,13 +210,22 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
                      untouched{}",
                     r.wave.number,
                     why.join("; "),
-                    if r.not_put_back.is_empty() {
-                        "its tags were put back".to_owned()
-                    } else {
-                        format!(
-                            "its tags were put back but for: {}",
+                    match (r.not_put_back.is_empty(), r.withdrawn.is_empty()) {
+                        (true, true) => "its tags were put back".to_owned(),
+                        (true, false) => format!(
+                            "its tags were put back, and withdrawn where they had named \
+                             nothing before: {}",
+                            r.withdrawn.join(", ")
+                        ),
+                        (false, _) => format!(
+                            "its tags were put back{} but for: {}",
+                            if r.withdrawn.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" (withdrawn: {})", r.withdrawn.join(", "))
+                            },
                             r.not_put_back.join("; ")
-                        )
+                        ),
                     },
                     untouched.len(),
                     if untouched.is_empty() {
@@ -240,6 +249,8 @@ enum Pulled {
     Done(LastPull),
     /// Another pull (this pid) is running here: nothing done, nothing recorded.
     Busy(String),
+    /// The tag is withdrawn (a rollout stopped): nothing done, nothing recorded.
+    Withdrawn(String),
 }
 
 /// `mesh pull`.
@@ -247,7 +258,7 @@ pub fn pull(machine: &Machine, args: &PullArgs) -> Result<(), Failure> {
     let pulled = pull_once(machine, args)?;
     report(&pulled, args.json);
     match pulled {
-        Pulled::UpToDate(_) | Pulled::NotAgain(_) => Ok(()),
+        Pulled::UpToDate(_) | Pulled::NotAgain(_) | Pulled::Withdrawn(_) => Ok(()),
         Pulled::Busy(pid) => Err(Failure::new(
             Exit::Refused,
             miette::miette!("another mesh pull (pid {pid}) is running here: this one did nothing"),
@@ -277,6 +288,13 @@ fn report(pulled: &Pulled, json_out: bool) {
         Pulled::Busy(pid) => {
             if json_out {
                 say!("{}", json!({ "result": "busy", "pid": pid }));
+            }
+        }
+        Pulled::Withdrawn(why) => {
+            if json_out {
+                say!("{}", json!({ "result": "withdrawn", "reason": why }));
+            } else {
+                say!("{why}: nothing to do");
             }
         }
         Pulled::UpToDate(id) => {
@@ -362,6 +380,7 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
     };
     let artifact = match registry.artifact(&tag) {
         Ok(a) => a,
+        Err(e @ RegistryError::Withdrawn(_)) => return Ok(Pulled::Withdrawn(e.to_string())),
         Err(e @ (RegistryError::Invalid { .. } | RegistryError::NoTag(_))) => {
             return ended(record, PullResult::Refused, e.to_string())
         }

@@ -4,8 +4,9 @@
 //! `mesh fleet status` reads them) until each reports the new generation in force and its pull
 //! confirmed. The first wave that does not get there within its time stops the rollout: its
 //! nodes are named with why, its tags are put back where they were (a node that went back by
-//! itself does not pull the generation again; a node not yet there does not get it), and the
-//! tags of the waves after it are never touched.
+//! itself does not pull the generation again; a node not yet there does not get it) — a tag
+//! that named nothing before is withdrawn (`mesh_registry::withdrawal`: it names no generation,
+//! and a pull does nothing) — and the tags of the waves after it are never touched.
 
 use std::time::{Duration, Instant};
 
@@ -113,10 +114,13 @@ pub struct WaveReport {
     pub nodes: Vec<NodeReport>,
     /// Whether every node got healthy.
     pub healthy: bool,
-    /// The tags of an unhealthy wave that could not be put back where they were, and why
-    /// (one that named nothing before still names the new generation).
+    /// The tags of an unhealthy wave that could not be put back where they were, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_put_back: Vec<String>,
+    /// The tags of an unhealthy wave that named nothing before: withdrawn
+    /// (`mesh_registry::withdrawal`), so that no node pulls the new generation through them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub withdrawn: Vec<String>,
     /// Seconds it took.
     pub seconds: f64,
 }
@@ -267,7 +271,7 @@ pub fn run(
             .collect();
         let nodes = wait_for(fleet, &targets, within, options.every);
         let healthy = nodes.iter().all(|n| n.healthy);
-        let mut not_put_back = Vec::new();
+        let (mut not_put_back, mut withdrawn) = (Vec::new(), Vec::new());
         if !healthy {
             for (tag, artifact) in &before {
                 let moved = pushed.iter().any(|l| l.node == *tag && l.tag_moved);
@@ -277,10 +281,13 @@ pub fn run(
                             not_put_back.push(format!("{tag}: {e}"));
                         }
                     }
-                    None if moved => not_put_back.push(format!(
-                        "{tag}: it named nothing before, and still names the new generation \
-                         (delete the tag in the registry to withdraw it)"
-                    )),
+                    None if moved => match registry.withdraw(tag) {
+                        Ok(()) => withdrawn.push(tag.clone()),
+                        Err(e) => not_put_back.push(format!(
+                            "{tag}: it named nothing before, and could not be withdrawn: {e}; \
+                             it still names the new generation"
+                        )),
+                    },
                     None => {}
                 }
             }
@@ -291,6 +298,7 @@ pub fn run(
             nodes,
             healthy,
             not_put_back,
+            withdrawn,
             seconds: started.elapsed().as_secs_f64(),
         };
         on_wave(&report);

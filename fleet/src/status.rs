@@ -46,6 +46,9 @@ pub struct Line {
     pub secrets: Option<SecretsReadable>,
     /// The generation its tag in the registry names (`mesh fleet status --registry`).
     pub desired: Option<GenerationId>,
+    /// Whether its tag is withdrawn (a rollout stopped; it names no generation).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub withdrawn: bool,
     /// Its last pull from a registry, as `mesh status` says it: from where, which generation,
     /// how it ended and why.
     pub last_pull: Option<serde_json::Value>,
@@ -180,6 +183,7 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         foreign: false,
         secrets: None,
         desired: None,
+        withdrawn: false,
         last_pull: None,
     };
     let mut link = match Link::open(fleet, node) {

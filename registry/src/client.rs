@@ -235,6 +235,19 @@ impl Registry {
         Ok(publication.node.manifest.len() as u64)
     }
 
+    /// Withdraws `tag`: it names [`crate::withdrawal`], no generation, from now on.
+    pub fn withdraw(&self, tag: &str) -> Result<(), RegistryError> {
+        let reference = self.reference("latest");
+        let digest = crate::sha256(crate::EMPTY);
+        self.runtime
+            .block_on(
+                self.client
+                    .push_blob(&reference, crate::EMPTY.to_vec(), &digest),
+            )
+            .map_err(self.failed(format!("withdrawing {tag}")))?;
+        self.put_manifest(tag, &crate::withdrawal())
+    }
+
     /// Points `tag` at `artifact` again (as it was read: the same bytes, the same digest).
     pub fn retag(&self, tag: &str, artifact: &Artifact) -> Result<(), RegistryError> {
         self.put_manifest(tag, &artifact.bytes)

@@ -69,13 +69,15 @@ pub const GENERATION_TYPE: &str = "application/vnd.mesh.generation.v1";
 pub const DELTA_TYPE: &str = "application/vnd.mesh.generation.delta.v1";
 /// An object artifact's type.
 pub const OBJECT_ARTIFACT_TYPE: &str = "application/vnd.mesh.object.v1";
+/// The artifact type of a withdrawn node tag ([`withdrawal`]): it names no generation.
+pub const WITHDRAWN_TYPE: &str = "application/vnd.mesh.withdrawn.v1";
 /// A blob layer's media type (`+zstd` when compressed).
 pub const BLOB_TYPE: &str = "application/vnd.mesh.blob.v1";
 /// The OCI manifest's media type.
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The empty config's media type, and its bytes.
 pub const EMPTY_TYPE: &str = "application/vnd.oci.empty.v1+json";
-const EMPTY: &[u8] = b"{}";
+pub(crate) const EMPTY: &[u8] = b"{}";
 
 /// The annotation naming the generation.
 pub const GENERATION_KEY: &str = "dev.mesh.generation";
@@ -115,6 +117,12 @@ pub enum RegistryError {
     /// The registry has no artifact under that tag.
     #[error("{0}: no such tag")]
     NoTag(String),
+    /// The tag names no generation: a rollout that stopped withdrew it ([`withdrawal`]).
+    #[error(
+        "{0}: withdrawn (a rollout stopped at this node's wave, and its tag had named no \
+         generation before); the next push or rollout names one again"
+    )]
+    Withdrawn(String),
     /// What the registry gave is not an artifact of the mesh's, or does not check out.
     #[error("{reference}: {why}")]
     Invalid {
@@ -217,6 +225,9 @@ impl Artifact {
         };
         let manifest: Manifest = serde_json::from_slice(bytes)
             .map_err(|e| invalid(format!("not an OCI manifest: {e}")))?;
+        if manifest.artifact_type.as_deref() == Some(WITHDRAWN_TYPE) {
+            return Err(RegistryError::Withdrawn(reference.to_owned()));
+        }
         if manifest.artifact_type.as_deref() != Some(ARTIFACT_TYPE) {
             return Err(invalid(format!(
                 "not a mesh generation (its artifact type is {})",
@@ -269,6 +280,24 @@ impl Artifact {
             .iter()
             .filter(|l| l.media_type == SIGNATURE_TYPE)
     }
+}
+
+/// The manifest a withdrawn node tag names: an artifact of [`WITHDRAWN_TYPE`] with the empty
+/// config and one empty layer (a registry refuses a manifest with none), no generation. A tag
+/// that named nothing before a rollout moved it cannot be put back where it was, and deleting a
+/// manifest is not something every registry allows: it is made to name this instead, which a
+/// pull reads as nothing to do ([`RegistryError::Withdrawn`]).
+pub fn withdrawal() -> Vec<u8> {
+    let empty = Descriptor::of(EMPTY_TYPE, EMPTY, None);
+    let manifest = Manifest {
+        schema_version: 2,
+        media_type: Some(MANIFEST_TYPE.to_owned()),
+        artifact_type: Some(WITHDRAWN_TYPE.to_owned()),
+        config: empty.clone(),
+        layers: vec![empty],
+        annotations: BTreeMap::new(),
+    };
+    serde_json::to_vec(&manifest).expect("a manifest encodes")
 }
 
 /// `sha256:HEX` of `bytes`.
@@ -619,5 +648,18 @@ mod tests {
         let bytes = serde_json::to_vec(&m).unwrap();
         let e = Artifact::parse("r", &bytes, sha256(&bytes)).unwrap_err();
         assert!(e.to_string().contains("not a mesh generation"), "{e}");
+        // A withdrawn tag names no generation, and says so.
+        let bytes = withdrawal();
+        let e = Artifact::parse("r:node0", &bytes, sha256(&bytes)).unwrap_err();
+        assert!(
+            matches!(&e, RegistryError::Withdrawn(r) if r == "r:node0"),
+            "{e}"
+        );
+        let m: Manifest = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            m.layers.len(),
+            1,
+            "a registry refuses a manifest without layers"
+        );
     }
 }

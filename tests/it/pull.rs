@@ -432,10 +432,11 @@ fn a_registry_gone_mid_pull_leaves_the_old_generation() {
 }
 
 /// A rollout whose unhealthy wave holds a node whose tag named nothing before (it ran what a
-/// deploy over SSH put there) cannot put that tag back: it says so, naming the node, instead of
-/// saying the tags were put back.
+/// deploy over SSH put there) cannot put that tag back: it withdraws it (the tag names no
+/// generation) and says so, naming the node; a pull then does nothing, and `fleet status`
+/// says the tag is withdrawn.
 #[test]
-fn a_stopped_rollout_names_a_tag_it_could_not_put_back() {
+fn a_stopped_rollout_withdraws_a_tag_that_named_nothing_before() {
     if !tools() {
         return;
     }
@@ -460,9 +461,25 @@ fn a_stopped_rollout_names_a_tag_it_could_not_put_back() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("put back but for: node0: it named nothing before"),
+        stderr.contains("withdrawn where they had named nothing before: node0"),
         "{stderr}"
     );
+    let before = n.current();
+    let (code, v, err) = pull(n, &[]);
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(v["result"], "withdrawn", "{v}");
+    assert_eq!(n.current(), before, "nothing pulled");
+    let board = lab.mesh(&[
+        "fleet",
+        "status",
+        "--json",
+        "--registry",
+        &local_target(),
+        "--insecure",
+    ]);
+    let board: serde_json::Value = serde_json::from_slice(&board.stdout).unwrap();
+    assert_eq!(board["nodes"][0]["withdrawn"], true, "{board}");
+    assert!(board["nodes"][0]["desired"].is_null(), "{board}");
     drop(registry);
 }
 
