@@ -21,9 +21,10 @@
 //! - **The mesh killed**: children are started from a thread that lives as long as the process,
 //!   so they are killed with it (a child asks the kernel for SIGKILL when the thread that started
 //!   it goes).
-//! - **Files**: what a child keeps of a file is what it read first, or again once the file's
-//!   modification time changed. A child idle for [`IDLE_LIMIT`] is not asked again: builds
-//!   that far apart read every file anew.
+//! - **Files**: a child drops all it kept once a file it read has another modification time
+//!   (Nickel reads a changed file again, but not the files a file it kept imports). A child
+//!   idle for [`IDLE_LIMIT`] is not asked again, and one idle for twice that ends: builds that
+//!   far apart read every file anew, and a long-running mesh holds no idle children.
 //!
 //! The protocol: a request is a little-endian `u64` length and that many bytes of JSON (a
 //! [`Request`]); an answer is the same framing ([`crate::bounded`]'s), then one byte: 1 when the
@@ -93,15 +94,22 @@ struct Pool {
     idle: Vec<Server>,
     /// How many are alive: idle, serving, or being started.
     live: usize,
+    /// How many were started.
+    started: usize,
 }
 
 static POOLS: Mutex<Vec<Pool>> = Mutex::new(Vec::new());
 static FREED: Condvar = Condvar::new();
-static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// How many children serving builds this process started so far.
-pub fn started() -> usize {
-    STARTED.load(std::sync::atomic::Ordering::Relaxed)
+/// How many children serving builds of `program` this process started so far.
+pub fn started(program: &Path) -> usize {
+    POOLS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|p| p.program == program)
+        .map(|p| p.started)
+        .sum()
 }
 
 /// Evaluates `input` (a [`Request`] for `node`, as JSON) in a child serving builds of
@@ -156,6 +164,7 @@ fn take(program: &Path, limits: Limits, node: &Path) -> Result<Server, BoundedEr
                     limits,
                     idle: Vec::new(),
                     live: 0,
+                    started: 0,
                 });
                 pools.len() - 1
             }
@@ -170,6 +179,7 @@ fn take(program: &Path, limits: Limits, node: &Path) -> Result<Server, BoundedEr
         }
         if pool.live < max_servers() {
             pool.live += 1;
+            pool.started += 1;
             drop(pools);
             return start(program).map_err(|e| {
                 give_back(program, limits, None);
@@ -241,7 +251,6 @@ fn start(program: &Path) -> std::io::Result<Server> {
     let mut child = child
         .recv()
         .map_err(|_| std::io::Error::other("the thread that starts evaluators is gone"))??;
-    STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (stdin, mut stdout, mut stderr) =
         match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
             (Some(i), Some(o), Some(e)) => (i, o, e),
@@ -344,6 +353,20 @@ pub(crate) fn serve_builds() -> u8 {
     let mut stdout = std::io::stdout().lock();
     let mut memory_mib = None;
     for served in 1.. {
+        // A child nobody asks goes: the mesh asks only children idle for less than half this.
+        let mut waiting = [rustix::event::PollFd::new(
+            &stdin,
+            rustix::event::PollFlags::IN,
+        )];
+        let idle = rustix::event::Timespec::try_from(2 * IDLE_LIMIT).ok();
+        match rustix::event::poll(&mut waiting, idle.as_ref()) {
+            Ok(0) => return 0,
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                eprintln!("mesh evaluator: waiting for a request: {e}");
+                return 3;
+            }
+        }
         let input = match read_frame(&mut stdin) {
             Ok(Some(framed)) => framed,
             Ok(None) => return 0,

@@ -118,9 +118,17 @@ fn reference(node: &Path) -> String {
         .to_string()
 }
 
-fn child(limits: Limits) -> Evaluator {
+/// The mesh binary under a name of this test's own (a link in `dir`): its children are told
+/// apart from other tests' (this process runs them all), by their pool and their command line.
+fn program(dir: &Path) -> PathBuf {
+    let link = dir.join("mesh");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_mesh"), &link).unwrap();
+    link
+}
+
+fn child(program: &Path, limits: Limits) -> Evaluator {
     Evaluator::Child {
-        program: PathBuf::from(env!("CARGO_BIN_EXE_mesh")),
+        program: program.to_owned(),
         limits,
     }
 }
@@ -133,12 +141,13 @@ fn child(limits: Limits) -> Evaluator {
 fn one_process_builds_many_nodes_with_a_child_per_core() {
     let fleet = Fleet::new();
     let state = tempfile::tempdir().unwrap();
-    let evaluator = child(Limits::default());
+    let program = program(state.path());
+    let evaluator = child(&program, Limits::default());
     // The first builds: nothing cached, each evaluated in a child of its own.
     for n in 0..NODES {
         mesh_compiler::build(&request(&fleet.node(n), state.path(), &evaluator, true)).unwrap();
     }
-    let started = mesh_compiler::serving::started();
+    let started = mesh_compiler::serving::started(&program);
     let cores = std::thread::available_parallelism().unwrap().get();
     for round in 2..=4 {
         for n in 0..NODES {
@@ -170,7 +179,7 @@ fn one_process_builds_many_nodes_with_a_child_per_core() {
             assert_eq!(b.evaluated, Some(evaluated), "round {round}, node {n}");
         }
     }
-    let served_by = mesh_compiler::serving::started() - started;
+    let served_by = mesh_compiler::serving::started(&program) - started;
     assert!(
         (1..=cores).contains(&served_by),
         "{} builds were served by {served_by} children on {cores} cores",
@@ -185,6 +194,7 @@ fn one_process_builds_many_nodes_with_a_child_per_core() {
 fn a_served_build_stops_at_its_limits() {
     let fleet = Fleet::new();
     let state = tempfile::tempdir().unwrap();
+    let program = program(state.path());
     // Node `n`'s own module made to recurse forever.
     let forever = |n: usize| fleet.own(n, "f 0");
     for (i, (limits, says)) in [
@@ -208,7 +218,7 @@ fn a_served_build_stops_at_its_limits() {
     {
         // Versions no earlier build had, so that every build here evaluates.
         let version = |v: usize| 10 * (i + 1) + v;
-        let evaluator = child(limits);
+        let evaluator = child(&program, limits);
         for n in 0..2 {
             fleet.version(n, version(1));
             mesh_compiler::build(&request(&fleet.node(n), state.path(), &evaluator, true)).unwrap();
@@ -234,5 +244,65 @@ fn a_served_build_stops_at_its_limits() {
         let b =
             mesh_compiler::build(&request(&fleet.node(0), state.path(), &evaluator, true)).unwrap();
         assert_eq!(b.id.to_string(), reference(&fleet.node(0)));
+    }
+}
+
+/// The children serving builds of `program` that this process started and are still running.
+fn serving_children(program: &Path) -> Vec<u32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // pid (comm) state ppid …: the comm may hold spaces, so after the last ')'.
+            let running = stat.rsplit_once(')').is_some_and(|(_, rest)| {
+                let mut f = rest.split_whitespace();
+                f.next() != Some("Z") && f.next() == Some(me.as_str())
+            });
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            running
+                && cmdline
+                    .split(|b| *b == 0)
+                    .next()
+                    .is_some_and(|arg0| arg0 == program.as_os_str().as_encoded_bytes())
+        })
+        .collect()
+}
+
+/// A child idle for `IDLE_LIMIT` is not asked again (a new one serves the next build), and one
+/// idle for twice that ends by itself: a long-running mesh holds no idle children.
+#[test]
+fn an_idle_child_is_not_asked_again_and_goes() {
+    let fleet = Fleet::new();
+    let state = tempfile::tempdir().unwrap();
+    let program = program(state.path());
+    let evaluator = child(&program, Limits::default());
+    let build = |version: usize| {
+        fleet.version(0, version);
+        let b =
+            mesh_compiler::build(&request(&fleet.node(0), state.path(), &evaluator, true)).unwrap();
+        assert!(version == 1 || b.evaluated == Some(1), "{:?}", b.evaluated);
+    };
+    build(1);
+    build(2);
+    assert_eq!(mesh_compiler::serving::started(&program), 1);
+    let first = serving_children(&program);
+    assert_eq!(first.len(), 1, "{first:?}");
+    std::thread::sleep(mesh_compiler::serving::IDLE_LIMIT + Duration::from_millis(500));
+    build(3);
+    assert_eq!(
+        mesh_compiler::serving::started(&program),
+        2,
+        "a new child served the build after the idle limit"
+    );
+    let waited = std::time::Instant::now();
+    while !serving_children(&program).is_empty() {
+        assert!(
+            waited.elapsed() < 3 * mesh_compiler::serving::IDLE_LIMIT,
+            "idle children still running: {:?}",
+            serving_children(&program)
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
