@@ -126,7 +126,13 @@ pub(crate) fn evaluate(
         Ok((answer, more, mut server)) => {
             server.served += 1;
             server.idle_since = Instant::now();
-            give_back(program, limits, more.then_some(server));
+            if more {
+                give_back(program, limits, Some(server));
+            } else {
+                // It ends by itself: reaped on the side.
+                server.retire();
+                give_back(program, limits, None);
+            }
             Ok(answer)
         }
         Err(e) => {
