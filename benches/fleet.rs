@@ -35,6 +35,7 @@ mod sshlab;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::cpu::busy;
 use common::{median, ms, CpuGroup};
 use sshlab::{decl_with_data, node_decl, write_data, Lab};
 
@@ -42,22 +43,6 @@ const NODES: usize = 10;
 const RUNS: usize = 3;
 /// Each node's own small files, beside the changing one and the 64 KiB one.
 const DATA: usize = 199;
-
-/// The machine's busy CPU time so far (every core, every process: the deployer, the nodes'
-/// sshd, their login shells and mesh), from /proc/stat.
-fn busy() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let f: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().unwrap())
-        .collect();
-    // user, nice, system, irq, softirq, steal; in clock ticks (100 a second).
-    Duration::from_millis((f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) * 10)
-}
 
 fn deploy(
     lab: &Lab,

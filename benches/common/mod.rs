@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+pub mod cpu;
+
 /// A network namespace, deleted when dropped (also when the bench panics).
 pub struct Netns(pub String);
 

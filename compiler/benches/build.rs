@@ -17,6 +17,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mesh_compiler::{build, BuildRequest, Evaluator, Limits};
+
+#[path = "../../benches/common/cpu.rs"]
+mod cpu;
+use cpu::busy;
 use mesh_lib::NodeRecord;
 use nickel_lang_core::eval::cache::CacheImpl;
 use nickel_lang_core::program::{Program, ProgramBuilder};
@@ -246,21 +250,6 @@ fn main() {
         println!("  {phase:<28} {:>10}", ms(d));
     }
     fleet_rows();
-}
-
-/// The machine's busy CPU time so far (every core, every process), from /proc/stat.
-fn busy() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let f: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().unwrap())
-        .collect();
-    // user, nice, system, irq, softirq, steal; in clock ticks (100 a second).
-    Duration::from_millis((f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) * 10)
 }
 
 /// Node `n` of a fleet of nodes of 20 modules each, every module in a file of its own, one

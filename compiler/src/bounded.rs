@@ -764,12 +764,7 @@ pub(crate) fn answer(
 
 /// Limits this process's CPU time to `seconds` (it gets SIGXCPU past them).
 pub(crate) fn limit_cpu(seconds: u64) -> Result<(), String> {
-    let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
-    let limit = rustix::process::Rlimit {
-        current: Some(hard.map_or(seconds, |h| h.min(seconds))),
-        maximum: hard,
-    };
-    rustix::process::setrlimit(rustix::process::Resource::Cpu, limit)
+    lower_to(rustix::process::Resource::Cpu, seconds)
         .map_err(|e| format!("cannot limit its time: {e}"))
 }
 
@@ -778,12 +773,19 @@ pub(crate) fn limit_memory(mib: u64) -> Result<(), String> {
     if mib == 0 {
         return Ok(());
     }
-    let bytes = mib.saturating_mul(1024 * 1024);
-    let hard = rustix::process::getrlimit(rustix::process::Resource::As).maximum;
+    lower_to(
+        rustix::process::Resource::As,
+        mib.saturating_mul(1024 * 1024),
+    )
+    .map_err(|e| format!("cannot limit its memory: {e}"))
+}
+
+/// Sets the soft limit of `resource` to `value`, within its hard limit.
+fn lower_to(resource: rustix::process::Resource, value: u64) -> rustix::io::Result<()> {
+    let hard = rustix::process::getrlimit(resource).maximum;
     let limit = rustix::process::Rlimit {
-        current: Some(hard.map_or(bytes, |h| h.min(bytes))),
+        current: Some(hard.map_or(value, |h| h.min(value))),
         maximum: hard,
     };
-    rustix::process::setrlimit(rustix::process::Resource::As, limit)
-        .map_err(|e| format!("cannot limit its memory: {e}"))
+    rustix::process::setrlimit(resource, limit)
 }
