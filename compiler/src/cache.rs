@@ -418,15 +418,33 @@ pub mod modules {
     }
 
     impl Bundles {
-        /// Reads every bundle in `state_dir` (none, if there is no cache).
+        /// Reads every bundle in `state_dir` (none, if there is no cache). A bundle that goes
+        /// between the listing and its reading was merged into a new one by another build (which
+        /// writes the merged bundle before it removes the old): the folder is listed and read
+        /// again (64 times at most), so the entries are not missed for a race.
         pub fn load(state_dir: &Path) -> Self {
+            for _ in 0..64 {
+                if let Some(read) = Self::load_listed(state_dir) {
+                    return read;
+                }
+            }
+            Self::load_listed(state_dir).unwrap_or(Bundles {
+                files: Vec::new(),
+                index: std::collections::HashMap::new(),
+            })
+        }
+
+        /// [`Bundles::load`] of one listing; `None` when a listed bundle was gone.
+        fn load_listed(state_dir: &Path) -> Option<Self> {
             let mut out = Bundles {
                 files: Vec::new(),
                 index: std::collections::HashMap::new(),
             };
             for path in bundle_paths(state_dir) {
-                let Ok(bytes) = std::fs::read(&path) else {
-                    continue;
+                let bytes = match std::fs::read(&path) {
+                    Ok(b) => b,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+                    Err(_) => continue,
                 };
                 let Some(newline) = bytes.iter().position(|b| *b == b'\n') else {
                     continue;
@@ -450,7 +468,7 @@ pub mod modules {
                 }
                 out.files.push((path, bytes));
             }
-            out
+            Some(out)
         }
 
         /// Whether an entry is under `key`.
@@ -589,6 +607,44 @@ pub mod modules {
                 .unwrap();
             assert_eq!(merged.matches("abcabc").count(), 1, "{merged}");
             assert!(!found.contains("ffff"));
+        }
+
+        /// Builds sharing a state directory (a deploy's, one per node) write and merge bundles
+        /// while others read them: an entry written before never goes missing for a reader
+        /// that listed a bundle another build merged away (the flake of `serving`'s test,
+        /// where a node evaluated modules it had cached).
+        #[test]
+        fn readers_find_every_entry_while_others_merge() {
+            let state = tempfile::tempdir().unwrap();
+            let first: Vec<Entry> = (0..5)
+                .map(|m| entry(&format!("f00d{m:04x}"), "1"))
+                .collect();
+            store(state.path(), &first, &[]);
+            std::thread::scope(|s| {
+                for w in 0..4 {
+                    let state = state.path();
+                    s.spawn(move || {
+                        for build in 0..(4 * MAX_BUNDLES) {
+                            let own = [entry(&format!("{w:04x}{build:04x}"), "2")];
+                            store(state, &own, &[]);
+                        }
+                    });
+                }
+                for r in 0..2 {
+                    let state = state.path();
+                    s.spawn(move || {
+                        for read in 0..200 {
+                            let found = Bundles::load(state);
+                            for m in 0..5 {
+                                assert!(
+                                    found.contains(&format!("f00d{m:04x}")),
+                                    "reader {r}, read {read}: entry {m} missing"
+                                );
+                            }
+                        }
+                    });
+                }
+            });
         }
 
         /// Past the bound, a merge keeps the node's modules (`live`) and drops the rest: a
