@@ -172,6 +172,12 @@ fn main() {
         eprintln!("the fleet bench needs root (namespaces, sshd)");
         return;
     }
+    // The reference loop copies with rsync: said before the lab is set up, not after the
+    // deploys have run.
+    if Command::new("rsync").arg("--version").output().is_err() {
+        eprintln!("the fleet bench's reference loop needs rsync (apt-get install rsync)");
+        std::process::exit(1);
+    }
     let lab = Lab::new("bench", NODES, |n| node_decl(n, "version 0\\n", true));
     let all: Vec<String> = lab.nodes.iter().map(|n| n.name.clone()).collect();
     let all: Vec<&str> = all.iter().map(String::as_str).collect();

@@ -188,6 +188,13 @@ pub enum Command {
     /// one the tag named before, annotated with the generation id and the source revision.
     /// Nodes fetch it themselves with `mesh pull`.
     Push(PushArgs),
+    /// Delete the object artifacts (tags b3-HEX) of REGISTRY/REPOSITORY that no generation a
+    /// node's tag names references any more: every push adds objects, none goes by itself.
+    /// Node tags and their artifacts are never touched; nothing is deleted unless every node tag
+    /// was read. Run it where the pushes are made, not while one runs (a push sends its objects
+    /// before it moves a tag). The registry's own garbage collection then frees the blobs.
+    /// --dry-run only says what would go.
+    Prune(PruneArgs),
     /// On a node: read this node's tag in REGISTRY/REPOSITORY, check its signature against the
     /// node's trusted signers before anything else is fetched, fetch only the objects the
     /// store lacks (each checked against its name), then switch under a deploy's guard: a unit
@@ -707,6 +714,21 @@ pub struct PublishArgs {
 pub struct PushArgs {
     #[command(flatten)]
     pub publish: PublishArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PruneArgs {
+    /// The registry and repository, e.g. registry.example:5000/fleet/prod.
+    #[arg(value_name = "REGISTRY/REPOSITORY")]
+    pub target: String,
+    /// Say what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub registry: RegistryOptions,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]

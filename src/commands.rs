@@ -168,6 +168,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         } => crate::fleet::status(&state, &place, args),
         Command::Deploy(args) => crate::fleet::deploy(&state, &place, args),
         Command::Push(args) => crate::registry::push(&state, &place, args),
+        Command::Prune(args) => crate::registry::prune(&state, &args),
         Command::Rollout(args) => crate::registry::rollout(&state, &place, args),
         Command::Pull(args) => crate::registry::pull(&machine, &args),
         Command::Follow(args) => crate::registry::follow(&machine, &args),

@@ -13,7 +13,7 @@ use mesh_registry::{Options, Registry, RegistryError};
 use serde_json::json;
 
 use crate::activate::Machine;
-use crate::cli::{FollowArgs, PullArgs, PushArgs, RegistryOptions, RolloutArgs};
+use crate::cli::{FollowArgs, PruneArgs, PullArgs, PushArgs, RegistryOptions, RolloutArgs};
 use crate::failure::{Exit, Failure};
 use crate::fleet::Place;
 
@@ -123,6 +123,47 @@ pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> 
             failed.join(", ")
         )))
     }
+}
+
+/// `mesh prune`: the node tags' generations read into the publisher's store (it has most of
+/// them already), then every object artifact none of them references deleted.
+pub fn prune(state: &Path, args: &PruneArgs) -> Result<(), Failure> {
+    let registry = registry(&args.target, &args.registry)?;
+    let store = mesh_lib::Store::open(state).map_err(Failure::system)?;
+    let pruned =
+        mesh_registry::prune::prune(&registry, &store, args.dry_run).map_err(|e| match e {
+            RegistryError::Reference(_) => Failure::user(e),
+            e => Failure::system(miette::miette!("{e}; the prune stopped")),
+        })?;
+    if args.json {
+        say!(
+            "{}",
+            json!({ "registry": registry.name(), "pruned": pruned })
+        );
+        return Ok(());
+    }
+    let verb = if pruned.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    for tag in &pruned.removed {
+        say!("{verb} {tag}");
+    }
+    for tag in &pruned.skipped {
+        say!(
+            "{}: names no generation (withdrawn, or not the mesh's): nothing kept for it",
+            mesh_lib::text::escape(tag)
+        );
+    }
+    say!(
+        "{}: {} node tag(s) read, {} object(s) kept, {} {verb}",
+        registry.name(),
+        pruned.nodes.len(),
+        pruned.kept,
+        pruned.removed.len()
+    );
+    Ok(())
 }
 
 /// `mesh rollout`.

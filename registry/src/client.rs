@@ -41,6 +41,12 @@ pub struct Registry {
     host: String,
     repository: String,
     runtime: tokio::runtime::Runtime,
+    /// The credentials, for the requests oci-client does not make (a delete).
+    auth: RegistryAuth,
+    /// Plain HTTP.
+    insecure: bool,
+    /// For those requests.
+    http: reqwest::Client,
     /// The digests known to be in the registry (asked, or sent, by this process).
     known: Mutex<BTreeSet<String>>,
 }
@@ -99,11 +105,26 @@ impl Registry {
             Some((user, password)) => RegistryAuth::Basic(user, password),
             None => RegistryAuth::Anonymous,
         };
+        // reqwest's client sets its timers up in the runtime it is built in.
+        let entered = runtime.enter();
+        let http = reqwest::Client::builder()
+            .connect_timeout(options.timeout)
+            .timeout(options.timeout)
+            .build()
+            .map_err(|e| RegistryError::Registry {
+                registry: host.to_owned(),
+                what: "setting up HTTP".into(),
+                why: e.to_string(),
+            })?;
+        drop(entered);
         let registry = Self {
             client,
             host: host.to_owned(),
             repository: repository.to_owned(),
             runtime,
+            auth: auth.clone(),
+            insecure: options.insecure,
+            http,
             known: Mutex::new(BTreeSet::new()),
         };
         let reference = registry.reference("latest");
@@ -356,13 +377,58 @@ impl Registry {
     /// object it references that the store lacks, by its tag (checked against its name,
     /// stored as it arrives). Call it once the signatures were judged.
     pub fn fetch(&self, store: &Store, artifact: &Artifact) -> Result<Fetched, RegistryError> {
-        let id = artifact.generation;
         let mut fetched = Fetched::default();
+        let generation = self.fetch_generation(store, artifact, &mut fetched)?;
         let missing = |object: &str| RegistryError::Invalid {
             reference: self.name(),
             why: format!("the artifact lacks {object}"),
         };
-        let generation = if store.has_intact_generation(&id) {
+        let lacking: Vec<BlobHash> = generation
+            .blobs()
+            .into_iter()
+            .filter(|h| !store.has_blob(h))
+            .collect();
+        for hash in lacking {
+            let object = format!("blob {hash}");
+            let tag = crate::object_tag(&hash);
+            let manifest = self.manifest_bytes(&tag).map_err(|e| match e {
+                RegistryError::NoTag(_) => missing(&object),
+                e => e,
+            })?;
+            fetched.bytes += manifest.len() as u64;
+            let manifest: crate::Manifest =
+                serde_json::from_slice(&manifest).map_err(|e| RegistryError::Invalid {
+                    reference: format!("{}:{tag}", self.name()),
+                    why: format!("not an OCI manifest: {e}"),
+                })?;
+            let layer = manifest
+                .layers
+                .iter()
+                .find(|l| l.object() == Some(object.as_str()))
+                .ok_or_else(|| missing(&object))?;
+            let wire = self.blob(layer)?;
+            fetched.bytes += wire.len() as u64;
+            keep_blob(store, &hash, layer, wire)?;
+            fetched.objects += 1;
+        }
+        Ok(fetched)
+    }
+
+    /// The artifact's generation, fetched into `store` unless it is there (as a delta from a
+    /// generation the store has, else whole, else the keyframe and the delta from it; checked
+    /// against its id), what it took counted in `fetched`.
+    pub fn fetch_generation(
+        &self,
+        store: &Store,
+        artifact: &Artifact,
+        fetched: &mut Fetched,
+    ) -> Result<mesh_lib::Generation, RegistryError> {
+        let id = artifact.generation;
+        let missing = |object: &str| RegistryError::Invalid {
+            reference: self.name(),
+            why: format!("the artifact lacks {object}"),
+        };
+        Ok(if store.has_intact_generation(&id) {
             store.generation(&id)?
         } else {
             // A delta from a generation the store has; else the whole one; else the keyframe
@@ -396,36 +462,91 @@ impl Registry {
             fetched.bytes += wire.len() as u64;
             fetched.objects += 1;
             keep_generation(store, &id, layer, wire, dictionary.as_deref())?
-        };
-        let lacking: Vec<BlobHash> = generation
-            .blobs()
-            .into_iter()
-            .filter(|h| !store.has_blob(h))
-            .collect();
-        for hash in lacking {
-            let object = format!("blob {hash}");
-            let tag = crate::object_tag(&hash);
-            let manifest = self.manifest_bytes(&tag).map_err(|e| match e {
-                RegistryError::NoTag(_) => missing(&object),
-                e => e,
-            })?;
-            fetched.bytes += manifest.len() as u64;
-            let manifest: crate::Manifest =
-                serde_json::from_slice(&manifest).map_err(|e| RegistryError::Invalid {
-                    reference: format!("{}:{tag}", self.name()),
-                    why: format!("not an OCI manifest: {e}"),
-                })?;
-            let layer = manifest
-                .layers
-                .iter()
-                .find(|l| l.object() == Some(object.as_str()))
-                .ok_or_else(|| missing(&object))?;
-            let wire = self.blob(layer)?;
-            fetched.bytes += wire.len() as u64;
-            keep_blob(store, &hash, layer, wire)?;
-            fetched.objects += 1;
+        })
+    }
+
+    /// Every tag of the repository, page after page.
+    pub fn tags(&self) -> Result<Vec<String>, RegistryError> {
+        const PAGE: usize = 1000;
+        let reference = self.reference("latest");
+        let mut out: Vec<String> = Vec::new();
+        loop {
+            let page = self
+                .runtime
+                .block_on(self.client.list_tags(
+                    &reference,
+                    &RegistryAuth::Anonymous,
+                    Some(PAGE),
+                    out.last().map(String::as_str),
+                ))
+                .map_err(self.failed("listing the tags"))?;
+            let n = page.tags.len();
+            out.extend(page.tags);
+            if n < PAGE {
+                return Ok(out);
+            }
         }
-        Ok(fetched)
+    }
+
+    /// Deletes the manifest `tag` names (by its digest, as the distribution API asks), and so
+    /// the tag. One already gone is no error. A registry that does not allow deleting (the
+    /// Distribution registry unless `storage.delete.enabled`) is named as that.
+    pub fn delete(&self, tag: &str) -> Result<(), RegistryError> {
+        let reference = self.reference(tag);
+        let digest = match self.runtime.block_on(
+            self.client
+                .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous),
+        ) {
+            Ok(d) => d,
+            Err(oci_client::errors::OciDistributionError::ImageManifestNotFoundError(_)) => {
+                return Ok(())
+            }
+            Err(e) => return Err(self.failed(format!("asking for {tag}"))(e)),
+        };
+        let failed = |why: String| RegistryError::Registry {
+            registry: self.name(),
+            what: format!("deleting {tag}"),
+            why,
+        };
+        // A token registry's bearer token (None: basic credentials, or none needed).
+        let token = self
+            .runtime
+            .block_on(
+                self.client
+                    .auth(&reference, &self.auth, oci_client::RegistryOperation::Push),
+            )
+            .ok()
+            .flatten();
+        let scheme = if self.insecure { "http" } else { "https" };
+        let url = format!(
+            "{scheme}://{}/v2/{}/manifests/{digest}",
+            self.host, self.repository
+        );
+        let mut request = self.http.delete(url);
+        request = match (&token, &self.auth) {
+            (Some(token), _) => request.bearer_auth(token),
+            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+            (None, _) => request,
+        };
+        let answer = self
+            .runtime
+            .block_on(async { request.send().await })
+            .map_err(|e| failed(e.to_string()))?;
+        match answer.status().as_u16() {
+            200..=299 | 404 => Ok(()),
+            405 => Err(failed(
+                "the registry does not allow deleting manifests (the Distribution registry: \
+                 storage.delete.enabled)"
+                    .into(),
+            )),
+            code => {
+                let said = self.runtime.block_on(answer.text()).unwrap_or_default();
+                Err(failed(format!(
+                    "HTTP {code}: {}",
+                    mesh_lib::text::escape(said.trim())
+                )))
+            }
+        }
     }
 }
 

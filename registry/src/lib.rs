@@ -32,8 +32,8 @@
 //! size. A push asks the registry for each object's tag first (HEAD) and sends only those it
 //! lacks; a second push of a generation that changed one file sends that file, the generation
 //! and its signature. The manifests hold no time: the same content publishes the same digests.
-//! (Objects no generation uses any more stay until removed; the registry's garbage collection
-//! keeps what a tag names.)
+//! Objects no generation a tag names uses any more stay until `mesh prune` deletes them
+//! ([`prune`]); the registry's garbage collection then frees their blobs.
 //!
 //! Invariants of a fetch: nothing is trusted for what the registry says it is. The signatures are
 //! fetched first and handed to the caller to judge before anything else is fetched; the
@@ -44,6 +44,7 @@
 
 mod client;
 mod credentials;
+pub mod prune;
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -636,3 +636,116 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
     assert_eq!(canary["current"].as_str(), Some(v1[0].as_str()), "{canary}");
     assert_eq!(canary["last_pull"]["result"], "reverted", "{canary}");
 }
+
+/// The repository's tags, as the registry lists them.
+fn tags(registry: &Registry) -> Vec<String> {
+    let out = registry.curl(&[
+        "-sf",
+        &format!("http://127.0.0.1:{PORT}/v2/{REPO}/tags/list"),
+    ]);
+    assert!(out.status.success(), "GET tags/list");
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut tags: Vec<String> = listed["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_owned())
+        .collect();
+    tags.sort();
+    tags
+}
+
+/// `mesh prune` on the lab's registry: its JSON answer.
+fn prune(lab: &Lab, extra: &[&str]) -> serde_json::Value {
+    let target = local_target();
+    let mut args = vec!["prune", &target, "--insecure", "--json"];
+    args.extend_from_slice(extra);
+    let out = lab.mesh(&args);
+    assert!(
+        out.status.success(),
+        "mesh prune: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Objects that no node's tag needs any more go, and nothing else: a file replaced by a second
+/// push is deleted (after a dry run that only names it), the objects the tags' generations
+/// reference and the node tags stay, every node (none pulled before) still pulls its
+/// generation — node0's through its keyframe — and a second prune finds nothing to delete.
+#[test]
+fn prune_deletes_the_objects_no_node_tag_needs() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("prune", 2, |n| node_decl(n, &format!("{n} v1\\n"), true));
+    let registry = Registry::start(&lab);
+    let keys = tempfile::tempdir().unwrap();
+    let ci = keygen(keys.path(), "ci");
+    for n in &lab.nodes {
+        n.trust(&ci);
+    }
+    push(&lab, &ci, &[]);
+    lab.declare("node0", &node_decl("node0", "node0 v2\\n", true));
+    push(&lab, &ci, &[]);
+    let old = format!("b3-{}", mesh_lib::BlobHash::of(b"node0 v1\n").hex());
+    let new = format!("b3-{}", mesh_lib::BlobHash::of(b"node0 v2\n").hex());
+    let before = tags(&registry);
+    assert!(before.contains(&old) && before.contains(&new), "{before:?}");
+
+    let dry = prune(&lab, &["--dry-run"]);
+    assert_eq!(dry["pruned"]["removed"], serde_json::json!([old]), "{dry}");
+    assert_eq!(dry["pruned"]["dry_run"], true);
+    assert_eq!(tags(&registry), before, "a dry run deletes nothing");
+
+    let done = prune(&lab, &[]);
+    assert_eq!(
+        done["pruned"]["removed"],
+        serde_json::json!([old]),
+        "{done}"
+    );
+    assert_eq!(
+        done["pruned"]["nodes"],
+        serde_json::json!(["node0", "node1"])
+    );
+    let after = tags(&registry);
+    let expected: Vec<String> = before.iter().filter(|t| **t != old).cloned().collect();
+    assert_eq!(after, expected, "only the replaced file went");
+    assert_eq!(
+        done["pruned"]["kept"].as_u64().unwrap() as usize,
+        after.iter().filter(|t| t.starts_with("b3-")).count()
+    );
+
+    for n in &lab.nodes {
+        let (code, v, err) = pull(n, &[]);
+        assert_eq!(code, 0, "{}: {v} {err}", n.name);
+        assert_eq!(v["result"], "confirmed", "{v}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(lab.nodes[0].root().join("etc/motd")).unwrap(),
+        "node0 v2\n"
+    );
+    let again = prune(&lab, &[]);
+    assert_eq!(again["pruned"]["removed"], serde_json::json!([]), "{again}");
+
+    // A node tag whose generation cannot be read (its annotation names one the artifact does
+    // not carry) stops the prune with nothing deleted: node0's v2, replaced by v3, stays.
+    lab.declare("node0", &node_decl("node0", "node0 v3\n", true));
+    push(&lab, &ci, &[]);
+    let mut bad = registry.manifest("node1");
+    bad["annotations"]["dev.mesh.generation"] = format!("b3:{}", "0".repeat(64)).into();
+    registry.put_manifest("node1", &bad);
+    let before = tags(&registry);
+    assert!(before.contains(&new));
+    let target = local_target();
+    let out = lab.mesh(&["prune", &target, "--insecure"]);
+    assert!(
+        !out.status.success(),
+        "a prune that cannot read node1 fails"
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("the prune stopped"), "{said}");
+    assert_eq!(tags(&registry), before, "nothing deleted");
+    drop(registry);
+}
