@@ -423,23 +423,21 @@ pub mod modules {
         /// writes the merged bundle before it removes the old): the folder is listed and read
         /// again (64 times at most), so the entries are not missed for a race.
         pub fn load(state_dir: &Path) -> Self {
-            for _ in 0..64 {
-                if let Some(read) = Self::load_listed(state_dir) {
-                    return read;
-                }
-            }
-            Self::load_listed(state_dir).unwrap_or(Bundles {
+            (0..64)
+                .find_map(|_| Self::load_listed(state_dir))
+                .unwrap_or_else(Self::empty)
+        }
+
+        fn empty() -> Self {
+            Bundles {
                 files: Vec::new(),
                 index: std::collections::HashMap::new(),
-            })
+            }
         }
 
         /// [`Bundles::load`] of one listing; `None` when a listed bundle was gone.
         fn load_listed(state_dir: &Path) -> Option<Self> {
-            let mut out = Bundles {
-                files: Vec::new(),
-                index: std::collections::HashMap::new(),
-            };
+            let mut out = Self::empty();
             for path in bundle_paths(state_dir) {
                 let bytes = match std::fs::read(&path) {
                     Ok(b) => b,

@@ -47,6 +47,8 @@ pub struct Registry {
     insecure: bool,
     /// For those requests.
     http: reqwest::Client,
+    /// The bearer token deletes carried last, and when it was asked for.
+    delete_token: Mutex<Option<(std::time::Instant, Option<String>)>>,
     /// The digests known to be in the registry (asked, or sent, by this process).
     known: Mutex<BTreeSet<String>>,
 }
@@ -125,6 +127,7 @@ impl Registry {
             auth: auth.clone(),
             insecure: options.insecure,
             http,
+            delete_token: Mutex::new(None),
             known: Mutex::new(BTreeSet::new()),
         };
         let reference = registry.reference("latest");
@@ -379,10 +382,6 @@ impl Registry {
     pub fn fetch(&self, store: &Store, artifact: &Artifact) -> Result<Fetched, RegistryError> {
         let mut fetched = Fetched::default();
         let generation = self.fetch_generation(store, artifact, &mut fetched)?;
-        let missing = |object: &str| RegistryError::Invalid {
-            reference: self.name(),
-            why: format!("the artifact lacks {object}"),
-        };
         let lacking: Vec<BlobHash> = generation
             .blobs()
             .into_iter()
@@ -392,7 +391,7 @@ impl Registry {
             let object = format!("blob {hash}");
             let tag = crate::object_tag(&hash);
             let manifest = self.manifest_bytes(&tag).map_err(|e| match e {
-                RegistryError::NoTag(_) => missing(&object),
+                RegistryError::NoTag(_) => self.lacks(&object),
                 e => e,
             })?;
             fetched.bytes += manifest.len() as u64;
@@ -405,7 +404,7 @@ impl Registry {
                 .layers
                 .iter()
                 .find(|l| l.object() == Some(object.as_str()))
-                .ok_or_else(|| missing(&object))?;
+                .ok_or_else(|| self.lacks(&object))?;
             let wire = self.blob(layer)?;
             fetched.bytes += wire.len() as u64;
             keep_blob(store, &hash, layer, wire)?;
@@ -424,10 +423,6 @@ impl Registry {
         fetched: &mut Fetched,
     ) -> Result<mesh_lib::Generation, RegistryError> {
         let id = artifact.generation;
-        let missing = |object: &str| RegistryError::Invalid {
-            reference: self.name(),
-            why: format!("the artifact lacks {object}"),
-        };
         Ok(if store.has_intact_generation(&id) {
             store.generation(&id)?
         } else {
@@ -444,14 +439,14 @@ impl Registry {
                 Some((bytes, layer)) => (layer, Some(bytes)),
                 None => {
                     let object = format!("generation {id}");
-                    let (full, layer) = artifact.full().ok_or_else(|| missing(&object))?;
+                    let (full, layer) = artifact.full().ok_or_else(|| self.lacks(&object))?;
                     if full == id {
                         (layer, None)
                     } else {
                         let (_, delta) = artifact
                             .deltas()
                             .find(|(base, _)| *base == full)
-                            .ok_or_else(|| missing(&format!("delta {full}")))?;
+                            .ok_or_else(|| self.lacks(&format!("delta {full}")))?;
                         let wire = self.blob(layer)?;
                         fetched.bytes += wire.len() as u64;
                         (delta, Some(crate::keyframe(&full, layer, wire)?))
@@ -463,6 +458,35 @@ impl Registry {
             fetched.objects += 1;
             keep_generation(store, &id, layer, wire, dictionary.as_deref())?
         })
+    }
+
+    /// That the artifact lacks `object`.
+    fn lacks(&self, object: &str) -> RegistryError {
+        RegistryError::Invalid {
+            reference: self.name(),
+            why: format!("the artifact lacks {object}"),
+        }
+    }
+
+    /// The bearer token a delete carries (`None`: basic credentials, or none needed), asked of
+    /// the registry once a minute at most: a prune deletes many objects.
+    fn delete_token(&self, reference: &Reference) -> Option<String> {
+        let mut cached = self.delete_token.lock().expect("not poisoned");
+        if let Some((asked, token)) = &*cached {
+            if asked.elapsed() < Duration::from_secs(60) {
+                return token.clone();
+            }
+        }
+        let token = self
+            .runtime
+            .block_on(
+                self.client
+                    .auth(reference, &self.auth, oci_client::RegistryOperation::Push),
+            )
+            .ok()
+            .flatten();
+        *cached = Some((std::time::Instant::now(), token.clone()));
+        token
     }
 
     /// Every tag of the repository, page after page.
@@ -508,15 +532,7 @@ impl Registry {
             what: format!("deleting {tag}"),
             why,
         };
-        // A token registry's bearer token (None: basic credentials, or none needed).
-        let token = self
-            .runtime
-            .block_on(
-                self.client
-                    .auth(&reference, &self.auth, oci_client::RegistryOperation::Push),
-            )
-            .ok()
-            .flatten();
+        let token = self.delete_token(&reference);
         let scheme = if self.insecure { "http" } else { "https" };
         let url = format!(
             "{scheme}://{}/v2/{}/manifests/{digest}",

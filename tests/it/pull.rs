@@ -80,6 +80,17 @@ fn refused(n: &LabNode, why: &str, in_force: &str, root: &Snapshot) {
     assert_eq!(&snapshot(&n.root()), root, "nothing changed on the machine");
 }
 
+/// A signer's key, made here, that every node of the lab trusts: its folder (kept while the
+/// test runs) and the key's path.
+fn trusted_signer(lab: &Lab) -> (tempfile::TempDir, std::path::PathBuf) {
+    let keys = tempfile::tempdir().unwrap();
+    let ci = keygen(keys.path(), "ci");
+    for n in &lab.nodes {
+        n.trust(&ci);
+    }
+    (keys, ci)
+}
+
 /// `mesh push` from the deployer, signed with `key`: its JSON answer.
 fn push(lab: &Lab, key: &Path, extra: &[&str]) -> serde_json::Value {
     let target = local_target();
@@ -130,11 +141,7 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
     }
     let lab = Lab::new("pull", 5, |n| node_decl(n, &format!("{n} v1\\n"), true));
     let registry = Registry::start(&lab);
-    let keys = tempfile::tempdir().unwrap();
-    let ci = keygen(keys.path(), "ci");
-    for n in &lab.nodes {
-        n.trust(&ci);
-    }
+    let (_keys, ci) = trusted_signer(&lab);
     let first = push(&lab, &ci, &[]);
     for n in &lab.nodes {
         let l = line(&first, &n.name);
@@ -249,9 +256,7 @@ fn a_pull_killed_midway_reads_as_interrupted() {
     }
     let mut lab = Lab::new("pullkill", 1, |n| node_decl(n, "one v1\\n", true));
     let registry = Registry::start(&lab);
-    let keys = tempfile::tempdir().unwrap();
-    let ci = keygen(keys.path(), "ci");
-    lab.nodes[0].trust(&ci);
+    let (_keys, ci) = trusted_signer(&lab);
     push(&lab, &ci, &[]);
     assert_eq!(pull(&lab.nodes[0], &[]).0, 0);
     lab.declare("node0", &node_decl("node0", "one v2\\n", true));
@@ -323,10 +328,8 @@ fn a_tampered_blob_and_an_unsigned_tag_are_refused() {
     }
     let lab = Lab::new("pullbad", 1, |n| node_decl(n, "v1\\n", true));
     let registry = Registry::start(&lab);
-    let keys = tempfile::tempdir().unwrap();
-    let ci = keygen(keys.path(), "ci");
+    let (_keys, ci) = trusted_signer(&lab);
     let n = &lab.nodes[0];
-    n.trust(&ci);
     push(&lab, &ci, &[]);
     assert_eq!(pull(n, &[]).0, 0);
     let v1 = n.current().unwrap();
@@ -367,10 +370,8 @@ fn a_registry_gone_mid_pull_leaves_the_old_generation() {
     });
     crate::sshlab::write_data(&lab, "node0", 40, 32 * 1024, "one");
     let mut registry = Registry::start(&lab);
-    let keys = tempfile::tempdir().unwrap();
-    let ci = keygen(keys.path(), "ci");
+    let (_keys, ci) = trusted_signer(&lab);
     let n = &lab.nodes[0];
-    n.trust(&ci);
     push(&lab, &ci, &[]);
     assert_eq!(pull(n, &[]).0, 0);
     let v1 = n.current().unwrap();
@@ -443,10 +444,8 @@ fn a_stopped_rollout_withdraws_a_tag_that_named_nothing_before() {
     let lab = Lab::new("putback", 1, |n| node_decl(n, "good v1\\n", true));
     with_rollout(&lab, r#"[["node0"]]"#, 20);
     let registry = Registry::start(&lab);
-    let keys = tempfile::tempdir().unwrap();
-    let ci = keygen(keys.path(), "ci");
+    let (_keys, ci) = trusted_signer(&lab);
     let n = &lab.nodes[0];
-    n.trust(&ci);
     let key = ci.to_str().unwrap();
     let deployed = lab.mesh(&["deploy", "--confirm-timeout", "20", "--sign", "--key", key]);
     assert!(
@@ -558,11 +557,7 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
     let lab = Lab::new("rollout", 3, |n| node_decl(n, "good v1\\n", true));
     with_rollout(&lab, r#"[["node0"], ["node1"]]"#, 30);
     let registry = Registry::start(&lab);
-    let keys = tempfile::tempdir().unwrap();
-    let ci = keygen(keys.path(), "ci");
-    for n in &lab.nodes {
-        n.trust(&ci);
-    }
+    let (_keys, ci) = trusted_signer(&lab);
     let first = push(&lab, &ci, &[]);
     for n in &lab.nodes {
         assert_eq!(pull(n, &[]).0, 0);
@@ -681,11 +676,7 @@ fn prune_deletes_the_objects_no_node_tag_needs() {
     }
     let lab = Lab::new("prune", 2, |n| node_decl(n, &format!("{n} v1\\n"), true));
     let registry = Registry::start(&lab);
-    let keys = tempfile::tempdir().unwrap();
-    let ci = keygen(keys.path(), "ci");
-    for n in &lab.nodes {
-        n.trust(&ci);
-    }
+    let (_keys, ci) = trusted_signer(&lab);
     push(&lab, &ci, &[]);
     lab.declare("node0", &node_decl("node0", "node0 v2\\n", true));
     push(&lab, &ci, &[]);
