@@ -622,6 +622,22 @@ pub fn start(
     Ok(deploy)
 }
 
+/// Arms a deploy of the generation `id` names (an id or its prefix, as the store resolves
+/// it) on the node at `place`, and starts its agent ([`start`]): the deploy, as armed.
+pub fn arm(
+    place: &Place,
+    spawner: &dyn Spawner,
+    id: &str,
+    seconds: u64,
+) -> Result<Deploy, StartError> {
+    let node = Node::inspect(&place.state, &place.root, place.netns.clone())?;
+    let target = node
+        .store
+        .resolve_generation(id)
+        .map_err(ActivateError::from)?;
+    start(place, spawner, &node, target, seconds)
+}
+
 /// The deploy's record once its switch is done (switched, failed or reverted), or as it stands
 /// a margin past its deadline (its agent stops a switch still running at the deadline, and
 /// going back is bounded too).
@@ -629,6 +645,25 @@ pub fn switch_done(state: &Path, token: &str) -> std::io::Result<Deploy> {
     wait_while(state, token, |s| {
         matches!(s, DeployState::Starting | DeployState::Switching)
     })
+}
+
+/// Confirms deploy `token` (`mesh confirm`; one already settled is left as it is) and waits up
+/// to 10 s for its agent to settle it, which it does within milliseconds: the record as it then
+/// stands.
+pub fn confirm(state: &Path, token: &str) -> std::io::Result<Deploy> {
+    if !Deploy::load(state, token)?.state.settled() {
+        Deploy::confirm(state, token)?;
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let deploy = Deploy::load(state, token)?;
+        if deploy.state.settled() || Instant::now() >= until {
+            return Ok(deploy);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
 }
 
 /// The deploy's record once it is settled (confirmed, reverted or failed), or as it stands a

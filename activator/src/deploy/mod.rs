@@ -20,6 +20,7 @@
 pub mod agent;
 pub mod health;
 pub mod pull;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};

@@ -1,0 +1,411 @@
+//! The node's side of `mesh deploy` over its one connection (`mesh store serve`): a request a
+//! line on the input, each answered on the output before the next is read, so that a node pays
+//! one process (and one login shell) for a deploy, not five:
+//!
+//! ```text
+//! hello                     -> mesh serve 2
+//! io-timeout SECONDS        -> ok                               (the bound below, from now)
+//! record                    -> record none | record LEN\n<LEN bytes: the node record>
+//! current                   -> current none | current {"id", "trigger", "deployed", "waiting"}
+//! lacks ID                  -> <generation ID, when it lacks it; else the blobs it lacks>end
+//! missing\n<want list>end   -> <the missing ones>end
+//! receive\n<object stream>  -> received OBJECTS BYTES            (the stream as `store receive`)
+//! signatures ID             -> <the names of the signatures it has for ID>end
+//! signature ID LEN\n<sig>    -> ok                               (kept when valid over ID)
+//! switch ID SECONDS         -> <the deploy's record, JSON, once its switch is done>
+//! ```
+//!
+//! A request that fails is answered `error MESSAGE`; a refusal of the switch (a generation the
+//! node does not trust or cannot decrypt, a lock held) `error refused: MESSAGE`. A stream that
+//! cannot be read ends the session, since what follows it cannot be found. With an I/O bound, an
+//! input from which no byte comes for that long (a link cut mid-copy, which no FIN announces)
+//! ends the session too; the objects that arrived whole are kept.
+
+use std::io::{BufRead, Read, Write};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use mesh_lib::text::escape;
+use mesh_lib::{transfer, GenerationId, Store};
+use serde_json::json;
+
+use super::agent::{self, Place, Spawner, StartError};
+use super::{Deploy, DeployState};
+use crate::{ActivateError, Kind, Node};
+
+/// How a session ended other than by the end of its input.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] mesh_lib::store::StoreError),
+    /// An object stream that could not be read (what follows it cannot be found).
+    #[error(transparent)]
+    Transfer(#[from] transfer::TransferError),
+    /// A request that cannot be framed (a signature's length that is not one).
+    #[error("{0}")]
+    Request(String),
+    /// Reading a request, or answering it (a bound on the input passed, the link gone).
+    #[error("{what}: {error}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        error: std::io::Error,
+    },
+}
+
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> ServeError {
+    move |error| ServeError::Io { what, error }
+}
+
+/// An input read with a bound on how long one read may wait, straight from its descriptor (no
+/// buffer between the poll and the read that could hold bytes the poll does not see).
+pub struct Timed<F> {
+    fd: F,
+    /// The bound, if any.
+    pub bound: Option<Duration>,
+}
+
+impl<F: AsFd> Timed<F> {
+    /// `fd`, read with `bound`.
+    pub fn new(fd: F, bound: Option<Duration>) -> Self {
+        Self { fd, bound }
+    }
+}
+
+impl<F: AsFd> Read for Timed<F> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(bound) = self.bound {
+            let mut fds = [rustix::event::PollFd::new(
+                &self.fd,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec::try_from(bound)
+                .map_err(|_| std::io::Error::other("an I/O timeout too long"))?;
+            if rustix::event::poll(&mut fds, Some(&timeout))? == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("nothing came for {} s", bound.as_secs()),
+                ));
+            }
+        }
+        Ok(rustix::io::read(&self.fd, buf)?)
+    }
+}
+
+/// Serves a deploy's requests from `input` until it ends (see the module's doc): the node is
+/// at `place`, and its agent is started by `spawner`.
+pub fn serve<F: AsFd>(
+    place: &Place,
+    spawner: &dyn Spawner,
+    input: Timed<F>,
+    out: &mut impl Write,
+) -> Result<(), ServeError> {
+    let store = Store::open(&place.state)?;
+    let mut input = std::io::BufReader::with_capacity(1 << 16, input);
+    let mut answer = |bytes: &[u8]| {
+        out.write_all(bytes)
+            .and_then(|()| out.flush())
+            .map_err(io("answering"))
+    };
+    loop {
+        let mut line = String::new();
+        if input
+            .read_line(&mut line)
+            .map_err(io("reading a request"))?
+            == 0
+        {
+            return Ok(());
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["record"] => {
+                let path = mesh_lib::record::record_path(&place.state);
+                match std::fs::read(&path) {
+                    Ok(bytes) => {
+                        answer(format!("record {}\n", bytes.len()).as_bytes())?;
+                        answer(&bytes)?;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => answer(b"record none\n")?,
+                    Err(e) => answer(format!("error {}: {e}\n", path.display()).as_bytes())?,
+                }
+            }
+            ["missing"] => {
+                let mut list = Vec::new();
+                loop {
+                    let mut l = String::new();
+                    if input.read_line(&mut l).map_err(io("reading a list"))? == 0 || l == "end\n" {
+                        break;
+                    }
+                    list.extend_from_slice(l.as_bytes());
+                }
+                match transfer::read_list(list.as_slice()) {
+                    Ok(wanted) => answer(&listed(&transfer::missing(&store, &wanted)))?,
+                    Err(e) => answer(format!("error {e}\n").as_bytes())?,
+                }
+            }
+            ["hello"] => answer(b"mesh serve 2\n")?,
+            ["io-timeout", seconds] => match seconds.parse::<u64>() {
+                Ok(s) if s > 0 => {
+                    input.get_mut().bound = Some(Duration::from_secs(s));
+                    answer(b"ok\n")?
+                }
+                _ => answer(
+                    format!("error `{}` is not a number of seconds\n", escape(seconds)).as_bytes(),
+                )?,
+            },
+            ["current"] => {
+                let text = match current(place) {
+                    Ok(Some(v)) => format!("current {v}\n"),
+                    Ok(None) => "current none\n".to_owned(),
+                    Err(e) => format!("error {}\n", chain(&e).replace('\n', " ")),
+                };
+                answer(text.as_bytes())?;
+            }
+            ["lacks", id] => {
+                let text = match id.parse::<GenerationId>() {
+                    Ok(id) if !store.has_generation(&id) => {
+                        format!("generation {id}\nend\n").into_bytes()
+                    }
+                    Ok(id) => match store.generation(&id) {
+                        Ok(g) => {
+                            let mut blobs: Vec<_> = g.files.values().map(|f| f.blob).collect();
+                            blobs.sort();
+                            blobs.dedup();
+                            let wanted: Vec<transfer::Object> =
+                                blobs.into_iter().map(transfer::Object::Blob).collect();
+                            listed(&transfer::missing(&store, &wanted))
+                        }
+                        Err(e) => format!("error {e}\n").into_bytes(),
+                    },
+                    Err(_) => not_an_id(id),
+                };
+                answer(&text)?;
+            }
+            ["signatures", id] => {
+                let text = match id.parse::<GenerationId>() {
+                    Ok(id) => {
+                        let mut text = String::new();
+                        for (name, _) in store.signatures(&id)? {
+                            text.push_str(&format!("{name}\n"));
+                        }
+                        (text + "end\n").into_bytes()
+                    }
+                    Err(_) => not_an_id(id),
+                };
+                answer(&text)?;
+            }
+            ["signature", id, len] => {
+                let len: usize = match len.parse() {
+                    Ok(l) if l <= 64 << 10 => l,
+                    _ => {
+                        return Err(ServeError::Request(
+                            "a signature's length is not one".into(),
+                        ))
+                    }
+                };
+                let mut bytes = vec![0; len];
+                input
+                    .read_exact(&mut bytes)
+                    .map_err(io("reading a signature"))?;
+                let text = match id.parse::<GenerationId>() {
+                    Ok(id) => {
+                        match mesh_lib::trust::Signature::parse(&String::from_utf8_lossy(&bytes))
+                            .and_then(|s| s.verify(&id).map(|()| s))
+                        {
+                            Ok(sig) => match store.put_signature(&id, sig.armored()) {
+                                Ok(_) => b"ok\n".to_vec(),
+                                Err(e) => format!("error {e}\n").into_bytes(),
+                            },
+                            Err(e) => format!("error {e}\n").into_bytes(),
+                        }
+                    }
+                    Err(_) => not_an_id(id),
+                };
+                answer(&text)?;
+            }
+            ["receive"] => match transfer::receive(&store, &mut input) {
+                Ok(got) => answer(format!("received {} {}\n", got.objects, got.bytes).as_bytes())?,
+                Err(e) => {
+                    answer(format!("error {e}\n").as_bytes())?;
+                    return Err(e.into());
+                }
+            },
+            ["switch", id, seconds] => {
+                let text = match seconds.parse::<u64>() {
+                    Ok(s) if (1..=86400).contains(&s) => switch(place, spawner, id, s),
+                    _ => format!("error `{seconds}` is not a number of seconds from 1 to 86400"),
+                };
+                answer(format!("{}\n", text.replace('\n', " ")).as_bytes())?;
+            }
+            [] => {}
+            _ => answer(format!("error unknown request `{}`\n", escape(line.trim())).as_bytes())?,
+        }
+    }
+}
+
+/// A list of objects, as a request's answer: the list, then `end`.
+fn listed(objects: &[transfer::Object]) -> Vec<u8> {
+    let mut text = Vec::new();
+    transfer::write_list(&mut text, objects).expect("writing to memory");
+    text.extend_from_slice(b"end\n");
+    text
+}
+
+fn not_an_id(id: &str) -> Vec<u8> {
+    format!("error `{}` is not a generation id\n", escape(id)).into_bytes()
+}
+
+/// `switch ID SECONDS`: arms the deploy, starts its agent and waits for its switch to be done:
+/// the deploy as the deployer is told it ([`told`]), or `error …` (`error refused: …` when the
+/// node refused the generation before anything moved, or its lock is held).
+fn switch(place: &Place, spawner: &dyn Spawner, id: &str, seconds: u64) -> String {
+    let started = agent::arm(place, spawner, id, seconds);
+    match started {
+        Ok(d) => match agent::switch_done(&place.state, &d.token) {
+            Ok(d) => told(&place.state, &d).to_string(),
+            Err(e) => format!("error {e}"),
+        },
+        Err(StartError::Refused(e)) if refusal(&e) => format!("error refused: {}", chain(&e)),
+        Err(StartError::Refused(e)) => format!("error {}", chain(&e)),
+        Err(StartError::Io(e)) => format!("error {e}"),
+    }
+}
+
+/// Whether the node refused (nothing moved) rather than failed: a generation it does not trust
+/// or cannot decrypt, a lock held.
+pub fn refusal(e: &ActivateError) -> bool {
+    matches!(e, ActivateError::Secret { .. }) || e.kind() == Kind::Refused
+}
+
+/// An error and its causes on one line: "what failed: why".
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// The generation in force, as `current` answers it: its id, what put it in force (the
+/// profile log's trigger), whether a deploy recorded here switched to it, and the deploy that
+/// waits for its confirmation, if one does.
+pub fn current(place: &Place) -> Result<Option<serde_json::Value>, ActivateError> {
+    let node = Node::inspect(&place.state, &place.root, place.netns.clone())?;
+    Ok(node.in_force()?.map(
+        |c| json!({ "id": c.id, "trigger": c.trigger, "deployed": c.deployed, "waiting": c.waiting }),
+    ))
+}
+
+/// How many lines of a deploy's log a deployer is told when it did not end as deployed.
+const LOG_LINES: usize = 12;
+
+/// A deploy as the deployer is told it: its record, the generation in force on the node now
+/// (read, not assumed), and — when it failed or reverted — the last lines of its log.
+pub fn told(state: &std::path::Path, deploy: &Deploy) -> serde_json::Value {
+    let mut v = serde_json::to_value(deploy).unwrap_or_default();
+    let in_force = crate::profile::Profile::open(state)
+        .ok()
+        .and_then(|p| p.current().ok().flatten())
+        .map(|(_, id)| id.to_string());
+    v["in_force"] = json!(in_force);
+    if matches!(deploy.state, DeployState::Reverted | DeployState::Failed) {
+        let log =
+            std::fs::read_to_string(super::log_path(state, &deploy.token)).unwrap_or_default();
+        let lines: Vec<String> = log
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| escape(l).into_owned())
+            .collect();
+        v["log"] = json!(lines[lines.len().saturating_sub(LOG_LINES)..]);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_lib::BlobHash;
+    use std::process::Command;
+
+    /// A spawner for sessions that arm nothing.
+    struct Nothing;
+
+    impl Spawner for Nothing {
+        fn agent(&self, _: &str) -> Command {
+            unreachable!("no switch was asked for")
+        }
+        fn step(&self, _: &str, _: agent::Step) -> Command {
+            unreachable!("no switch was asked for")
+        }
+    }
+
+    fn session(place: &Place, requests: &str) -> (Result<(), ServeError>, String) {
+        let file = place.state.with_extension("requests");
+        std::fs::write(&file, requests).unwrap();
+        let input = Timed::new(std::fs::File::open(&file).unwrap(), None);
+        let mut out = Vec::new();
+        let ended = serve(place, &Nothing, input, &mut out);
+        (ended, String::from_utf8(out).unwrap())
+    }
+
+    /// Each request is answered in turn, a bad one with `error …` (its text escaped) and the
+    /// session going on, until the input ends.
+    #[test]
+    fn each_request_is_answered_in_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = Place {
+            state: dir.path().join("state"),
+            root: dir.path().join("root"),
+            netns: None,
+            settle: Duration::ZERO,
+        };
+        std::fs::create_dir_all(&place.root).unwrap();
+        let store = Store::open(&place.state).unwrap();
+        let kept = store.put_blob(b"kept\n", true).unwrap();
+        let lacking = BlobHash::of(b"lacking\n");
+        let id = GenerationId::of(b"a generation this node lacks");
+        let requests = format!(
+            "hello\nrecord\ncurrent\nlacks {id}\nsignatures {id}\nmissing\n{}\n{}\nend\n\
+             io-timeout soon\nio-timeout 5\nlacks nope\nswitch {id} 0\nunheard-of \u{1b}[2J\n\n",
+            transfer::Object::Blob(kept),
+            transfer::Object::Blob(lacking),
+        );
+        let (ended, said) = session(&place, &requests);
+        assert!(ended.is_ok(), "{ended:?}");
+        assert_eq!(
+            said,
+            format!(
+                "mesh serve 2\nrecord none\ncurrent none\ngeneration {id}\nend\nend\n{}\nend\n\
+                 error `soon` is not a number of seconds\nok\n\
+                 error `nope` is not a generation id\n\
+                 error `0` is not a number of seconds from 1 to 86400\n\
+                 error unknown request `unheard-of \\u{{1b}}[2J`\n",
+                transfer::Object::Blob(lacking),
+            )
+        );
+    }
+
+    /// A signature whose length is not one ends the session: what follows cannot be found.
+    #[test]
+    fn a_request_that_cannot_be_framed_ends_the_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = Place {
+            state: dir.path().join("state"),
+            root: dir.path().join("root"),
+            netns: None,
+            settle: Duration::ZERO,
+        };
+        let id = GenerationId::of(b"g");
+        let (ended, said) = session(&place, &format!("hello\nsignature {id} lots\nhello\n"));
+        assert!(matches!(ended, Err(ServeError::Request(_))), "{ended:?}");
+        assert_eq!(said, "mesh serve 2\n");
+    }
+}
