@@ -26,7 +26,8 @@
 //! Two rows measure 1 and 10 nodes whose root shell does (on the machines this was written on,
 //! a pyenv set-up: 0.1 s of CPU per command, on 2 cores shared by all the nodes).
 //!
-//! Prints one table with the ratios of one run.
+//! Prints one table with the ratios of one run. `MESH_BENCH_DEPLOYS=N` runs only N deploys of one
+//! changed file to the 10 nodes, a line each: for a profiler (`perf record -a`) over the bench.
 
 mod common;
 #[path = "../tests/it/sshlab.rs"]
@@ -197,6 +198,26 @@ fn main() {
         }
     }
     let split = || groups.as_ref().map(|(d, n)| (d.used(), n.used()));
+    // MESH_BENCH_DEPLOYS=N: only N deploys of one changed file to every node, each on a line
+    // (for a profiler run over the whole bench: the lab's set-up is then a small part).
+    if let Some(runs) = std::env::var("MESH_BENCH_DEPLOYS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        for _ in 0..runs {
+            let cpu_before = split();
+            let (t, cpu, _) = deploy(&lab, &all, &mut version);
+            let side = per_node(&[spent(cpu_before, split())]);
+            println!(
+                "{NODES} nodes: {} ({} CPU){}",
+                ms(t),
+                ms(cpu),
+                side.map(|(d, n)| format!(", per node {} + {}", ms(d), ms(n)))
+                    .unwrap_or_default()
+            );
+        }
+        return;
+    }
     let mut deploy_split = Vec::new();
 
     let (mut ten, mut one) = (Vec::new(), Vec::new());
