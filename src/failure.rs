@@ -110,7 +110,7 @@ impl From<BuildError> for Failure {
         match e {
             // Spans and help, each part escaped by the diagnostic itself; a limit's help.
             BuildError::Rejected(_) | BuildError::Bounded(_) => Self::new(exit, e),
-            _ => Self::text(exit, error_chain(&e)),
+            _ => Self::text(exit, mesh_lib::text::chain(&e)),
         }
     }
 }
@@ -128,7 +128,7 @@ impl From<mesh_lib::state::StateError> for Failure {
         } else {
             Exit::System
         };
-        Self::text(exit, error_chain(&e))
+        Self::text(exit, mesh_lib::text::chain(&e))
     }
 }
 
@@ -140,21 +140,6 @@ impl From<mesh_activator::ActivateError> for Failure {
             mesh_activator::Kind::System => Exit::System,
         };
         // Docker's and nft's messages are in the chain: escaped, their lines kept.
-        Self::text(exit, error_chain(&e))
+        Self::text(exit, mesh_lib::text::chain(&e))
     }
-}
-
-/// An error and its causes on one line: "what failed: why".
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
 }

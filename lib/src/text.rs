@@ -52,6 +52,24 @@ pub fn escape_keeping_lines(s: &str) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
+    /// Each cause is said once, after what failed; one the line already says is left out.
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        enum E {
+            #[error("error sending request")]
+            Request(#[source] std::io::Error),
+            #[error("reading: {0}")]
+            Reading(#[source] std::io::Error),
+        }
+        let refused = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(
+            chain(&E::Request(refused())),
+            "error sending request: refused"
+        );
+        assert_eq!(chain(&E::Reading(refused())), "reading: refused");
+    }
+
     /// Plain text passes untouched; every hazard is written as an escape a person can read.
     #[test]
     fn hazards_are_escaped() {
@@ -65,4 +83,21 @@ mod tests {
         );
         assert_eq!(escape("née ✓"), "née ✓");
     }
+}
+
+/// An error and its causes on one line, "what failed: why: …", each cause once (one whose text
+/// the line already holds is left out). An HTTP client's "error sending request" says why only
+/// in its causes: the connection refused, the name not resolved, the time out.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let said = s.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = s.source();
+    }
+    text
 }

@@ -116,7 +116,7 @@ impl Registry {
             .map_err(|e| RegistryError::Registry {
                 registry: host.to_owned(),
                 what: "setting up HTTP".into(),
-                why: e.to_string(),
+                why: mesh_lib::text::chain(&e),
             })?;
         drop(entered);
         let registry = Self {
@@ -156,7 +156,7 @@ impl Registry {
         move |e| RegistryError::Registry {
             registry: self.name(),
             what,
-            why: e.to_string(),
+            why: mesh_lib::text::chain(&e),
         }
     }
 
@@ -312,7 +312,7 @@ impl Registry {
                 _ => RegistryError::Registry {
                     registry: self.name(),
                     what: format!("reading tag {tag}"),
-                    why: e.to_string(),
+                    why: mesh_lib::text::chain(&e),
                 },
             })?;
         if crate::sha256(&bytes) != digest && !digest.is_empty() {
@@ -547,7 +547,7 @@ impl Registry {
         let answer = self
             .runtime
             .block_on(async { request.send().await })
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| failed(mesh_lib::text::chain(&e)))?;
         match answer.status().as_u16() {
             200..=299 | 404 => Ok(()),
             405 => Err(failed(

@@ -25,7 +25,7 @@ use std::io::{BufRead, Read, Write};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use mesh_lib::text::escape;
+use mesh_lib::text::{chain, escape};
 use mesh_lib::{transfer, GenerationId, Store};
 use serde_json::json;
 
@@ -277,21 +277,6 @@ fn switch(place: &Place, spawner: &dyn Spawner, id: &str, seconds: u64) -> Strin
 /// or cannot decrypt, a lock held.
 pub fn refusal(e: &ActivateError) -> bool {
     matches!(e, ActivateError::Secret { .. }) || e.kind() == Kind::Refused
-}
-
-/// An error and its causes on one line: "what failed: why".
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// The generation in force, as `current` answers it: its id, what put it in force (the
