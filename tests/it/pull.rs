@@ -632,6 +632,114 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
     assert_eq!(canary["last_pull"]["result"], "reverted", "{canary}");
 }
 
+/// A rollout whose waves all get healthy — a canary, then half the fleet (by share), then the
+/// rest — moves every tag, wave after wave: each node pulls, switches and confirms its new
+/// generation by itself, a wave's nodes only after every node of the wave before confirmed;
+/// the rollout exits 0, and the board shows every node where its tag points.
+#[test]
+fn a_healthy_rollout_moves_every_tag_wave_after_wave() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("waves", 4, |n| node_decl(n, "good v1\\n", true));
+    with_rollout(&lab, r#"[["node0"], "50%"]"#, 30);
+    let registry = Registry::start(&lab);
+    let (_keys, ci) = trusted_signer(&lab);
+    push(&lab, &ci, &[]);
+    for n in &lab.nodes {
+        assert_eq!(pull(n, &[]).0, 0);
+    }
+    let v1: Vec<String> = lab.nodes.iter().map(|n| n.current().unwrap()).collect();
+
+    let followers: Vec<Follower> = lab.nodes.iter().map(Follower::start).collect();
+    for n in &lab.nodes {
+        lab.declare(&n.name, &node_decl(&n.name, "good v2\\n", true));
+    }
+    let out = lab.mesh(&[
+        "rollout",
+        &local_target(),
+        "--insecure",
+        "--sign",
+        "--key",
+        ci.to_str().unwrap(),
+        "--every",
+        "1",
+        "--json",
+    ]);
+    drop(followers);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let waves: Vec<Vec<&str>> = report["waves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            assert_eq!(w["healthy"], true, "{w}");
+            w["wave"]["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        waves,
+        [vec!["node0"], vec!["node1", "node2"], vec!["node3"]],
+        "{report}"
+    );
+    assert_eq!(report["untouched"], serde_json::json!([]), "{report}");
+
+    // Every node runs what its tag names now, new, and its pull of it was confirmed.
+    let mut when = Vec::new();
+    for (i, n) in lab.nodes.iter().enumerate() {
+        let tag = registry.manifest(&n.name);
+        let desired = tag["annotations"]["dev.mesh.generation"].as_str().unwrap();
+        let current = n.current().unwrap();
+        assert_eq!(current, desired, "{}", n.name);
+        assert_ne!(current, v1[i], "{} got a new generation", n.name);
+        let status: serde_json::Value =
+            serde_json::from_slice(&n.mesh(&["status", "--json"]).stdout).unwrap();
+        assert_eq!(status["last_pull"]["result"], "confirmed", "{status}");
+        assert_eq!(status["last_pull"]["generation"], desired, "{status}");
+        when.push(status["last_pull"]["at"].as_str().unwrap().to_owned());
+    }
+    // Wave after wave: a node of a wave pulled only after the wave before it was confirmed.
+    assert!(
+        when[0] < when[1] && when[0] < when[2],
+        "the canary first: {when:?}"
+    );
+    assert!(
+        when[1] < when[3] && when[2] < when[3],
+        "the rest last: {when:?}"
+    );
+
+    // The board: each node's desired generation (its tag) in force.
+    let out = lab.mesh(&[
+        "fleet",
+        "status",
+        "--registry",
+        &local_target(),
+        "--insecure",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let board: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for row in board["nodes"].as_array().unwrap() {
+        assert_eq!(row["desired"], row["current"], "{row}");
+        assert_eq!(row["last_pull"]["result"], "confirmed", "{row}");
+    }
+}
+
 /// The repository's tags, as the registry lists them.
 fn tags(registry: &Registry) -> Vec<String> {
     let out = registry.curl(&[
