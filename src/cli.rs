@@ -421,9 +421,9 @@ pub enum StoreCommand {
     /// Read a stream of objects on stdin; store them once every one matches its name (one that
     /// does not stores nothing, exit 3); print one JSON object: objects and bytes stored.
     Receive,
-    /// A deploy's requests, a line each on stdin (hello, record, current, lacks, missing,
-    /// receive, switch), answered in turn on stdout: what `mesh deploy` speaks over its one
-    /// connection to a node.
+    /// A deploy's requests, a line each on stdin (hello, io-timeout, record, current, lacks,
+    /// missing, receive, signatures, signature, switch), answered in turn on stdout: what `mesh
+    /// deploy` speaks over its one connection to a node.
     Serve {
         /// End the session when no byte of a stream comes for this long (a link cut mid-copy);
         /// the objects that arrived whole are kept.
