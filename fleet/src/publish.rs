@@ -3,11 +3,12 @@
 //! (see [`mesh_registry`]): only the objects the registry lacks are sent, and the node's tag is
 //! moved to it. Nodes pull it themselves (`mesh pull`); nothing here reaches a node.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use mesh_compiler::Evaluator;
-use mesh_lib::{GenerationId, Store};
-use mesh_registry::{Publication, Registry, Sent};
+use mesh_lib::{BlobHash, GenerationId, Store};
+use mesh_registry::{Piece, Publication, Registry, Sent};
 use serde::Serialize;
 
 use crate::file::{Fleet, Node};
@@ -82,7 +83,9 @@ pub fn prepare(
         options.parallel,
     );
     let store = Store::open(&options.state_dir);
-    built
+    // Signed one after another (a hardware key asks for a touch per signature), then each
+    // node's artifact laid out, its tag read, several at once.
+    let signed: Vec<(String, Result<GenerationId, String>)> = built
         .into_iter()
         .map(|b| {
             let result = (|| {
@@ -93,59 +96,105 @@ pub fn prepare(
                         .sign_into(store, &g.id)
                         .map_err(|e| format!("signing it: {e}"))?;
                 }
-                let previous = registry.artifact(&b.node).ok();
-                let p = mesh_registry::publication(
-                    store,
-                    &b.node,
-                    &g.id,
-                    options.revision.as_deref(),
-                    previous.as_ref(),
-                )
-                .map_err(|e| e.to_string())?;
-                Ok((g.id, p))
+                Ok(g.id)
             })();
-            Prepared {
-                node: b.node,
-                result,
-            }
+            (b.node, result)
         })
-        .collect()
+        .collect();
+    crate::each(&signed, AT_ONCE, |(node, signed)| {
+        let result = signed.clone().and_then(|id| {
+            let store = store.as_ref().map_err(|e| e.to_string())?;
+            let previous = registry.artifact(node).ok();
+            let p = mesh_registry::publication(
+                store,
+                node,
+                &id,
+                options.revision.as_deref(),
+                previous.as_ref(),
+            )
+            .map_err(|e| e.to_string())?;
+            Ok((id, p))
+        });
+        Prepared {
+            node: node.clone(),
+            result,
+        }
+    })
 }
 
+/// Requests to the registry under way at once: each is small, and most of a push is waiting
+/// for the answers.
+const AT_ONCE: usize = 8;
+
 /// Sends what the registry lacks of every prepared artifact and, when `tag`, moves each node's
-/// tag to its artifact: a line per node.
+/// tag to its artifact: a line per node. Every object first, each once (for the first node
+/// that references it; a later one counts it as there already), several requests at once; then
+/// each node's artifact and its tag — never before its objects, so that a tag names nothing the
+/// registry lacks.
 pub fn publish(registry: &Registry, prepared: &[Prepared], tag: bool) -> Vec<Pushed> {
-    prepared
+    let mut first: BTreeMap<BlobHash, (usize, &Piece)> = BTreeMap::new();
+    for (i, p) in prepared.iter().enumerate() {
+        if let Ok((_, publication)) = &p.result {
+            for (hash, piece) in &publication.objects {
+                first.entry(*hash).or_insert((i, piece));
+            }
+        }
+    }
+    let objects: Vec<(&BlobHash, &(usize, &Piece))> = first.iter().collect();
+    let sent = crate::each(&objects, AT_ONCE, |(hash, (_, piece))| {
+        registry
+            .upload_object(hash, piece)
+            .map_err(|e| e.to_string())
+    });
+    let uploaded: BTreeMap<BlobHash, (usize, Result<Sent, String>)> = objects
         .iter()
-        .map(|p| {
-            let mut line = Pushed {
-                node: p.node.clone(),
-                generation: None,
-                sent: Sent::default(),
-                tag_moved: false,
-                error: None,
-            };
-            match &p.result {
-                Err(e) => line.error = Some(e.clone()),
-                Ok((id, publication)) => {
-                    line.generation = Some(*id);
-                    let done = registry.upload(publication).and_then(|sent| {
-                        line.sent = sent;
-                        if tag {
-                            let bytes = registry.tag(&p.node, publication)?;
-                            line.tag_moved = bytes > 0;
-                            line.sent.bytes += bytes;
-                        }
-                        Ok(())
-                    });
-                    if let Err(e) = done {
-                        line.error = Some(e.to_string());
-                    }
+        .zip(sent)
+        .map(|((hash, (owner, _)), sent)| (**hash, (*owner, sent)))
+        .collect();
+    let nodes: Vec<(usize, &Prepared)> = prepared.iter().enumerate().collect();
+    crate::each(&nodes, AT_ONCE, |(i, p)| {
+        let mut line = Pushed {
+            node: p.node.clone(),
+            generation: None,
+            sent: Sent::default(),
+            tag_moved: false,
+            error: None,
+        };
+        let (id, publication) = match &p.result {
+            Err(e) => {
+                line.error = Some(e.clone());
+                return line;
+            }
+            Ok(ready) => ready,
+        };
+        line.generation = Some(*id);
+        let done = (|| {
+            let mut sent = Sent::default();
+            for (hash, _) in &publication.objects {
+                match &uploaded[hash] {
+                    (owner, Ok(s)) if owner == i => sent += *s,
+                    (_, Ok(_)) => sent.objects_reused += 1,
+                    (_, Err(e)) => return Err(e.clone()),
                 }
             }
-            line
-        })
-        .collect()
+            sent += registry
+                .upload_node(publication)
+                .map_err(|e| e.to_string())?;
+            line.sent = sent;
+            if tag {
+                let bytes = registry
+                    .tag(&p.node, publication)
+                    .map_err(|e| e.to_string())?;
+                line.tag_moved = bytes > 0;
+                line.sent.bytes += bytes;
+            }
+            Ok(())
+        })();
+        if let Err(e) = done {
+            line.error = Some(e);
+        }
+        line
+    })
 }
 
 /// The bytes a push sent in all.

@@ -13,7 +13,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
 use crate::{
-    keep_blob, keep_generation, Artifact, Descriptor, Fetched, Publication, RegistryError,
+    keep_blob, keep_generation, Artifact, Descriptor, Fetched, Piece, Publication, RegistryError,
     MANIFEST_TYPE, MAX_OBJECT,
 };
 
@@ -67,6 +67,15 @@ pub struct Sent {
     pub bytes: u64,
 }
 
+impl std::ops::AddAssign for Sent {
+    fn add_assign(&mut self, other: Self) {
+        self.objects += other.objects;
+        self.objects_reused += other.objects_reused;
+        self.blobs += other.blobs;
+        self.bytes += other.bytes;
+    }
+}
+
 impl Registry {
     /// The repository `target` (`HOST[:PORT]/REPOSITORY`), with the docker config's
     /// credentials for its host when it has some.
@@ -100,7 +109,10 @@ impl Registry {
             use_monolithic_push: true,
             ..ClientConfig::default()
         });
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        // Two workers: a push sends many small requests from several threads at once (see
+        // `mesh_fleet::publish`), each thread waiting on its own.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
             .enable_all()
             .build()?;
         let auth = match crate::docker_credentials(host) {
@@ -161,7 +173,7 @@ impl Registry {
     }
 
     /// Sends the blobs of `piece` the registry lacks (each asked for first).
-    fn upload_blobs(&self, piece: &crate::Piece, sent: &mut Sent) -> Result<(), RegistryError> {
+    fn upload_blobs(&self, piece: &Piece, sent: &mut Sent) -> Result<(), RegistryError> {
         let reference = self.reference("latest");
         for layer in &piece.layers {
             let digest = &layer.descriptor.digest;
@@ -204,27 +216,43 @@ impl Registry {
         Ok(())
     }
 
-    /// Sends what the registry lacks of `publication`: each object's artifact that may be
-    /// missing (asked for by its tag first), then the blobs of the node's artifact. The node's
-    /// tag is not moved.
-    pub fn upload(&self, publication: &Publication) -> Result<Sent, RegistryError> {
+    /// Sends `piece`, the artifact of object `hash`, unless the registry has it (asked for by
+    /// its tag first): what was sent (`objects` 1), or `objects_reused` 1.
+    pub fn upload_object(&self, hash: &BlobHash, piece: &Piece) -> Result<Sent, RegistryError> {
+        let tag = crate::object_tag(hash);
+        let mut sent = Sent::default();
+        if self.known.lock().expect("not poisoned").contains(&tag) || self.has_tag(&tag)? {
+            sent.objects_reused = 1;
+        } else {
+            self.upload_blobs(piece, &mut sent)?;
+            self.put_manifest(&tag, &piece.manifest)?;
+            sent.objects = 1;
+            sent.bytes += piece.manifest.len() as u64;
+        }
+        self.known.lock().expect("not poisoned").insert(tag);
+        Ok(sent)
+    }
+
+    /// Sends the blobs of the node's artifact of `publication` the registry lacks (its
+    /// objects sent before: see [`Registry::upload`]); the tag is not moved.
+    pub fn upload_node(&self, publication: &Publication) -> Result<Sent, RegistryError> {
         let mut sent = Sent {
             objects_reused: publication.present,
             ..Sent::default()
         };
-        for (hash, piece) in &publication.objects {
-            let tag = crate::object_tag(hash);
-            if self.known.lock().expect("not poisoned").contains(&tag) || self.has_tag(&tag)? {
-                sent.objects_reused += 1;
-            } else {
-                self.upload_blobs(piece, &mut sent)?;
-                self.put_manifest(&tag, &piece.manifest)?;
-                sent.objects += 1;
-                sent.bytes += piece.manifest.len() as u64;
-            }
-            self.known.lock().expect("not poisoned").insert(tag);
-        }
         self.upload_blobs(&publication.node, &mut sent)?;
+        Ok(sent)
+    }
+
+    /// Sends what the registry lacks of `publication`: each object's artifact that may be
+    /// missing (asked for by its tag first), then the blobs of the node's artifact. The node's
+    /// tag is not moved.
+    pub fn upload(&self, publication: &Publication) -> Result<Sent, RegistryError> {
+        let mut sent = Sent::default();
+        for (hash, piece) in &publication.objects {
+            sent += self.upload_object(hash, piece)?;
+        }
+        sent += self.upload_node(publication)?;
         Ok(sent)
     }
 
