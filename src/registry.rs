@@ -6,9 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use mesh_activator::deploy::health::Check;
-use mesh_activator::deploy::pull::{self, LastPull, PullResult};
-use mesh_activator::deploy::{agent, DeployState};
-use mesh_activator::lock::{LockError, StateLock};
+use mesh_activator::deploy::pull::{self, PullResult, Pulled};
 use mesh_registry::{Options, Registry, RegistryError};
 use serde_json::json;
 
@@ -280,20 +278,6 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
     }
 }
 
-/// How one pull went, for its caller (`pull` prints it, `follow` goes on).
-enum Pulled {
-    /// The tag's generation is in force: nothing done.
-    UpToDate(mesh_lib::GenerationId),
-    /// The tag's generation went back here before: not tried again.
-    NotAgain(LastPull),
-    /// Switched (or not), as recorded.
-    Done(LastPull),
-    /// Another pull (this pid) is running here: nothing done, nothing recorded.
-    Busy(String),
-    /// The tag is withdrawn (a rollout stopped): nothing done, nothing recorded.
-    Withdrawn(String),
-}
-
 /// `mesh pull`.
 pub fn pull(machine: &Machine, args: &PullArgs) -> Result<(), Failure> {
     let pulled = pull_once(machine, args)?;
@@ -386,155 +370,27 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
     for p in &args.probes {
         checks.push(Check::probe(p).map_err(Failure::user)?);
     }
-    let node = mesh_activator::Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
-    let current = node.current()?;
-    let tag = match (&args.node, &current) {
-        (Some(n), _) => n.clone(),
-        (None, Some((_, _, g))) => g.node.to_string(),
-        (None, None) => {
-            return Err(Failure::user(
-                "no generation is in force here to tell this node's name: give it with --node",
-            ))
-        }
-    };
     let registry = registry(&args.target, &args.registry)?;
-    let from = format!("{}:{tag}", registry.name());
-    let mut record = LastPull {
-        from: from.clone(),
-        generation: None,
-        revision: None,
-        result: PullResult::Failed,
-        reason: None,
-        objects: 0,
-        bytes: 0,
-        at: String::new(),
-        deploy: None,
-        pid: None,
-    };
-    let ended = |mut record: LastPull, result: PullResult, why: String| {
-        record.result = result;
-        record.reason = Some(why);
-        record
-            .save(&machine.state)
-            .map_err(|e| Failure::system(format!("recording the pull: {e}")))?;
-        Ok(Pulled::Done(record))
-    };
-    let artifact = match registry.artifact(&tag) {
-        Ok(a) => a,
-        Err(e @ RegistryError::Withdrawn(_)) => return Ok(Pulled::Withdrawn(e.to_string())),
-        Err(e @ (RegistryError::Invalid { .. } | RegistryError::NoTag(_))) => {
-            return ended(record, PullResult::Refused, e.to_string())
-        }
-        Err(e) => return ended(record, PullResult::Failed, e.to_string()),
-    };
-    let id = artifact.generation;
-    record.generation = Some(id);
-    record.revision = artifact.revision().map(str::to_owned);
-    record.bytes = artifact.bytes.len() as u64;
-    let waiting = agent::waiting(&machine.state, &id).is_some();
-    if current.as_ref().map(|(_, c, _)| *c) == Some(id) && !waiting {
-        return Ok(Pulled::UpToDate(id));
-    }
-    if !args.retry {
-        if let Some(last) = LastPull::load(&machine.state) {
-            if last.generation == Some(id) && last.result == PullResult::Reverted {
-                return Ok(Pulled::NotAgain(last));
-            }
-        }
-    }
-    // One pull at a time past here (a timer's and one by hand): the second does nothing and
-    // records nothing. Taken once there is something to do: a pull in force writes nothing.
-    let _pulling = match StateLock::take_file(&machine.state, "pull.lock") {
-        Ok(lock) => lock,
-        Err(LockError::Held { pid }) => return Ok(Pulled::Busy(pid)),
-        Err(e) => return Err(Failure::system(e.to_string())),
-    };
-    // The pull that held it may have just put the generation in force.
-    if node.current()?.map(|(_, c, _)| c) == Some(id)
-        && agent::waiting(&machine.state, &id).is_none()
-    {
-        return Ok(Pulled::UpToDate(id));
-    }
-    // Under way, for `mesh status` and the rollout: every end below writes over it, and one
-    // that never comes (the process killed) reads as interrupted.
-    let mut running = record.clone();
-    running.result = PullResult::Running;
-    running.pid = Some(std::process::id());
-    running
-        .save(&machine.state)
-        .map_err(|e| Failure::system(format!("recording the pull: {e}")))?;
-    // The signatures first, judged before anything else is fetched.
-    let (signatures, bytes) = match registry.signatures(&artifact) {
-        Ok(s) => s,
-        Err(e) => return ended(record, PullResult::Failed, e.to_string()),
-    };
-    record.bytes += bytes;
-    if let Err(e) = node.judge_offer(&id, &signatures) {
-        return ended(record, PullResult::Refused, e.to_string());
-    }
-    let fetched = registry.fetch(&node.store, &artifact);
-    let fetched = match fetched {
-        Ok(f) => f,
-        Err(e @ (RegistryError::Mismatch { .. } | RegistryError::Invalid { .. })) => {
-            return ended(
-                record,
-                PullResult::Refused,
-                format!("{e}; nothing was changed"),
-            )
-        }
-        Err(e) => {
-            return ended(
-                record,
-                PullResult::Failed,
-                format!("{e}; the objects that arrived whole are kept, nothing was switched"),
-            )
-        }
-    };
-    record.objects = fetched.objects;
-    record.bytes += fetched.bytes;
-    for text in &signatures {
-        if let Ok(sig) = mesh_lib::trust::Signature::parse(text) {
-            if sig.verify(&id).is_ok() {
-                node.store
-                    .put_signature(&id, sig.armored())
-                    .map_err(Failure::from)?;
-            }
-        }
-    }
     let guard = pull::Guard {
         checks,
         within: Duration::from_secs(args.health_within),
     };
-    let deploy = match pull::switch(
+    pull::pull(
         &crate::remote::place(machine),
         &crate::remote::Spawn(machine.clone()),
-        &node,
-        id,
-        &guard,
-    ) {
-        Ok(d) => d,
-        Err(agent::StartError::Refused(e)) => {
-            return ended(record, PullResult::Refused, e.to_string())
-        }
-        Err(agent::StartError::Io(e)) => return ended(record, PullResult::Failed, e),
-    };
-    record.deploy = Some(deploy.token.clone());
-    let reason = deploy.reason.clone().unwrap_or_default();
-    match deploy.state {
-        DeployState::Confirmed => {
-            record.result = PullResult::Confirmed;
-            record
-                .save(&machine.state)
-                .map_err(|e| Failure::system(format!("recording the pull: {e}")))?;
-            Ok(Pulled::Done(record))
-        }
-        DeployState::Reverted => ended(record, PullResult::Reverted, reason),
-        other => ended(
-            record,
-            PullResult::Failed,
-            format!("its deploy {} is {other:?}: {reason}", deploy.token),
-        ),
-    }
+        &registry,
+        &pull::Request {
+            tag: args.node.as_deref(),
+            retry: args.retry,
+            guard: &guard,
+        },
+    )
+    .map_err(|e| match e {
+        pull::PullError::NoName => Failure::user(e),
+        pull::PullError::Node(e) => e.into(),
+        pull::PullError::Store(e) => e.into(),
+        pull::PullError::Io(e) => Failure::system(e),
+    })
 }
 
 /// `mesh follow`.

@@ -1,8 +1,9 @@
-//! The node's side of a pull (`mesh pull`), once the generation is in the store and its
-//! signature judged: a switch armed like a deploy's — its agent, its deadline, its way back —
-//! which the node confirms *itself* once the switch's settle window passed without a failed
-//! unit and its health checks pass, or rejects, naming the check and why, so that the agent
-//! goes back at once and records it.
+//! The node's side of a pull (`mesh pull`, [`pull`]): the node's tag read from the registry,
+//! its signatures judged before anything else is fetched, then only the objects the store lacks,
+//! each checked against its name; then a switch armed like a deploy's — its agent, its
+//! deadline, its way back — which the node confirms *itself* once the switch's settle window
+//! passed without a failed unit and its health checks pass, or rejects, naming the check and
+//! why, so that the agent goes back at once and records it ([`switch`]).
 //!
 //! The last pull's outcome is kept in `STATE/pull.json` (atomically), for `mesh status` and
 //! `mesh fleet status`: where from, which generation, how it ended and why. A pull that finds
@@ -14,10 +15,14 @@ use std::time::Duration;
 use mesh_lib::{atomic, GenerationId};
 use serde::{Deserialize, Serialize};
 
+use mesh_registry::{Registry, RegistryError};
+
 use super::agent::{self, Place, Spawner, StartError};
 use super::health::{self, Check};
 use super::{Deploy, DeployState};
+use crate::lock::{LockError, StateLock};
 use crate::node::Node;
+use crate::ActivateError;
 
 /// How a pull ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,4 +155,186 @@ pub fn switch(
         .map_err(io)?,
     }
     agent::settled(&place.state, &deploy.token).map_err(io)
+}
+
+/// How one pull went, for its caller (`mesh pull` prints it, `mesh follow` goes on).
+#[derive(Debug)]
+pub enum Pulled {
+    /// The tag's generation is in force: nothing done, nothing written.
+    UpToDate(GenerationId),
+    /// The tag's generation went back here before: not tried again (unless retried).
+    NotAgain(LastPull),
+    /// Fetched and switched (or not), as recorded.
+    Done(LastPull),
+    /// Another pull (this pid) is running here: nothing done, nothing recorded.
+    Busy(String),
+    /// The tag is withdrawn (a rollout stopped): nothing done, nothing recorded.
+    Withdrawn(String),
+}
+
+/// Why a pull could not even be tried (a pull that was tried and failed is a [`Pulled::Done`]
+/// whose record says why).
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// No tag was named, and no generation in force names the node.
+    #[error("no generation is in force here to tell this node's name: give it with --node")]
+    NoName,
+    /// The node's state could not be read.
+    #[error(transparent)]
+    Node(#[from] ActivateError),
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] mesh_lib::store::StoreError),
+    /// The pull's lock or its record.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// What a pull is asked.
+pub struct Request<'a> {
+    /// The tag to read (default: the node's name, as its generation in force says).
+    pub tag: Option<&'a str>,
+    /// Whether to try again a generation that went back here.
+    pub retry: bool,
+    /// The guard of its switch.
+    pub guard: &'a Guard,
+}
+
+/// Pulls what the node's tag in `registry` names onto the node at `place` (its agent started
+/// by `spawner`; see the module's doc): nothing when it is in force, and never a generation no
+/// signer the node trusts vouches for. One pull at a time on a node; one under way is recorded
+/// as `running` (its pid), so that one killed reads as interrupted.
+pub fn pull(
+    place: &Place,
+    spawner: &dyn Spawner,
+    registry: &Registry,
+    request: &Request<'_>,
+) -> Result<Pulled, PullError> {
+    let state = place.state.as_path();
+    let node = Node::inspect(state, &place.root, place.netns.clone())?;
+    let current = node.current()?;
+    let tag = match (request.tag, &current) {
+        (Some(n), _) => n.to_owned(),
+        (None, Some((_, _, g))) => g.node.to_string(),
+        (None, None) => return Err(PullError::NoName),
+    };
+    let mut record = LastPull {
+        from: format!("{}:{tag}", registry.name()),
+        generation: None,
+        revision: None,
+        result: PullResult::Failed,
+        reason: None,
+        objects: 0,
+        bytes: 0,
+        at: String::new(),
+        deploy: None,
+        pid: None,
+    };
+    let ended = |mut record: LastPull, result: PullResult, why: String| {
+        record.result = result;
+        record.reason = Some(why);
+        record
+            .save(state)
+            .map_err(|e| PullError::Io(format!("recording the pull: {e}")))?;
+        Ok(Pulled::Done(record))
+    };
+    let artifact = match registry.artifact(&tag) {
+        Ok(a) => a,
+        Err(e @ RegistryError::Withdrawn(_)) => return Ok(Pulled::Withdrawn(e.to_string())),
+        Err(e @ (RegistryError::Invalid { .. } | RegistryError::NoTag(_))) => {
+            return ended(record, PullResult::Refused, e.to_string())
+        }
+        Err(e) => return ended(record, PullResult::Failed, e.to_string()),
+    };
+    let id = artifact.generation;
+    record.generation = Some(id);
+    record.revision = artifact.revision().map(str::to_owned);
+    record.bytes = artifact.bytes.len() as u64;
+    let waiting = agent::waiting(state, &id).is_some();
+    if current.as_ref().map(|(_, c, _)| *c) == Some(id) && !waiting {
+        return Ok(Pulled::UpToDate(id));
+    }
+    if !request.retry {
+        if let Some(last) = LastPull::load(state) {
+            if last.generation == Some(id) && last.result == PullResult::Reverted {
+                return Ok(Pulled::NotAgain(last));
+            }
+        }
+    }
+    // One pull at a time past here (a timer's and one by hand): the second does nothing and
+    // records nothing. Taken once there is something to do: a pull in force writes nothing.
+    let _pulling = match StateLock::take_file(state, "pull.lock") {
+        Ok(lock) => lock,
+        Err(LockError::Held { pid }) => return Ok(Pulled::Busy(pid)),
+        Err(e) => return Err(PullError::Io(e.to_string())),
+    };
+    // The pull that held it may have just put the generation in force.
+    if node.current()?.map(|(_, c, _)| c) == Some(id) && agent::waiting(state, &id).is_none() {
+        return Ok(Pulled::UpToDate(id));
+    }
+    // Under way, for `mesh status` and the rollout: every end below writes over it, and one
+    // that never comes (the process killed) reads as interrupted.
+    let mut running = record.clone();
+    running.result = PullResult::Running;
+    running.pid = Some(std::process::id());
+    running
+        .save(state)
+        .map_err(|e| PullError::Io(format!("recording the pull: {e}")))?;
+    // The signatures first, judged before anything else is fetched.
+    let (signatures, bytes) = match registry.signatures(&artifact) {
+        Ok(s) => s,
+        Err(e) => return ended(record, PullResult::Failed, e.to_string()),
+    };
+    record.bytes += bytes;
+    if let Err(e) = node.judge_offer(&id, &signatures) {
+        return ended(record, PullResult::Refused, e.to_string());
+    }
+    let fetched = match registry.fetch(&node.store, &artifact) {
+        Ok(f) => f,
+        Err(e @ (RegistryError::Mismatch { .. } | RegistryError::Invalid { .. })) => {
+            return ended(
+                record,
+                PullResult::Refused,
+                format!("{e}; nothing was changed"),
+            )
+        }
+        Err(e) => {
+            return ended(
+                record,
+                PullResult::Failed,
+                format!("{e}; the objects that arrived whole are kept, nothing was switched"),
+            )
+        }
+    };
+    record.objects = fetched.objects;
+    record.bytes += fetched.bytes;
+    for text in &signatures {
+        if let Ok(sig) = mesh_lib::trust::Signature::parse(text) {
+            if sig.verify(&id).is_ok() {
+                node.store.put_signature(&id, sig.armored())?;
+            }
+        }
+    }
+    let deploy = match switch(place, spawner, &node, id, request.guard) {
+        Ok(d) => d,
+        Err(StartError::Refused(e)) => return ended(record, PullResult::Refused, e.to_string()),
+        Err(StartError::Io(e)) => return ended(record, PullResult::Failed, e),
+    };
+    record.deploy = Some(deploy.token.clone());
+    let reason = deploy.reason.clone().unwrap_or_default();
+    match deploy.state {
+        DeployState::Confirmed => {
+            record.result = PullResult::Confirmed;
+            record
+                .save(state)
+                .map_err(|e| PullError::Io(format!("recording the pull: {e}")))?;
+            Ok(Pulled::Done(record))
+        }
+        DeployState::Reverted => ended(record, PullResult::Reverted, reason),
+        other => ended(
+            record,
+            PullResult::Failed,
+            format!("its deploy {} is {other:?}: {reason}", deploy.token),
+        ),
+    }
 }
