@@ -294,12 +294,18 @@ impl Store {
             .join(format!("{}.pack", BlobHash::of(&bytes).hex()));
         atomic::write_file_unsynced(&path, &bytes, OBJECT_MODE)
             .map_err(io_err("writing", &path))?;
-        let index = pack::read_index(&path).map_err(io_err("reading", &path))?;
-        self.with_packs(|packs| {
-            for (hash, entry) in index {
-                packs.entry(hash).or_insert((path.clone(), entry));
-            }
-        })?;
+        match pack::read_index(&path) {
+            Ok(index) => self.with_packs(|packs| {
+                for (hash, entry) in index {
+                    packs.entry(hash).or_insert((path.clone(), entry));
+                }
+            })?,
+            // Merged away already by a build beside this one, whose merge writes the merged
+            // pack (synced) before it removes the packs it read: the blobs are in, and the
+            // packs' index is read afresh at its next use.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.forget_packs(),
+            Err(e) => return Err(io_err("reading", &path)(e)),
+        }
         // The blobs are in; merging the packs is only for the builds to come.
         let _best_effort = self.merge_packs();
         Ok(hashes)
