@@ -234,25 +234,13 @@ impl Registry {
     }
 
     /// Sends the blobs of the node's artifact of `publication` the registry lacks (its
-    /// objects sent before: see [`Registry::upload`]); the tag is not moved.
+    /// objects sent before, each with [`Registry::upload_object`]); the tag is not moved.
     pub fn upload_node(&self, publication: &Publication) -> Result<Sent, RegistryError> {
         let mut sent = Sent {
             objects_reused: publication.present,
             ..Sent::default()
         };
         self.upload_blobs(&publication.node, &mut sent)?;
-        Ok(sent)
-    }
-
-    /// Sends what the registry lacks of `publication`: each object's artifact that may be
-    /// missing (asked for by its tag first), then the blobs of the node's artifact. The node's
-    /// tag is not moved.
-    pub fn upload(&self, publication: &Publication) -> Result<Sent, RegistryError> {
-        let mut sent = Sent::default();
-        for (hash, piece) in &publication.objects {
-            sent += self.upload_object(hash, piece)?;
-        }
-        sent += self.upload_node(publication)?;
         Ok(sent)
     }
 

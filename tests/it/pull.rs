@@ -455,7 +455,7 @@ fn a_stopped_rollout_withdraws_a_tag_that_named_nothing_before() {
     );
     let follower = Follower::start(n);
     lab.declare("node0", &node_decl("node0", "bad v2\\n", true));
-    let out = rollout(&lab, &ci);
+    let out = rollout(&lab, &ci, &[]);
     drop(follower);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -531,18 +531,40 @@ fn with_rollout(lab: &Lab, waves: &str, within: u64) {
     std::fs::write(lab.fleet(), fleet).unwrap();
 }
 
-/// `mesh rollout` to the registry, signed with `key`, its nodes read every second.
-fn rollout(lab: &Lab, key: &Path) -> std::process::Output {
-    lab.mesh(&[
+/// `mesh rollout` to the registry, signed with `key`, its nodes read every second, with
+/// `extra` arguments.
+fn rollout(lab: &Lab, key: &Path, extra: &[&str]) -> std::process::Output {
+    let target = local_target();
+    let mut args = vec![
         "rollout",
-        &local_target(),
+        &target,
         "--insecure",
         "--sign",
         "--key",
         key.to_str().unwrap(),
         "--every",
         "1",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    lab.mesh(&args)
+}
+
+/// `mesh fleet status --registry` from the deployer, which must succeed: its JSON board.
+fn board(lab: &Lab) -> serde_json::Value {
+    let out = lab.mesh(&[
+        "fleet",
+        "status",
+        "--registry",
+        &local_target(),
+        "--insecure",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// A rollout in waves whose canary does not get healthy (its health check fails after the
@@ -573,7 +595,7 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
     for n in &lab.nodes {
         lab.declare(&n.name, &node_decl(&n.name, "bad v2\\n", true));
     }
-    let out = rollout(&lab, &ci);
+    let out = rollout(&lab, &ci, &[]);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -611,21 +633,7 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
     }
     assert!(first["nodes"].as_array().unwrap().len() == 3);
     // The board: desired (the tag), in force, the last pull and its result.
-    let target = local_target();
-    let out = lab.mesh(&[
-        "fleet",
-        "status",
-        "--registry",
-        &target,
-        "--insecure",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let board: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let board = board(&lab);
     let canary = &board["nodes"][0];
     assert_eq!(canary["desired"].as_str(), Some(v1[0].as_str()), "{canary}");
     assert_eq!(canary["current"].as_str(), Some(v1[0].as_str()), "{canary}");
@@ -655,17 +663,7 @@ fn a_healthy_rollout_moves_every_tag_wave_after_wave() {
     for n in &lab.nodes {
         lab.declare(&n.name, &node_decl(&n.name, "good v2\\n", true));
     }
-    let out = lab.mesh(&[
-        "rollout",
-        &local_target(),
-        "--insecure",
-        "--sign",
-        "--key",
-        ci.to_str().unwrap(),
-        "--every",
-        "1",
-        "--json",
-    ]);
+    let out = rollout(&lab, &ci, &["--json"]);
     drop(followers);
     assert!(
         out.status.success(),
@@ -720,21 +718,7 @@ fn a_healthy_rollout_moves_every_tag_wave_after_wave() {
     );
 
     // The board: each node's desired generation (its tag) in force.
-    let out = lab.mesh(&[
-        "fleet",
-        "status",
-        "--registry",
-        &local_target(),
-        "--insecure",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let board: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for row in board["nodes"].as_array().unwrap() {
+    for row in board(&lab)["nodes"].as_array().unwrap() {
         assert_eq!(row["desired"], row["current"], "{row}");
         assert_eq!(row["last_pull"]["result"], "confirmed", "{row}");
     }

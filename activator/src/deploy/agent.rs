@@ -123,28 +123,13 @@ pub fn run_step(place: &Place, token: &str, step: Step) -> StepOutcome {
     };
     let node = match place.node() {
         Ok(n) => n,
-        Err(e) => return failed(said(&e)),
+        Err(e) => return failed(mesh_lib::text::chain(&e)),
     };
     let done = match step {
         Step::Switch => switch_step(&node, &deploy),
         Step::Revert => revert_step(&node, &deploy),
     };
-    done.unwrap_or_else(|e| failed(said(&e)))
-}
-
-/// An error and its causes, in one line.
-fn said(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
+    done.unwrap_or_else(|e| failed(mesh_lib::text::chain(&e)))
 }
 
 fn switch_step(node: &Node, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
@@ -654,16 +639,12 @@ pub fn confirm(state: &Path, token: &str) -> std::io::Result<Deploy> {
     if !Deploy::load(state, token)?.state.settled() {
         Deploy::confirm(state, token)?;
     }
-    let until = Instant::now() + Duration::from_secs(10);
-    let mut pause = Duration::from_millis(1);
-    loop {
-        let deploy = Deploy::load(state, token)?;
-        if deploy.state.settled() || Instant::now() >= until {
-            return Ok(deploy);
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
+    poll(
+        state,
+        token,
+        Instant::now() + Duration::from_secs(10),
+        |s| !s.settled(),
+    )
 }
 
 /// The deploy's record once it is settled (confirmed, reverted or failed), or as it stands a
@@ -678,7 +659,21 @@ fn wait_while(
     going: impl Fn(DeployState) -> bool,
 ) -> std::io::Result<Deploy> {
     let first = Deploy::load(state, token)?;
-    let until = Instant::now() + first.left() + REVERT_BOUND;
+    poll(
+        state,
+        token,
+        Instant::now() + first.left() + REVERT_BOUND,
+        going,
+    )
+}
+
+/// The deploy's record once it is no longer `going`, or as it stands at `until`.
+fn poll(
+    state: &Path,
+    token: &str,
+    until: Instant,
+    going: impl Fn(DeployState) -> bool,
+) -> std::io::Result<Deploy> {
     // Read often at first, where the answer usually is, then every 20 ms.
     let mut pause = Duration::from_millis(1);
     loop {

@@ -230,12 +230,15 @@ pub fn pull(
         deploy: None,
         pid: None,
     };
+    let save = |record: &mut LastPull| {
+        record
+            .save(state)
+            .map_err(|e| PullError::Io(format!("recording the pull: {e}")))
+    };
     let ended = |mut record: LastPull, result: PullResult, why: String| {
         record.result = result;
         record.reason = Some(why);
-        record
-            .save(state)
-            .map_err(|e| PullError::Io(format!("recording the pull: {e}")))?;
+        save(&mut record)?;
         Ok(Pulled::Done(record))
     };
     let artifact = match registry.artifact(&tag) {
@@ -277,9 +280,7 @@ pub fn pull(
     let mut running = record.clone();
     running.result = PullResult::Running;
     running.pid = Some(std::process::id());
-    running
-        .save(state)
-        .map_err(|e| PullError::Io(format!("recording the pull: {e}")))?;
+    save(&mut running)?;
     // The signatures first, judged before anything else is fetched.
     let (signatures, bytes) = match registry.signatures(&artifact) {
         Ok(s) => s,
@@ -325,9 +326,7 @@ pub fn pull(
     match deploy.state {
         DeployState::Confirmed => {
             record.result = PullResult::Confirmed;
-            record
-                .save(state)
-                .map_err(|e| PullError::Io(format!("recording the pull: {e}")))?;
+            save(&mut record)?;
             Ok(Pulled::Done(record))
         }
         DeployState::Reverted => ended(record, PullResult::Reverted, reason),

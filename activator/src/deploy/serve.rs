@@ -332,6 +332,16 @@ mod tests {
         }
     }
 
+    /// A node in `dir`, nothing in its store.
+    fn place(dir: &std::path::Path) -> Place {
+        Place {
+            state: dir.join("state"),
+            root: dir.join("root"),
+            netns: None,
+            settle: Duration::ZERO,
+        }
+    }
+
     fn session(place: &Place, requests: &str) -> (Result<(), ServeError>, String) {
         let file = place.state.with_extension("requests");
         std::fs::write(&file, requests).unwrap();
@@ -346,12 +356,7 @@ mod tests {
     #[test]
     fn each_request_is_answered_in_turn() {
         let dir = tempfile::tempdir().unwrap();
-        let place = Place {
-            state: dir.path().join("state"),
-            root: dir.path().join("root"),
-            netns: None,
-            settle: Duration::ZERO,
-        };
+        let place = place(dir.path());
         std::fs::create_dir_all(&place.root).unwrap();
         let store = Store::open(&place.state).unwrap();
         let kept = store.put_blob(b"kept\n", true).unwrap();
@@ -382,12 +387,7 @@ mod tests {
     #[test]
     fn a_request_that_cannot_be_framed_ends_the_session() {
         let dir = tempfile::tempdir().unwrap();
-        let place = Place {
-            state: dir.path().join("state"),
-            root: dir.path().join("root"),
-            netns: None,
-            settle: Duration::ZERO,
-        };
+        let place = place(dir.path());
         let id = GenerationId::of(b"g");
         let (ended, said) = session(&place, &format!("hello\nsignature {id} lots\nhello\n"));
         assert!(matches!(ended, Err(ServeError::Request(_))), "{ended:?}");
