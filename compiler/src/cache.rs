@@ -380,8 +380,8 @@ pub mod modules {
     const MIN_KEPT: usize = 2000;
 
     /// Bytes of entries a merge keeps at most beside the node's own (or four times the node's
-    /// own, if more): the newest bundles' first. Every build reads every bundle, and a module
-    /// can be large (a file's text is in its value).
+    /// own, if more): the newest bundles' first. Every merge writes again what it keeps, and a
+    /// module can be large (a file's text is in its value).
     const MAX_KEPT_BYTES: usize = 4 << 20;
 
     /// The modules' entries: `STATE/cache/modules/NAME.bundle`, one per build that evaluated
@@ -394,8 +394,10 @@ pub mod modules {
     /// under its name (atomically), so a damaged one — an index that does not read, a value
     /// that does not — is a miss.
     pub struct Bundles {
-        /// Each bundle read: its path and bytes.
-        files: Vec<(PathBuf, Vec<u8>)>,
+        /// Each bundle listed: its path, and the file opened (a bundle merged away after it was
+        /// opened is still read whole through it). Only its index was read: a value is read
+        /// when it is looked up — a build reads its own node's entries, not every node's.
+        files: Vec<(PathBuf, std::fs::File)>,
         /// Each key: which bundle, and where in it.
         index: std::collections::HashMap<String, (usize, std::ops::Range<usize>)>,
     }
@@ -437,36 +439,54 @@ pub mod modules {
 
         /// [`Bundles::load`] of one listing; `None` when a listed bundle was gone.
         fn load_listed(state_dir: &Path) -> Option<Self> {
+            use std::io::BufRead;
             let mut out = Self::empty();
             for path in bundle_paths(state_dir) {
-                let bytes = match std::fs::read(&path) {
-                    Ok(b) => b,
+                let file = match std::fs::File::open(&path) {
+                    Ok(f) => f,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
                     Err(_) => continue,
                 };
-                let Some(newline) = bytes.iter().position(|b| *b == b'\n') else {
+                let Ok(size) = file.metadata().map(|m| m.len()) else {
                     continue;
                 };
-                let Ok(index) =
-                    serde_json::from_slice::<BTreeMap<String, (usize, usize)>>(&bytes[..newline])
-                else {
+                let mut header = Vec::new();
+                let mut lines = std::io::BufReader::with_capacity(64 << 10, &file);
+                if lines.read_until(b'\n', &mut header).is_err() || !header.ends_with(b"\n") {
+                    continue;
+                }
+                let Ok(index) = serde_json::from_slice::<BTreeMap<String, (usize, usize)>>(
+                    &header[..header.len() - 1],
+                ) else {
                     continue;
                 };
                 let at = out.files.len();
-                let body = newline + 1;
+                let body = header.len();
                 for (key, (offset, len)) in index {
                     let Some(end) = body
                         .checked_add(offset)
                         .and_then(|start| start.checked_add(len))
-                        .filter(|end| *end <= bytes.len())
+                        .filter(|end| *end as u64 <= size)
                     else {
                         continue;
                     };
                     out.index.insert(key, (at, body + offset..end));
                 }
-                out.files.push((path, bytes));
+                out.files.push((path, file));
             }
             Some(out)
+        }
+
+        /// The bytes of bundle `file` in `range` (`None`: it does not read).
+        fn bytes(&self, file: usize, range: std::ops::Range<usize>) -> Option<Vec<u8>> {
+            use std::os::unix::fs::FileExt;
+            let mut bytes = vec![0; range.len()];
+            self.files
+                .get(file)?
+                .1
+                .read_exact_at(&mut bytes, range.start as u64)
+                .ok()?;
+            Some(bytes)
         }
 
         /// Whether an entry is under `key`.
@@ -477,7 +497,7 @@ pub mod modules {
         /// The value under `key`, read as a `T`, if it is there and reads.
         pub fn lookup<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
             let (file, range) = self.index.get(key)?;
-            serde_json::from_slice(self.files[*file].1.get(range.clone())?).ok()
+            serde_json::from_slice(&self.bytes(*file, range.clone())?).ok()
         }
 
         /// Writes `entries` (key, JSON) as a new bundle; past [`MAX_BUNDLES`], with the entries
@@ -524,7 +544,10 @@ pub mod modules {
                         false
                     };
                     if keep {
-                        entries.push((key.clone(), old.files[*file].1[range.clone()].to_vec()));
+                        // One that does not read is left out: a miss, evaluated again.
+                        if let Some(bytes) = old.bytes(*file, range.clone()) {
+                            entries.push((key.clone(), bytes));
+                        }
                     }
                 }
             }

@@ -331,14 +331,17 @@ impl Warm {
                 let mut context = Context::new();
                 // Until the last sender goes: no more builds to serve.
                 while let Ok(asked) = asked.recv() {
-                    if context.is_stale() {
-                        crate::bounded::discard(context);
-                        context = Context::new();
-                    }
                     match asked {
                         Ask::Library(dir) => context.library(dir),
                         Ask::Job(job) => {
-                            let _gone = answered.send(context.run(&job));
+                            let answer = context.run(&job).unwrap_or_else(|Stale| {
+                                crate::bounded::discard(std::mem::replace(
+                                    &mut context,
+                                    Context::new(),
+                                ));
+                                context.run(&job).ok().flatten()
+                            });
+                            let _gone = answered.send(answer);
                             crate::bounded::collect_garbage();
                         }
                     }
@@ -432,11 +435,15 @@ impl Context {
         }
     }
 
-    /// Whether a file an evaluation read changed since: Nickel reads a file again when its
-    /// modification time changed, but not the files imported by one it kept, so a context that
-    /// read a file since changed is not used again.
-    fn is_stale(&self) -> bool {
-        self.seen.iter().any(|(path, at)| modified(path) != *at)
+    /// Whether one of `paths` (a job's files) changed since an evaluation here read it: Nickel
+    /// reads a file again when its modification time changed, but not the files imported by
+    /// one it kept, so a job that reaches a file changed since is run in a new context. Only the
+    /// job's own files are looked at: a context serving a fleet's builds has read every node's,
+    /// and looking at all of them before each job grew with the square of the nodes.
+    fn is_stale(&self, paths: &[PathBuf]) -> bool {
+        paths
+            .iter()
+            .any(|path| self.seen.get(path).is_some_and(|at| modified(path) != *at))
     }
 
     /// Parses, typechecks and transforms the mesh's library in `dir`.
@@ -461,12 +468,13 @@ impl Context {
     }
 
     /// Evaluates `job`: its value as JSON, and the files it read (exactly: the job's text and
-    /// what it imports, not what earlier jobs read).
-    fn run(&mut self, job: &Job) -> Option<Evaluated> {
+    /// what it imports, not what earlier jobs read); [`Stale`] when it reaches a file that
+    /// changed since this context read it.
+    fn run(&mut self, job: &Job) -> Result<Option<Evaluated>, Stale> {
         use nickel_lang_core::cache::{ImportResolver as _, InputFormat, SourcePath};
         use nickel_lang_core::eval::VirtualMachine;
         if !self.loaded {
-            return None;
+            return Ok(None);
         }
         if self.import_paths.insert(job.library_dir.clone()) {
             self.vm
@@ -491,35 +499,44 @@ impl Context {
             .map(|id| PathBuf::from(files.name(*id)))
             .filter(|name| name.is_absolute() && *name != job.node)
             .collect();
+        if self.is_stale(&paths) {
+            return Err(Stale);
+        }
         for path in &paths {
             self.seen
                 .entry(path.clone())
                 .or_insert_with(|| modified(path));
         }
-        let value = VirtualMachine::new(vm)
-            .eval_full_for_export_closure(body?.into())
+        let vm = &mut self.vm;
+        Ok((|| {
+            let value = VirtualMachine::new(vm)
+                .eval_full_for_export_closure(body?.into())
+                .ok()?;
+            crate::imports::check_read(
+                paths
+                    .iter()
+                    .map(PathBuf::as_path)
+                    .chain(std::iter::once(job.node.as_path())),
+                &job.tree,
+            )
             .ok()?;
-        crate::imports::check_read(
-            paths
-                .iter()
-                .map(PathBuf::as_path)
-                .chain(std::iter::once(job.node.as_path())),
-            &job.tree,
-        )
-        .ok()?;
-        let files = vm.import_resolver.files();
-        // The declaration read is the text given, before the pins.
-        let mut read = sources_of(files, ids.into_iter());
-        for (path, digest) in &mut read {
-            if *path == job.node {
-                *digest = *blake3::hash(job.text.as_bytes()).as_bytes();
+            let files = vm.import_resolver.files();
+            // The declaration read is the text given, before the pins.
+            let mut read = sources_of(files, ids.into_iter());
+            for (path, digest) in &mut read {
+                if *path == job.node {
+                    *digest = *blake3::hash(job.text.as_bytes()).as_bytes();
+                }
             }
-        }
-        let answer = json_of(&value).ok().map(|json| (json, read));
-        crate::bounded::discard(value);
-        answer
+            let answer = json_of(&value).ok().map(|json| (json, read));
+            crate::bounded::discard(value);
+            answer
+        })())
     }
 }
+
+/// A job reached a file changed since its context read it: it runs in a new context.
+struct Stale;
 
 /// Nickel `text` with every multi-line documentation string (`| doc m%"…"%`, with any number of
 /// `%`) empty: `| doc ""`. `None` when it has none, or one does not end.
