@@ -630,6 +630,31 @@ pub mod modules {
             assert!(!found.contains("ffff"));
         }
 
+        /// A build reads the bundles' indexes when it starts and a value when it looks it up:
+        /// a bundle merged away (removed) in between is still read through the file it opened,
+        /// and a value that does not read is a miss, not an error.
+        #[test]
+        fn values_are_read_when_looked_up_even_from_a_bundle_gone_since() {
+            let state = tempfile::tempdir().unwrap();
+            store(
+                state.path(),
+                &[entry("aaaa", "[1,2]"), entry("bbbb", "{\"big\":\"text\"}")],
+                &[],
+            );
+            let found = Bundles::load(state.path());
+            for e in std::fs::read_dir(bundles_dir(state.path())).unwrap() {
+                std::fs::remove_file(e.unwrap().path()).unwrap();
+            }
+            assert_eq!(found.lookup::<Vec<u8>>("aaaa"), Some(vec![1, 2]));
+            assert_eq!(
+                found.lookup::<serde_json::Value>("bbbb"),
+                Some(serde_json::json!({"big": "text"}))
+            );
+            assert_eq!(found.lookup::<String>("aaaa"), None);
+            assert!(!found.contains("cccc"));
+            assert!(Bundles::load(state.path()).index.is_empty());
+        }
+
         /// Builds sharing a state directory (a deploy's, one per node) write and merge bundles
         /// while others read them: an entry written before never goes missing for a reader
         /// that listed a bundle another build merged away (the flake of `serving`'s test,
