@@ -176,12 +176,24 @@ impl Tree {
     }
 
     fn help(&self) -> String {
+        let passed = match self.origin {
+            Origin::Folder => passed_over(&self.root)
+                .map(|marker| {
+                    format!(
+                        ". {} was passed over: every user may write to its folder, so anyone \
+                         could have put it there (`chmod o-w` the folder, or give --tree)",
+                        marker.display()
+                    )
+                })
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
         format!(
             "a declaration may import files of the fleet's tree only, and the mesh's library \
              (\"mesh.ncl\"). The tree is the folder of the nearest {FLEET_FILE} above the \
              declaration (or of the one --fleet names), else its checkout (.git), else its own \
              folder; --tree DIR gives it outright. Move the file into the tree, or start a \
-             fleet where the tree should be: `mesh init DIR`"
+             fleet where the tree should be: `mesh init DIR`{passed}"
         )
     }
 }
@@ -259,6 +271,19 @@ fn nearest_marker(folder: &Path) -> Option<(PathBuf, Origin)> {
             } else {
                 None
             }
+        })
+}
+
+/// The nearest marker (a fleet file, a checkout's `.git`) from `folder` upwards that
+/// [`nearest_marker`] passed over, its folder being writable by every user.
+fn passed_over(folder: &Path) -> Option<PathBuf> {
+    folder
+        .ancestors()
+        .filter(|d| writable_by_all(d))
+        .find_map(|dir| {
+            [dir.join(FLEET_FILE), dir.join(".git")]
+                .into_iter()
+                .find(|m| m.exists())
         })
 }
 
@@ -661,11 +686,25 @@ mod tests {
         std::fs::set_permissions(base.join("shared"), std::fs::Permissions::from_mode(0o1777))
             .unwrap();
         let t = Tree::of_declaration(&base.join("shared/mine/nodes/n.ncl"), &lib);
+        // What an import refused then says names the marker passed over, and why.
+        let help = t.help();
+        assert!(
+            help.contains(&format!(
+                "{} was passed over: every user may write to its folder",
+                base.join("shared/fleet.ncl").display()
+            )),
+            "{help}"
+        );
         assert_eq!(
             (t.root, t.origin),
             (base.join("shared/mine/nodes"), Origin::Folder)
         );
         assert_eq!(nearest_fleet_file(&base.join("shared/mine")), None);
+        // A tree found has nothing passed over to say.
+        let (_dir, base, lib) = folders(&["fleet/nodes"]);
+        std::fs::write(base.join("fleet/fleet.ncl"), "{}").unwrap();
+        let t = Tree::of_declaration(&base.join("fleet/nodes/n.ncl"), &lib);
+        assert!(!t.help().contains("passed over"), "{}", t.help());
     }
 
     /// `--fleet` names the tree of the declarations in its folder (and only theirs); `--tree`
