@@ -59,7 +59,7 @@ pub struct Current {
     /// What put it in force, as the profile's log says (`build`: a switch of a declaration or a
     /// generation by hand).
     pub trigger: Option<crate::profile::Trigger>,
-    /// Whether a deploy recorded here switched to it.
+    /// Whether a deploy switched to it (a record here, or the profile's log says so).
     pub deployed: bool,
     /// The deploy that waits for its confirmation, if one does.
     pub waiting: Option<String>,
@@ -73,11 +73,9 @@ impl Node {
         let Some((number, id)) = self.profile.current().map_err(err)? else {
             return Ok(None);
         };
-        let trigger = self
-            .profile
-            .log()
-            .map_err(err)?
-            .into_iter()
+        let log = self.profile.log().map_err(err)?;
+        let trigger = log
+            .iter()
             .rev()
             .find(|e| e.number == number)
             .map(|e| e.trigger);
@@ -86,7 +84,11 @@ impl Node {
             number,
             id,
             trigger,
-            deployed: deploys.iter().any(|d| d.target == id),
+            // The profile's log says it too for a deploy whose record was pruned since.
+            deployed: deploys.iter().any(|d| d.target == id)
+                || log
+                    .iter()
+                    .any(|e| e.id == id && e.trigger == crate::profile::Trigger::Deploy),
             waiting: deploys
                 .iter()
                 .find(|d| !d.state.settled())

@@ -593,6 +593,41 @@ fn a_generation_switched_by_hand_is_foreign() {
     assert_eq!(board["nodes"][0]["foreign"], false, "{board}");
 }
 
+/// A node keeps only its newest deploys' records (it prunes the others as it arms a new one):
+/// a generation a deploy put in force long ago, and the operator went back to by hand, is
+/// still the fleet's — the profile's log says a deploy put it there — so the next deploy
+/// replaces it without `--replace-foreign`.
+#[test]
+fn a_rollback_to_a_deployed_generation_whose_record_was_pruned_is_not_foreign() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("pruned", 1, |n| node_decl(n, "one\n", true));
+    deployed(&lab);
+    let first = lab.nodes[0].current().unwrap();
+    lab.declare("node0", &node_decl("node0", "two\n", true));
+    deployed(&lab);
+    // The records of both deploys gone, as after many more deploys.
+    let records = lab.nodes[0].state().join("deploys");
+    for e in std::fs::read_dir(&records).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let ran = lab.nodes[0].mesh(&["rollback"]);
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert_eq!(lab.nodes[0].current().unwrap(), first);
+
+    let board = json_of(&lab.mesh(&["fleet", "status", "--json"]));
+    assert_eq!(board["nodes"][0]["foreign"], false, "{board}");
+    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+    let json = json_of(&out);
+    assert_eq!(row(&json, "node0")["result"], "confirmed", "{json}");
+    assert_ne!(lab.nodes[0].current().unwrap(), first);
+}
+
 /// One changed file in a node of 201 files: the generation travels as a delta from the one in
 /// force and the content compressed — far less than the generation's own encoding — and on
 /// the wire (both SSH connections) less than the rsync + ssh loop a user would otherwise run.

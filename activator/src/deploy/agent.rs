@@ -604,8 +604,14 @@ pub fn start(
     deploy
         .save(&place.state)
         .map_err(|e| StartError::Io(format!("the deploy's record: {e}")))?;
+    // Failing to prune fails nothing: the records are read all the same.
+    let _pruned = Deploy::prune(&place.state, KEPT_DEPLOYS);
     Ok(deploy)
 }
+
+/// Settled deploys a node keeps, the newest (with their logs), besides any not settled: their
+/// history is also in the profile's log.
+pub const KEPT_DEPLOYS: usize = 32;
 
 /// Arms a deploy of the generation `id` names (an id or its prefix, as the store resolves
 /// it) on the node at `place`, and starts its agent ([`start`]): the deploy, as armed.

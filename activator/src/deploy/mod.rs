@@ -262,6 +262,29 @@ impl Deploy {
         Ok(out)
     }
 
+    /// Removes the settled deploys past the newest `keep` (their records, logs and markers):
+    /// a node's deploys are read on every deploy (which one waits, whether the generation in
+    /// force was deployed), so they stay a bounded few, not one per deploy ever made. One not
+    /// settled is never removed. How many went.
+    pub fn prune(state: &Path, keep: usize) -> std::io::Result<usize> {
+        let mut removed = 0;
+        for d in Self::all(state)?
+            .into_iter()
+            .filter(|d| d.state.settled())
+            .skip(keep)
+        {
+            // The record last: a prune cut short leaves it, and the next one finishes.
+            for path in [log_path, marker_path, rejection_path, record_path] {
+                match std::fs::remove_file(path(state, &d.token)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
     /// Writes the record, atomically.
     pub fn save(&self, state: &Path) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
@@ -374,6 +397,48 @@ mod tests {
             other.wait_for_confirmation(dir.path(), Duration::from_secs(5)),
             Verdict::Rejected("a check failed".into())
         );
+    }
+
+    /// Pruning keeps the newest settled deploys and every one not settled, however old, and
+    /// takes a pruned deploy's log and markers with its record.
+    #[test]
+    fn pruning_keeps_the_newest_settled_and_every_unsettled() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let mut oldest_waiting = Deploy::arm(state, GenerationId::of(b"w"), None, 30).unwrap();
+        oldest_waiting
+            .set(state, DeployState::Switched, None)
+            .unwrap();
+        let mut settled = Vec::new();
+        for n in 0..6u8 {
+            std::thread::sleep(Duration::from_millis(2));
+            let mut d = Deploy::arm(state, GenerationId::of(&[n]), None, 30).unwrap();
+            std::fs::write(log_path(state, &d.token), "switched\n").unwrap();
+            Deploy::confirm(state, &d.token).unwrap();
+            d.set(state, DeployState::Confirmed, None).unwrap();
+            settled.push(d.token);
+        }
+        assert_eq!(Deploy::prune(state, 4).unwrap(), 2);
+        let listed: Vec<String> = Deploy::all(state)
+            .unwrap()
+            .into_iter()
+            .map(|d| d.token)
+            .collect();
+        let mut kept: Vec<String> = settled[2..].iter().rev().cloned().collect();
+        kept.push(oldest_waiting.token.clone());
+        assert_eq!(listed, kept);
+        for gone in &settled[..2] {
+            for path in [record_path, log_path, marker_path] {
+                assert!(
+                    !path(state, gone).exists(),
+                    "{}",
+                    path(state, gone).display()
+                );
+            }
+        }
+        assert!(log_path(state, &settled[2]).exists());
+        // Nothing more to prune: nothing goes.
+        assert_eq!(Deploy::prune(state, 4).unwrap(), 0);
     }
 
     /// Deploys armed within the same second are listed newest first, whatever their random
