@@ -609,8 +609,8 @@ pub fn start(
     Ok(deploy)
 }
 
-/// Settled deploys a node keeps, the newest (with their logs), besides any not settled: their
-/// history is also in the profile's log.
+/// Settled deploys a node keeps, the newest (with their logs), once it has more than twice as
+/// many; every one not settled stays. Their history is also in the profile's log.
 pub const KEPT_DEPLOYS: usize = 32;
 
 /// Arms a deploy of the generation `id` names (an id or its prefix, as the store resolves

@@ -262,11 +262,23 @@ impl Deploy {
         Ok(out)
     }
 
-    /// Removes the settled deploys past the newest `keep` (their records, logs and markers):
-    /// a node's deploys are read on every deploy (which one waits, whether the generation in
-    /// force was deployed), so they stay a bounded few, not one per deploy ever made. One not
-    /// settled is never removed. How many went.
+    /// Once there are more than twice `keep` deploys, removes the settled ones past the newest
+    /// `keep` (their records, logs and markers): a node's deploys are read on every deploy
+    /// (which one waits, whether the generation in force was deployed), so they stay a bounded
+    /// few, not one per deploy ever made; and below that bound only the folder is listed, not
+    /// every record read. One not settled is never removed. How many went.
     pub fn prune(state: &Path, keep: usize) -> std::io::Result<usize> {
+        let records = match std::fs::read_dir(folder(state)) {
+            Ok(entries) => entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".json")))
+                .count(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        if records <= 2 * keep {
+            return Ok(0);
+        }
         let mut removed = 0;
         for d in Self::all(state)?
             .into_iter()
@@ -399,8 +411,9 @@ mod tests {
         );
     }
 
-    /// Pruning keeps the newest settled deploys and every one not settled, however old, and
-    /// takes a pruned deploy's log and markers with its record.
+    /// Pruning waits for twice the deploys it keeps, then keeps the newest settled deploys and
+    /// every one not settled, however old, and takes a pruned deploy's log and markers with its
+    /// record.
     #[test]
     fn pruning_keeps_the_newest_settled_and_every_unsettled() {
         let dir = tempfile::tempdir().unwrap();
@@ -410,7 +423,7 @@ mod tests {
             .set(state, DeployState::Switched, None)
             .unwrap();
         let mut settled = Vec::new();
-        for n in 0..6u8 {
+        for n in 0..8u8 {
             std::thread::sleep(Duration::from_millis(2));
             let mut d = Deploy::arm(state, GenerationId::of(&[n]), None, 30).unwrap();
             std::fs::write(log_path(state, &d.token), "switched\n").unwrap();
@@ -418,16 +431,20 @@ mod tests {
             d.set(state, DeployState::Confirmed, None).unwrap();
             settled.push(d.token);
         }
-        assert_eq!(Deploy::prune(state, 4).unwrap(), 2);
+        // 9 records (the one waiting counts): not past twice 5, nothing goes...
+        assert_eq!(Deploy::prune(state, 5).unwrap(), 0);
+        assert_eq!(Deploy::all(state).unwrap().len(), 9);
+        // ...past twice 4: down to the newest 4 settled, and the one waiting.
+        assert_eq!(Deploy::prune(state, 4).unwrap(), 4);
         let listed: Vec<String> = Deploy::all(state)
             .unwrap()
             .into_iter()
             .map(|d| d.token)
             .collect();
-        let mut kept: Vec<String> = settled[2..].iter().rev().cloned().collect();
+        let mut kept: Vec<String> = settled[4..].iter().rev().cloned().collect();
         kept.push(oldest_waiting.token.clone());
         assert_eq!(listed, kept);
-        for gone in &settled[..2] {
+        for gone in &settled[..4] {
             for path in [record_path, log_path, marker_path] {
                 assert!(
                     !path(state, gone).exists(),
@@ -436,7 +453,7 @@ mod tests {
                 );
             }
         }
-        assert!(log_path(state, &settled[2]).exists());
+        assert!(log_path(state, &settled[4]).exists());
         // Nothing more to prune: nothing goes.
         assert_eq!(Deploy::prune(state, 4).unwrap(), 0);
     }
