@@ -520,12 +520,10 @@ pub mod modules {
                     .sum();
                 kept += own;
                 let budget = MAX_KEPT_BYTES.max(4 * kept);
-                // The newest bundles' entries first: the nodes built lately.
-                let modified = |file: usize| {
-                    std::fs::metadata(&old.files[file].0)
-                        .and_then(|m| m.modified())
-                        .ok()
-                };
+                // The newest bundles' entries first: the nodes built lately (read from the files
+                // opened, which a build beside this one may have merged away since).
+                let modified =
+                    |file: usize| old.files[file].1.metadata().and_then(|m| m.modified()).ok();
                 let mut order: Vec<(&String, &(usize, std::ops::Range<usize>))> =
                     old.index.iter().collect();
                 order.sort_by_cached_key(|(key, (file, _))| {

@@ -262,29 +262,32 @@ fn nearest_marker(folder: &Path) -> Option<(PathBuf, Origin)> {
     folder
         .ancestors()
         .filter(|d| !writable_by_all(d))
-        .find_map(|dir| {
-            let fleet = dir.join(FLEET_FILE);
-            if fleet.is_file() {
-                Some((dir.to_owned(), Origin::FleetFile(fleet)))
-            } else if dir.join(".git").exists() {
-                Some((dir.to_owned(), Origin::Checkout))
-            } else {
-                None
-            }
-        })
+        .find_map(marker_in)
+}
+
+/// The marker in `dir`, if it holds one: a fleet file, else a checkout's `.git`.
+fn marker_in(dir: &Path) -> Option<(PathBuf, Origin)> {
+    let fleet = dir.join(FLEET_FILE);
+    if fleet.is_file() {
+        Some((dir.to_owned(), Origin::FleetFile(fleet)))
+    } else if dir.join(".git").exists() {
+        Some((dir.to_owned(), Origin::Checkout))
+    } else {
+        None
+    }
 }
 
 /// The nearest marker (a fleet file, a checkout's `.git`) from `folder` upwards that
 /// [`nearest_marker`] passed over, its folder being writable by every user.
 fn passed_over(folder: &Path) -> Option<PathBuf> {
-    folder
+    let (dir, origin) = folder
         .ancestors()
         .filter(|d| writable_by_all(d))
-        .find_map(|dir| {
-            [dir.join(FLEET_FILE), dir.join(".git")]
-                .into_iter()
-                .find(|m| m.exists())
-        })
+        .find_map(marker_in)?;
+    Some(match origin {
+        Origin::FleetFile(file) => file,
+        _ => dir.join(".git"),
+    })
 }
 
 /// The fleet file a command run in `folder` (absolute) means when none is named: the nearest

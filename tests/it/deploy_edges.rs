@@ -602,10 +602,10 @@ fn a_rollback_to_a_deployed_generation_whose_record_was_pruned_is_not_foreign() 
     if !tools() {
         return;
     }
-    let lab = Lab::new("pruned", 1, |n| node_decl(n, "one\n", true));
+    let lab = Lab::new("pruned", 1, |n| node_decl(n, "one\\n", true));
     deployed(&lab);
     let first = lab.nodes[0].current().unwrap();
-    lab.declare("node0", &node_decl("node0", "two\n", true));
+    lab.declare("node0", &node_decl("node0", "two\\n", true));
     deployed(&lab);
     // The records of both deploys gone, as after many more deploys.
     let records = lab.nodes[0].state().join("deploys");

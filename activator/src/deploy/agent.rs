@@ -611,7 +611,7 @@ pub fn start(
 
 /// Settled deploys a node keeps, the newest (with their logs), once it has more than twice as
 /// many; every one not settled stays. Their history is also in the profile's log.
-pub const KEPT_DEPLOYS: usize = 32;
+const KEPT_DEPLOYS: usize = 32;
 
 /// Arms a deploy of the generation `id` names (an id or its prefix, as the store resolves
 /// it) on the node at `place`, and starts its agent ([`start`]): the deploy, as armed.

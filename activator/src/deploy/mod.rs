@@ -241,23 +241,29 @@ impl Deploy {
         serde_json::from_slice(&bytes).map_err(std::io::Error::other)
     }
 
-    /// Every deploy recorded on the node, the newest first.
-    pub fn all(state: &Path) -> std::io::Result<Vec<Self>> {
-        let mut out = Vec::new();
+    /// The tokens of the deploys recorded on the node (their records' names), unread.
+    fn tokens(state: &Path) -> std::io::Result<Vec<String>> {
         let entries = match std::fs::read_dir(folder(state)) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
+        let mut tokens = Vec::new();
         for entry in entries {
             let name = entry?.file_name();
-            let Some(token) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
-                continue;
-            };
-            if let Ok(d) = Self::load(state, token) {
-                out.push(d);
+            if let Some(token) = name.to_str().and_then(|n| n.strip_suffix(".json")) {
+                tokens.push(token.to_owned());
             }
         }
+        Ok(tokens)
+    }
+
+    /// Every deploy recorded on the node, the newest first.
+    pub fn all(state: &Path) -> std::io::Result<Vec<Self>> {
+        let mut out: Vec<Self> = Self::tokens(state)?
+            .iter()
+            .filter_map(|token| Self::load(state, token).ok())
+            .collect();
         out.sort_by(|a, b| b.armed.cmp(&a.armed).then(b.token.cmp(&a.token)));
         Ok(out)
     }
@@ -268,15 +274,7 @@ impl Deploy {
     /// few, not one per deploy ever made; and below that bound only the folder is listed, not
     /// every record read. One not settled is never removed. How many went.
     pub fn prune(state: &Path, keep: usize) -> std::io::Result<usize> {
-        let records = match std::fs::read_dir(folder(state)) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .filter(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".json")))
-                .count(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(e),
-        };
-        if records <= 2 * keep {
+        if Self::tokens(state)?.len() <= 2 * keep {
             return Ok(0);
         }
         let mut removed = 0;
