@@ -34,10 +34,10 @@ pub enum TrustError {
     #[error("not an SSH signature (sshsig): {0}")]
     NotASignature(String),
     /// A signature that does not hold: over something else, in another namespace, or damaged.
-    #[error("its signature by {key} is not valid over {id} in namespace {NAMESPACE}: {why}")]
+    #[error("its signature by {key} is not valid over {what} in namespace {NAMESPACE}: {why}")]
     Invalid {
-        /// The generation.
-        id: GenerationId,
+        /// What it was to be over: `b3:…` (a generation), or a statement.
+        what: String,
         /// The signing key's fingerprint.
         key: String,
         /// Why.
@@ -91,10 +91,16 @@ impl Signature {
 
     /// Checks that it is a signature of `id`, in the namespace, by the key it names.
     pub fn verify(&self, id: &GenerationId) -> Result<(), TrustError> {
+        self.verify_message(&id.to_string(), id.to_string().as_bytes())
+    }
+
+    /// Checks that it is a signature of `message` (`what` names it in an error), in the
+    /// namespace, by the key it names.
+    pub fn verify_message(&self, what: &str, message: &[u8]) -> Result<(), TrustError> {
         self.key()
-            .verify(NAMESPACE, id.to_string().as_bytes(), &self.sig)
+            .verify(NAMESPACE, message, &self.sig)
             .map_err(|e| TrustError::Invalid {
-                id: *id,
+                what: what.to_owned(),
                 key: self.fingerprint(),
                 why: e.to_string(),
             })
@@ -104,12 +110,17 @@ impl Signature {
 /// Signs `id` with an OpenSSH private key (not encrypted: a key with a passphrase signs through
 /// the agent); the armored signature.
 pub fn sign(key: &ssh_key::PrivateKey, id: &GenerationId) -> Result<String, TrustError> {
+    sign_message(key, id.to_string().as_bytes())
+}
+
+/// Signs `message` with an OpenSSH private key, in the namespace: the armored signature.
+pub fn sign_message(key: &ssh_key::PrivateKey, message: &[u8]) -> Result<String, TrustError> {
     if key.is_encrypted() {
         return Err(TrustError::Key(
             "the key is encrypted: load it into ssh-agent and sign through the agent".into(),
         ));
     }
-    let sig = SshSig::sign(key, NAMESPACE, HashAlg::Sha512, id.to_string().as_bytes())
+    let sig = SshSig::sign(key, NAMESPACE, HashAlg::Sha512, message)
         .map_err(|e| TrustError::Key(format!("signing with it: {e}")))?;
     sig.to_pem(LineEnding::LF)
         .map_err(|e| TrustError::Key(format!("writing the signature: {e}")))
@@ -145,8 +156,8 @@ pub struct TrustedSigners {
 /// Why a generation is not accepted: the signatures it has, and whom the node trusts.
 #[derive(Debug, Clone)]
 pub struct Refusal {
-    /// The generation.
-    pub id: GenerationId,
+    /// What was signed: `generation b3:…`, or a statement.
+    pub what: String,
     /// Each signature it has: its key's fingerprint, and why it does not count.
     pub has: Vec<String>,
     /// The signers the node trusts.
@@ -155,11 +166,7 @@ pub struct Refusal {
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "generation {} is signed by no key this node trusts",
-            self.id
-        )?;
+        write!(f, "{} is signed by no key this node trusts", self.what)?;
         if self.has.is_empty() {
             write!(f, "; it has no signature")?;
         } else {
@@ -214,8 +221,25 @@ impl TrustedSigners {
         Ok(Self { signers })
     }
 
-    /// The signer of `id` among `signatures` this node trusts, or why there is none.
+    /// The signer of `id` among `signatures` this node trusts now, or why there is none.
     pub fn accept(&self, id: &GenerationId, signatures: &[Signature]) -> Result<&Signer, Refusal> {
+        self.accept_message(
+            &format!("generation {id}"),
+            id.to_string().as_bytes(),
+            signatures,
+            std::time::SystemTime::now(),
+        )
+    }
+
+    /// The signer of `message` (`what` names it) among `signatures` this node trusts at `now`,
+    /// or why there is none.
+    pub fn accept_message(
+        &self,
+        what: &str,
+        message: &[u8],
+        signatures: &[Signature],
+        _now: std::time::SystemTime,
+    ) -> Result<&Signer, Refusal> {
         let mut has = Vec::new();
         for sig in signatures {
             let key = sig.key();
@@ -223,7 +247,7 @@ impl TrustedSigners {
                 .signers
                 .iter()
                 .find(|s| s.key.key_data() == key.key_data());
-            match (sig.verify(id), trusted) {
+            match (sig.verify_message(what, message), trusted) {
                 (Ok(()), Some(signer)) => return Ok(signer),
                 (Ok(()), None) => {
                     has.push(format!("{}, a key it does not trust", sig.fingerprint()))
@@ -232,7 +256,7 @@ impl TrustedSigners {
             }
         }
         Err(Refusal {
-            id: *id,
+            what: what.to_owned(),
             has,
             trusts: self.signers.iter().map(Signer::to_string).collect(),
         })
