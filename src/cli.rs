@@ -400,11 +400,16 @@ pub struct DeployArgs {
     #[arg(long)]
     pub replace_foreign: bool,
     /// Sign each node's generation before it is sent (with --key, or the ssh-agent's first
-    /// key); signatures already in the store travel with it anyway.
+    /// key), and a statement naming it for the node (its sequence above the node's highest,
+    /// valid for --valid-for): a node that trusts signers switches only with one.
     #[arg(long)]
     pub sign: bool,
     #[command(flatten)]
     pub key: SigningKey,
+    /// How long each statement signed holds, e.g. 12h, 7d (default: the fleet file's
+    /// statements.valid_for, else 7 days).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub valid_for: Option<std::time::Duration>,
     /// Send the objects each node lacks and show its plan; switch nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -697,13 +702,17 @@ pub struct PublishArgs {
     pub fleet: FleetArgs,
     #[command(flatten)]
     pub registry: RegistryOptions,
-    /// Sign each node's generation (with --key, or the ssh-agent's first key); a generation
-    /// already signed in the store is published with its signatures anyway, one unsigned is
-    /// not published.
+    /// Sign each node's generation and a statement naming it for the node (with --key, or the
+    /// ssh-agent's first key): a node pulls only a tag whose statement a signer it trusts
+    /// signed, for it, newer than the last it accepted and not expired.
     #[arg(long)]
     pub sign: bool,
     #[command(flatten)]
     pub key: SigningKey,
+    /// How long each statement holds, e.g. 12h, 7d (default: the fleet file's
+    /// statements.valid_for, else 7 days).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub valid_for: Option<std::time::Duration>,
     /// The source revision for the annotation (default: `git rev-parse HEAD` of the fleet
     /// file's checkout).
     #[arg(long, value_name = "REV")]

@@ -104,6 +104,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         netns: cli.global.netns,
         container_jobs: cli.global.container_jobs as usize,
         settle: std::time::Duration::from_secs(cli.global.settle),
+        served: crate::serve::served(),
     };
     match command {
         Command::Init(args) => crate::setup::init(&state, args),

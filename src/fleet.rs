@@ -198,12 +198,32 @@ pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Resu
     if let Some(target) = &status_args.registry {
         let registry = crate::registry::connect(target, &status_args.registry_options)?;
         for l in &mut lines {
-            match registry.artifact(&l.node) {
-                Ok(a) => l.desired = Some(a.generation),
-                Err(mesh_registry::RegistryError::NoTag(_)) => {}
-                Err(mesh_registry::RegistryError::Withdrawn(_)) => l.withdrawn = true,
+            let statement = match registry.artifact(&l.node) {
+                Ok(a) => {
+                    l.desired = Some(a.generation);
+                    a.statement()
+                }
+                Err(mesh_registry::RegistryError::NoTag(_)) => None,
+                Err(mesh_registry::RegistryError::Withdrawn { statement, .. }) => {
+                    l.withdrawn = true;
+                    statement.as_deref().map(mesh_registry::parse_statement)
+                }
                 Err(e) => return Err(Failure::system(e)),
-            }
+            };
+            l.tag_statement = Some(match statement {
+                None => json!({ "problem": "no statement: a node refuses it" }),
+                Some(Err(why)) => json!({ "problem": why }),
+                Some(Ok(signed)) => {
+                    match mesh_lib::statement::Statement::parse(&signed.statement) {
+                        Ok(s) => json!({
+                            "sequence": s.sequence,
+                            "expires": s.expires_stamp(),
+                            "expired": s.expired(std::time::SystemTime::now()),
+                        }),
+                        Err(e) => json!({ "problem": e.to_string() }),
+                    }
+                }
+            });
         }
     }
     if args.json {
@@ -278,8 +298,18 @@ pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Resu
             let pulled = p["generation"]
                 .as_str()
                 .and_then(|g| g.parse::<mesh_lib::GenerationId>().ok());
+            let stated = l.tag_statement.as_ref().map_or(String::new(), |s| {
+                match (s["expires"].as_str(), s["expired"].as_bool()) {
+                    (Some(at), Some(true)) => format!(" (its statement EXPIRED at {at})"),
+                    (Some(at), _) => format!(" (stated until {at})"),
+                    _ => format!(
+                        " (its statement: {})",
+                        mesh_lib::text::escape(s["problem"].as_str().unwrap_or("-"))
+                    ),
+                }
+            });
             say!(
-                "{:<16} desired {}, in force {}, last pull: {} {} at {}{}",
+                "{:<16} desired {}{stated}, in force {}, last pull: {} {} at {}{}",
                 "",
                 if l.withdrawn {
                     "withdrawn".to_owned()
@@ -313,6 +343,7 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
         io_timeout: std::time::Duration::from_secs(args.io_timeout),
         replace_foreign: args.replace_foreign,
         signer: signer(args.sign, &args.key)?,
+        valid_for: args.valid_for.unwrap_or(fleet.valid_for),
     };
     let progress = Progress::new(args.json);
     let rows = mesh_fleet::deploy::run(&fleet, &nodes, &options, &progress);

@@ -32,10 +32,19 @@ fn main() -> ExitCode {
     }
     mesh_fleet::ssh::prepare_environment();
     failure::install_report_handler();
-    let args = match cli::Cli::try_parse() {
+    let mut args = match cli::Cli::try_parse() {
         Ok(args) => args,
         Err(e) => return failure::usage(e),
     };
+    // A deploy key's forced command takes its place from its own command line only: whatever
+    // a client sent (`SetEnv`, where sshd accepts it) is gone before anything reads it.
+    if matches!(args.command, cli::Command::Serve) {
+        serve::scrub_environment();
+        args = match cli::Cli::try_parse() {
+            Ok(args) => args,
+            Err(e) => return failure::usage(e),
+        };
+    }
     match commands::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report(),

@@ -51,6 +51,7 @@ fn prepare(
         Registry,
         mesh_fleet::Fleet,
         Vec<mesh_fleet::publish::Prepared>,
+        mesh_fleet::publish::Options,
     ),
     Failure,
 > {
@@ -66,9 +67,17 @@ fn prepare(
             .revision
             .clone()
             .or_else(|| mesh_fleet::publish::revision_of(&fleet)),
+        valid_for: args.valid_for.unwrap_or(fleet.valid_for),
     };
+    if options.signer.is_none() {
+        return Err(Failure::user(
+            "a push signs: each node's tag carries a statement (this node, this generation, a \
+             sequence, an expiry) that a signer it trusts signed now; give --sign (with --key, \
+             or the ssh-agent's first key)",
+        ));
+    }
     let prepared = mesh_fleet::publish::prepare(&fleet, &nodes, &options, &registry);
-    Ok((registry, fleet, prepared))
+    Ok((registry, fleet, prepared, options))
 }
 
 fn push_line(l: &mesh_fleet::publish::Pushed) -> String {
@@ -94,7 +103,7 @@ fn push_line(l: &mesh_fleet::publish::Pushed) -> String {
 /// `mesh push`.
 pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> {
     let args = args.publish;
-    let (registry, _, prepared) = prepare(state, place, &args)?;
+    let (registry, _, prepared, _) = prepare(state, place, &args)?;
     let lines = mesh_fleet::publish::publish(&registry, &prepared, true);
     let total = mesh_fleet::publish::bytes(&lines);
     if args.fleet.json {
@@ -166,7 +175,7 @@ pub fn prune(state: &Path, args: &PruneArgs) -> Result<(), Failure> {
 
 /// `mesh rollout`.
 pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Failure> {
-    let (registry, fleet, prepared) = prepare(state, place, &args.publish)?;
+    let (registry, fleet, prepared, options) = prepare(state, place, &args.publish)?;
     let failed: Vec<String> = prepared
         .iter()
         .filter_map(|p| p.result.as_ref().err().map(|e| format!("{}: {e}", p.node)))
@@ -198,6 +207,8 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
         &mesh_fleet::rollout::Options {
             within: args.within.map(Duration::from_secs),
             every: Duration::from_secs(args.every),
+            signer: options.signer.as_ref(),
+            valid_for: options.valid_for,
         },
         &|r: &mesh_fleet::rollout::WaveReport| {
             if json_out {

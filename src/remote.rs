@@ -91,6 +91,11 @@ fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Dep
         &Spawn(machine.clone()),
         generation,
         seconds,
+        if machine.served {
+            agent::Asked::FromElsewhere
+        } else {
+            agent::Asked::Here
+        },
     )
     .map_err(|e| match e {
         // One it cannot decrypt says `refused`, as an untrusted one does: nothing moved.

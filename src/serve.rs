@@ -5,8 +5,53 @@
 //! for and received, a switch armed, confirmed, the deploys and the status read — with this
 //! node's own state directory, root and namespace: nothing else, no shell, no other command.
 //! (`restrict` leaves sshd to refuse the rest: port forwarding, agent forwarding, a terminal.)
+//!
+//! Its place comes from its own command line only (`command="mesh --root /srv/node serve"`):
+//! no `MESH_*` variable — nor `XDG_STATE_HOME`, `DOCKER_HOST` — that a client sends with
+//! `SetEnv` (where sshd's `AcceptEnv` lets it through) is read; they are removed before the
+//! arguments are parsed. And what it runs is asked for from elsewhere: a switch needs a signer
+//! the node trusts now and a statement naming the generation, never "it was in force before".
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::failure::Failure;
+
+/// Whether this process serves a deploy key's request (set by [`serve`] before it runs one).
+static SERVED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process runs a request a deploy key made: its switches are asked for from
+/// elsewhere (a signer trusted now, a statement naming the generation).
+pub fn served() -> bool {
+    SERVED.load(Ordering::Relaxed)
+}
+
+/// The environment variables that would change where or how the mesh acts: every `MESH_*`
+/// (the state directory, root, namespace, host key, settle window…), and the ones it reads for
+/// its defaults and its engine.
+fn steers(name: &str) -> bool {
+    name.starts_with("MESH_")
+        || matches!(
+            name,
+            "XDG_STATE_HOME"
+                | "DOCKER_HOST"
+                | "DOCKER_CONFIG"
+                | "DOCKER_CERT_PATH"
+                | "DOCKER_TLS_VERIFY"
+                | "NICKEL_IMPORT_PATH"
+        )
+}
+
+/// Removes from this process's environment every variable that steers the mesh ([`steers`]):
+/// `mesh serve` acts on what its own command line says, never on what a client sent.
+pub fn scrub_environment() {
+    let names: Vec<std::ffi::OsString> = std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| name.to_str().is_none_or(steers))
+        .collect();
+    for name in names {
+        std::env::remove_var(name);
+    }
+}
 
 /// The requests a deploy makes, as `mesh` subcommands and the options each may have (a `=`
 /// after an option: it takes a value; `*`: any one word, e.g. a token).
@@ -148,6 +193,7 @@ pub fn serve(own: &[(String, String)]) -> Result<(), Failure> {
     argv.extend(rest);
     let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(&argv)
         .map_err(|e| Failure::user(e.to_string()))?;
+    SERVED.store(true, Ordering::Relaxed);
     crate::commands::run(cli)
 }
 

@@ -654,6 +654,33 @@ pub fn status(s: &mesh_activator::Status) -> String {
                 .unwrap_or_default()
         );
     }
+    if let Some(st) = &s.statement {
+        let names = st
+            .generation
+            .map_or("withdrawn".to_owned(), |g| g.short().to_string());
+        let in_force = s.current.as_ref().map(|c| c.id);
+        let _ = match (&st.problem, st.expired) {
+            (Some(p), _) => writeln!(o, "STATEMENT UNREADABLE: {p}"),
+            (None, true) => writeln!(
+                o,
+                "STATEMENT EXPIRED at {}: the newest this node accepted (sequence {}, naming {names}, by {}) — nothing newer came since; a registry may be withholding it, or the fleet stopped signing. Pulls refuse it until a signer states again.",
+                st.expires,
+                st.sequence,
+                mesh_lib::text::escape(&st.signer)
+            ),
+            (None, false) => writeln!(
+                o,
+                "statement: sequence {} names {names}{}, by {}, expires {}",
+                st.sequence,
+                match (st.generation, in_force) {
+                    (Some(g), Some(c)) if g != c => " (not the one in force: rolled back here?)",
+                    _ => "",
+                },
+                mesh_lib::text::escape(&st.signer),
+                st.expires
+            ),
+        };
+    }
     if s.interrupted {
         let _ = writeln!(
             o,

@@ -33,6 +33,7 @@ pub mod reconcile;
 pub mod root;
 pub mod services;
 pub mod sockets;
+pub mod statement;
 pub mod status;
 pub mod switch;
 pub mod systemd;

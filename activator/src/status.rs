@@ -47,6 +47,74 @@ pub struct Status {
     /// generation, how it ended, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_pull: Option<crate::deploy::pull::LastPull>,
+    /// The newest statement the node accepted from elsewhere (a deploy's, a pull's): which
+    /// generation, its sequence, when it expires and whether it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub statement: Option<Stated>,
+}
+
+/// The newest statement a node accepted, for `mesh status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stated {
+    /// The node it is for.
+    pub node: String,
+    /// The generation it names (`None`: a withdrawal).
+    pub generation: Option<GenerationId>,
+    /// Its sequence.
+    pub sequence: u64,
+    /// When it expires (RFC 3339).
+    pub expires: String,
+    /// Whether it has: nothing newer came since (a registry withholding statements, a fleet
+    /// that stopped signing), and the node refuses it.
+    pub expired: bool,
+    /// Who signed it.
+    pub signer: String,
+    /// When the node accepted it.
+    pub accepted: String,
+    /// Why it could not be read, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+impl Stated {
+    fn read(state: &std::path::Path) -> Option<Self> {
+        match crate::statement::Kept::load(state) {
+            Ok(None) => None,
+            Ok(Some(kept)) => {
+                let statement = kept.statement();
+                Some(Self {
+                    node: statement
+                        .as_ref()
+                        .map(|s| s.node.clone())
+                        .unwrap_or_default(),
+                    generation: statement.as_ref().and_then(|s| s.generation),
+                    sequence: statement.as_ref().map_or(0, |s| s.sequence),
+                    expires: statement
+                        .as_ref()
+                        .map(|s| s.expires_stamp())
+                        .unwrap_or_default(),
+                    expired: statement
+                        .as_ref()
+                        .is_none_or(|s| s.expired(std::time::SystemTime::now())),
+                    signer: kept.signer,
+                    accepted: kept.accepted,
+                    problem: statement
+                        .is_none()
+                        .then(|| "its text is not a statement's".to_owned()),
+                })
+            }
+            Err(e) => Some(Self {
+                node: String::new(),
+                generation: None,
+                sequence: 0,
+                expires: String::new(),
+                expired: true,
+                signer: String::new(),
+                accepted: String::new(),
+                problem: Some(e.to_string()),
+            }),
+        }
+    }
 }
 
 /// The generation in force.
@@ -226,6 +294,7 @@ impl Node {
                 .and_then(|all| all.into_iter().next()),
             host_key: self.host_key(),
             last_pull: crate::deploy::pull::LastPull::load(&self.state),
+            statement: Stated::read(&self.state),
         };
         if let Some((_, _, g)) = &current {
             status.firewall = Some(match self.check_firewall(g) {

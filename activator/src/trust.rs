@@ -59,9 +59,9 @@ impl Node {
     /// nothing changed) unless the node trusts no signer, it was in force before, or one of its
     /// signatures is by a signer the node trusts.
     pub fn check_trust(&self, id: &GenerationId) -> Result<Accepted, ActivateError> {
-        let Some(signers) = self.trusted_signers()? else {
+        if self.trusted_signers()?.is_none() {
             return Ok(Accepted::NoPolicy);
-        };
+        }
         let log = self
             .profile
             .log()
@@ -69,6 +69,17 @@ impl Node {
         if log.iter().any(|e| e.id == *id) {
             return Ok(Accepted::InForceBefore);
         }
+        self.check_trust_now(id)
+    }
+
+    /// Whether generation `id` may be switched to at the request of a deploy key: as
+    /// [`Node::check_trust`], but having been in force before is no pass — a signer the node
+    /// trusts *now* must vouch for it, so a generation signed only by a signer since removed
+    /// (or never signed, from before the node trusted any) is refused.
+    pub fn check_trust_now(&self, id: &GenerationId) -> Result<Accepted, ActivateError> {
+        let Some(signers) = self.trusted_signers()? else {
+            return Ok(Accepted::NoPolicy);
+        };
         let signatures: Vec<Signature> = self
             .store
             .signatures(id)?

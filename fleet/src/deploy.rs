@@ -37,9 +37,12 @@ pub struct Options {
     pub io_timeout: Duration,
     /// Replace a generation the node runs that the fleet did not build (switched by hand).
     pub replace_foreign: bool,
-    /// Sign each node's generation with this key before it is sent (a node that trusts
-    /// signers switches only to a generation one of them signed).
+    /// Sign each node's generation with this key before it is sent, and a statement naming it
+    /// for the node (a node that trusts signers switches only to a generation one of them
+    /// signed, stated for it).
     pub signer: Option<crate::sign::Signer>,
+    /// How long the statements signed hold.
+    pub valid_for: Duration,
 }
 
 /// How long the deployer waits, past a deploy's deadline, for the node's verdict: the agent
@@ -453,6 +456,10 @@ fn converse(
     let id = built.id.to_string();
     row.phase = Phase::Copying;
     let store = Store::open(&options.state_dir).map_err(|e| ServeError::Said(e.to_string()))?;
+    if version.is_some_and(|v| v >= 3) && !options.dry_run {
+        // Judged by the node before a single object is sent: a refusal sends nothing more.
+        offer(node, options, progress, serve, &store, built.id)?;
+    }
     match version {
         Some(_) => {
             let base = current.as_ref().map(|c| c.id);
@@ -504,7 +511,7 @@ fn converse(
             }
         }
     }
-    if version.is_some() {
+    if version.is_some_and(|v| v < 3) {
         // Its signatures travel with it: the node keeps those valid over its id.
         if let Some(signer) = &options.signer {
             progress.say(&name, "signing");
@@ -554,6 +561,47 @@ fn converse(
             Ok(None)
         }
     }
+}
+
+/// Offers the node generation `id` (version 3): its signatures — one made now with the
+/// deployer's key, if it has one — and a statement naming it for the node, its sequence above
+/// the node's highest. The node judges them whole before any object is sent; a refusal comes
+/// back as `refused: …`.
+fn offer(
+    node: &Node,
+    options: &Options,
+    progress: &Progress,
+    serve: &mut Serve<'_>,
+    store: &Store,
+    id: mesh_lib::GenerationId,
+) -> Result<(), ServeError> {
+    let name = node.name.to_string();
+    let statement = match &options.signer {
+        Some(signer) => {
+            progress.say(&name, "signing");
+            signer
+                .sign_into(store, &id)
+                .map_err(|e| ServeError::Said(format!("signing {}: {e}", id.short())))?;
+            let highest = serve.sequence()?;
+            Some(
+                signer
+                    .state(&name, Some(id), highest, options.valid_for)
+                    .map_err(|e| ServeError::Said(format!("signing its statement: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    let signatures = store
+        .signatures(&id)
+        .map_err(|e| ServeError::Said(e.to_string()))?
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    serve.offer(&mesh_lib::statement::Offer {
+        generation: id,
+        signatures,
+        statement,
+    })
 }
 
 /// What the node told of its deploy: the generation in force, and its log when it did not end

@@ -17,6 +17,13 @@ struct FleetOut {
     records: String,
     #[serde(default)]
     rollout: Option<RolloutOut>,
+    #[serde(default)]
+    statements: Option<StatementsOut>,
+}
+
+#[derive(Deserialize)]
+struct StatementsOut {
+    valid_for: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +176,8 @@ pub struct Fleet {
     pub records: PathBuf,
     /// The rollout's waves and health gate.
     pub rollout: Rollout,
+    /// How long the statements a deploy, push or rollout signs hold, unless told otherwise.
+    pub valid_for: std::time::Duration,
     /// The ssh_config the mesh's own ssh connections read (see [`crate::ssh::config_file`]):
     /// in the state directory; `None` when `MESH_SSH_NODELAY=0`.
     pub ssh_wrapper: Option<PathBuf>,
@@ -234,6 +243,12 @@ impl Fleet {
                     within: 600,
                 },
             },
+            valid_for: out
+                .statements
+                .and_then(|s| s.valid_for)
+                .map_or(mesh_lib::statement::DEFAULT_VALID_FOR, |v| {
+                    std::time::Duration::from_secs(v.max(1.0) as u64)
+                }),
             nodes,
             file,
         })

@@ -26,6 +26,8 @@ pub struct Options {
     pub signer: Option<crate::sign::Signer>,
     /// The source revision, for the artifacts' annotation.
     pub revision: Option<String>,
+    /// How long each node's statement holds.
+    pub valid_for: std::time::Duration,
 }
 
 /// A node's generation, ready to publish.
@@ -83,32 +85,51 @@ pub fn prepare(
         options.parallel,
     );
     let store = Store::open(&options.state_dir);
+    // What each node's tag names now, several read at once: the base of its deltas, and the
+    // sequence its next statement must pass.
+    let names: Vec<String> = built.iter().map(|b| b.node.clone()).collect();
+    let previous = crate::each(&names, AT_ONCE, |node| registry.artifact(node).ok());
     // Signed one after another (a hardware key asks for a touch per signature), then each
-    // node's artifact laid out, its tag read, several at once.
-    let signed: Vec<(String, Result<GenerationId, String>)> = built
+    // node's artifact laid out, several at once.
+    let signed: Vec<(String, Option<mesh_registry::Artifact>, Result<_, String>)> = built
         .into_iter()
-        .map(|b| {
+        .zip(previous)
+        .map(|(b, previous)| {
             let result = (|| {
                 let store = store.as_ref().map_err(|e| e.to_string())?;
                 let g = b.result.map_err(|e| format!("its build: {e}"))?;
-                if let Some(signer) = &options.signer {
-                    signer
-                        .sign_into(store, &g.id)
-                        .map_err(|e| format!("signing it: {e}"))?;
-                }
-                Ok(g.id)
+                // The tag names this generation already, under a statement that holds for
+                // more than half the time a new one would: kept, and the tag with it (a push
+                // that changes nothing for a node moves nothing).
+                let kept = fresh_statement(previous.as_ref(), &b.node, &g.id, options.valid_for);
+                let statement = match &options.signer {
+                    Some(_) if kept.is_some() => kept,
+                    Some(signer) => {
+                        signer
+                            .sign_into(store, &g.id)
+                            .map_err(|e| format!("signing it: {e}"))?;
+                        let highest = previous.as_ref().and_then(sequence_of);
+                        Some(
+                            signer
+                                .state(&b.node, Some(g.id), highest, options.valid_for)
+                                .map_err(|e| format!("signing its statement: {e}"))?,
+                        )
+                    }
+                    None => None,
+                };
+                Ok((g.id, statement))
             })();
-            (b.node, result)
+            (b.node, previous, result)
         })
         .collect();
-    crate::each(&signed, AT_ONCE, |(node, signed)| {
-        let result = signed.clone().and_then(|id| {
+    crate::each(&signed, AT_ONCE, |(node, previous, signed)| {
+        let result = signed.clone().and_then(|(id, statement)| {
             let store = store.as_ref().map_err(|e| e.to_string())?;
-            let previous = registry.artifact(node).ok();
             let p = mesh_registry::publication(
                 store,
                 node,
                 &id,
+                statement.as_ref(),
                 options.revision.as_deref(),
                 previous.as_ref(),
             )
@@ -120,6 +141,30 @@ pub fn prepare(
             result,
         }
     })
+}
+
+/// The statement `previous` (a node's artifact now) carries, when it names `id` for `node` and
+/// holds for more than half of `valid_for` from now.
+fn fresh_statement(
+    previous: Option<&mesh_registry::Artifact>,
+    node: &str,
+    id: &GenerationId,
+    valid_for: std::time::Duration,
+) -> Option<mesh_lib::statement::Signed> {
+    let previous = previous.filter(|a| a.generation == *id)?;
+    let signed = previous.statement()?.ok()?;
+    let statement = mesh_lib::statement::Statement::parse(&signed.statement).ok()?;
+    let half = std::time::SystemTime::now() + valid_for / 2;
+    (statement.node == node && statement.generation == Some(*id) && !statement.expired(half))
+        .then_some(signed)
+}
+
+/// The sequence of the statement an artifact carries, if it carries one.
+pub fn sequence_of(artifact: &mesh_registry::Artifact) -> Option<u64> {
+    let signed = artifact.statement()?.ok()?;
+    mesh_lib::statement::Statement::parse(&signed.statement)
+        .ok()
+        .map(|s| s.sequence)
 }
 
 /// Requests to the registry under way at once: each is small, and most of a push is waiting

@@ -214,11 +214,49 @@ pub fn wait_for(
 }
 
 /// What a rollout needs beyond the fleet.
-pub struct Options {
+pub struct Options<'a> {
     /// How long each wave has; `None`: the fleet file's.
     pub within: Option<Duration>,
     /// How often a wave's nodes are read.
     pub every: Duration,
+    /// Signs the statements that put a stopped wave's tags back (`None`: they stay).
+    pub signer: Option<&'a crate::sign::Signer>,
+    /// How long those statements hold.
+    pub valid_for: Duration,
+}
+
+/// Puts node `tag` back where `before` had it, with a new statement (a sequence above the one
+/// the wave's push signed, `pushed`): the generation it named before, or withdrawn when it
+/// named none. `Ok(true)`: withdrawn.
+fn put_back(
+    registry: &Registry,
+    tag: &str,
+    before: Option<&mesh_registry::Artifact>,
+    pushed: Option<u64>,
+    options: &Options<'_>,
+) -> Result<bool, String> {
+    let signer = options
+        .signer
+        .ok_or("no key to sign a statement that puts it back")?;
+    let highest = pushed.max(before.and_then(crate::publish::sequence_of));
+    let statement = signer
+        .state(
+            tag,
+            before.map(|a| a.generation),
+            highest,
+            options.valid_for,
+        )
+        .map_err(|e| format!("signing the statement that puts it back: {e}"))?;
+    match before {
+        Some(a) => registry
+            .restate(tag, a, &statement)
+            .map(|()| false)
+            .map_err(|e| e.to_string()),
+        None => registry
+            .withdraw(tag, &statement)
+            .map(|()| true)
+            .map_err(|e| e.to_string()),
+    }
 }
 
 /// Moves the tags of `prepared` (uploaded already) wave after wave: each wave's report, the
@@ -228,7 +266,7 @@ pub fn run(
     registry: &Registry,
     prepared: &[Prepared],
     waves: &[Wave],
-    options: &Options,
+    options: &Options<'_>,
     on_wave: &dyn Fn(&WaveReport),
 ) -> Vec<WaveReport> {
     let within = options
@@ -275,20 +313,25 @@ pub fn run(
         if !healthy {
             for (tag, artifact) in &before {
                 let moved = pushed.iter().any(|l| l.node == *tag && l.tag_moved);
-                match artifact {
-                    Some(a) => {
-                        if let Err(e) = registry.retag(tag, a) {
-                            not_put_back.push(format!("{tag}: {e}"));
-                        }
-                    }
-                    None if moved => match registry.withdraw(tag) {
-                        Ok(()) => withdrawn.push(tag.clone()),
-                        Err(e) => not_put_back.push(format!(
-                            "{tag}: it named nothing before, and could not be withdrawn: {e}; \
-                             it still names the new generation"
-                        )),
-                    },
-                    None => {}
+                if !moved {
+                    continue;
+                }
+                // The statement the push signed for it: what the put-back must pass.
+                let signed = mine
+                    .iter()
+                    .find(|p| p.node == *tag)
+                    .and_then(|p| p.result.as_ref().ok())
+                    .and_then(|(_, publication)| publication.statement.as_ref())
+                    .and_then(|s| mesh_lib::statement::Statement::parse(&s.statement).ok())
+                    .map(|s| s.sequence);
+                match put_back(registry, tag, artifact.as_ref(), signed, options) {
+                    Ok(true) => withdrawn.push(tag.clone()),
+                    Ok(false) => {}
+                    Err(e) if artifact.is_none() => not_put_back.push(format!(
+                        "{tag}: it named nothing before, and could not be withdrawn: {e}; \
+                         it still names the new generation"
+                    )),
+                    Err(e) => not_put_back.push(format!("{tag}: {e}")),
                 }
             }
         }

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use mesh_lib::statement::{self, Signed, Statement};
 use mesh_lib::trust::{self, Signature, NAMESPACE};
 use mesh_lib::{GenerationId, Store};
 
@@ -108,8 +109,40 @@ impl Signer {
 
     /// Signs `id`: the armored signature.
     pub fn sign(&self, id: &GenerationId) -> Result<String, SignError> {
+        self.sign_bytes(id.to_string().as_bytes())
+    }
+
+    /// Signs a statement for `node` naming `generation` (`None`: a withdrawal), its sequence
+    /// above `highest` (the highest known for the node), valid for `valid_for` from now: the
+    /// statement as it travels.
+    pub fn state(
+        &self,
+        node: &str,
+        generation: Option<GenerationId>,
+        highest: Option<u64>,
+        valid_for: std::time::Duration,
+    ) -> Result<Signed, SignError> {
+        let now = std::time::SystemTime::now();
+        let statement = Statement::new(
+            node,
+            generation,
+            statement::next_sequence(highest, now),
+            now,
+            valid_for,
+        );
+        let text = statement.text();
+        let signature = Signature::parse(&self.sign_bytes(text.as_bytes())?)?;
+        signature.verify_message("the statement", text.as_bytes())?;
+        Ok(Signed {
+            statement: text,
+            signatures: vec![signature.armored().to_owned()],
+        })
+    }
+
+    /// Signs `message`: the armored signature.
+    fn sign_bytes(&self, message: &[u8]) -> Result<String, SignError> {
         match self {
-            Signer::File(key) => Ok(trust::sign(key, id)?),
+            Signer::File(key) => Ok(trust::sign_message(key, message)?),
             Signer::Agent { public, .. } => {
                 let mut child = Command::new("ssh-keygen")
                     .args(["-q", "-Y", "sign", "-n", NAMESPACE, "-f"])
@@ -123,7 +156,7 @@ impl Signer {
                     .stdin
                     .take()
                     .expect("piped")
-                    .write_all(id.to_string().as_bytes())
+                    .write_all(message)
                     .map_err(|e| SignError::Agent(format!("ssh-keygen: {e}")))?;
                 let out = child
                     .wait_with_output()

@@ -737,6 +737,30 @@ impl Serve<'_> {
         self.line().map(drop)
     }
 
+    /// The sequence of the newest statement the node accepted (version 3).
+    pub fn sequence(&mut self) -> Result<Option<u64>, ServeError> {
+        self.send(b"sequence\n")?;
+        let line = self.line()?;
+        match line.strip_prefix("sequence ") {
+            Some("none") => Ok(None),
+            Some(n) => n
+                .parse()
+                .map(Some)
+                .map_err(|_| self.dropped(format!("an answer that is not a sequence: {line}"))),
+            None => Err(self.dropped(format!("an answer that is not a sequence: {line}"))),
+        }
+    }
+
+    /// Offers a generation, its signatures and its statement (version 3): judged by the node
+    /// whole, kept only when they pass; a refusal is `Said("refused: …")`.
+    pub fn offer(&mut self, offer: &mesh_lib::statement::Offer) -> Result<(), ServeError> {
+        let body = serde_json::to_vec(offer).expect("an offer encodes");
+        let mut request = format!("offer {}\n", body.len()).into_bytes();
+        request.extend_from_slice(&body);
+        self.send(&request)?;
+        self.line().map(drop)
+    }
+
     /// The objects of `list` (a want list) the node lacks, as a want list.
     pub fn missing(&mut self, list: &[u8]) -> Result<Vec<u8>, ServeError> {
         let mut request = b"missing\n".to_vec();

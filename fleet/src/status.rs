@@ -52,6 +52,13 @@ pub struct Line {
     /// Its last pull from a registry, as `mesh status` says it: from where, which generation,
     /// how it ended and why.
     pub last_pull: Option<serde_json::Value>,
+    /// The statement its tag carries (`mesh fleet status --registry`): its sequence, when it
+    /// expires, whether it has; `None`: none could be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag_statement: Option<serde_json::Value>,
+    /// The newest statement the node accepted, as `mesh status` says it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub statement: Option<serde_json::Value>,
 }
 
 /// Whether a node can read its secrets: each ciphertext's header (public, read without a key)
@@ -185,6 +192,8 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         desired: None,
         withdrawn: false,
         last_pull: None,
+        tag_statement: None,
+        statement: None,
     };
     let mut link = match Link::open(fleet, node) {
         Ok(l) => l,
@@ -215,6 +224,7 @@ pub fn line(fleet: &Fleet, node: &Node, state_dir: &Path, evaluator: &Evaluator)
         .or_else(|| current[1].as_str())
         .and_then(|s| s.parse().ok());
     line.last_pull = Some(status["last_pull"].clone()).filter(|p| !p.is_null());
+    line.statement = Some(status["statement"].clone()).filter(|p| !p.is_null());
     line.taken = text_list(&status["taken"]);
     line.not_taken = text_list(&status["not_taken"]);
     line.drifted_files = status["drift"].as_array().map(Vec::len);

@@ -21,6 +21,7 @@ pub mod path;
 pub mod record;
 pub mod secret;
 pub mod state;
+pub mod statement;
 pub mod store;
 pub mod text;
 pub mod transfer;

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use mesh_lib::statement::Signed;
 use mesh_lib::{BlobHash, Store};
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
@@ -275,8 +276,9 @@ impl Registry {
         Ok(publication.node.manifest.len() as u64)
     }
 
-    /// Withdraws `tag`: it names [`crate::withdrawal`], no generation, from now on.
-    pub fn withdraw(&self, tag: &str) -> Result<(), RegistryError> {
+    /// Withdraws `tag`: it names [`crate::withdrawal`], no generation, from now on, with
+    /// `statement` (a signed withdrawal: a node judges it as any statement).
+    pub fn withdraw(&self, tag: &str, statement: &Signed) -> Result<(), RegistryError> {
         let reference = self.reference("latest");
         let digest = crate::sha256(crate::EMPTY);
         self.runtime
@@ -285,12 +287,19 @@ impl Registry {
                     .push_blob(&reference, crate::EMPTY.to_vec(), &digest),
             )
             .map_err(self.failed(format!("withdrawing {tag}")))?;
-        self.put_manifest(tag, &crate::withdrawal())
+        self.put_manifest(tag, &crate::withdrawal(Some(statement)))
     }
 
-    /// Points `tag` at `artifact` again (as it was read: the same bytes, the same digest).
-    pub fn retag(&self, tag: &str, artifact: &Artifact) -> Result<(), RegistryError> {
-        self.put_manifest(tag, &artifact.bytes)
+    /// Points `tag` at `artifact` again, with a new statement (its layers are there already:
+    /// only the manifest is sent). Putting back the old manifest as it was would not do: its
+    /// statement is older than the one the nodes accepted since, and they refuse it.
+    pub fn restate(
+        &self,
+        tag: &str,
+        artifact: &Artifact,
+        statement: &Signed,
+    ) -> Result<(), RegistryError> {
+        self.put_manifest(tag, &artifact.restated(statement))
     }
 
     /// The artifact tagged `tag`.

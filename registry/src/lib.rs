@@ -49,6 +49,7 @@ pub mod prune;
 use std::collections::BTreeMap;
 use std::io::Read;
 
+use mesh_lib::statement::Signed;
 use mesh_lib::{BlobHash, GenerationId, Store};
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +87,10 @@ pub const GENERATION_KEY: &str = "dev.mesh.generation";
 pub const NODE_KEY: &str = "dev.mesh.node";
 /// The annotation naming a layer's object.
 pub const OBJECT_KEY: &str = "dev.mesh.object";
+/// The annotation holding the node's statement ([`mesh_lib::statement::Signed`], as JSON): which
+/// node, which generation, its sequence and expiry, signed. A node judges it before it fetches
+/// anything else.
+pub const STATEMENT_KEY: &str = "dev.mesh.statement";
 /// The OCI annotation for the source revision.
 pub const REVISION_KEY: &str = "org.opencontainers.image.revision";
 
@@ -120,10 +125,15 @@ pub enum RegistryError {
     NoTag(String),
     /// The tag names no generation: a rollout that stopped withdrew it ([`withdrawal`]).
     #[error(
-        "{0}: withdrawn (a rollout stopped at this node's wave, and its tag had named no \
+        "{reference}: withdrawn (a rollout stopped at this node's wave, and its tag had named no \
          generation before); the next push or rollout names one again"
     )]
-    Withdrawn(String),
+    Withdrawn {
+        /// The tag.
+        reference: String,
+        /// The statement that withdrew it ([`STATEMENT_KEY`]'s value), if it carries one.
+        statement: Option<String>,
+    },
     /// What the registry gave is not an artifact of the mesh's, or does not check out.
     #[error("{reference}: {why}")]
     Invalid {
@@ -227,7 +237,10 @@ impl Artifact {
         let manifest: Manifest = serde_json::from_slice(bytes)
             .map_err(|e| invalid(format!("not an OCI manifest: {e}")))?;
         if manifest.artifact_type.as_deref() == Some(WITHDRAWN_TYPE) {
-            return Err(RegistryError::Withdrawn(reference.to_owned()));
+            return Err(RegistryError::Withdrawn {
+                reference: reference.to_owned(),
+                statement: manifest.annotations.get(STATEMENT_KEY).cloned(),
+            });
         }
         if manifest.artifact_type.as_deref() != Some(ARTIFACT_TYPE) {
             return Err(invalid(format!(
@@ -266,6 +279,26 @@ impl Artifact {
         })
     }
 
+    /// The statement it carries (`None`: none; `Some(Err)`: one that is not a statement's
+    /// form).
+    pub fn statement(&self) -> Option<Result<Signed, String>> {
+        self.manifest
+            .annotations
+            .get(STATEMENT_KEY)
+            .map(|text| parse_statement(text))
+    }
+
+    /// A copy of it whose statement is `statement` (the same layers: nothing to upload but the
+    /// manifest).
+    pub fn restated(&self, statement: &Signed) -> Vec<u8> {
+        let mut manifest = self.manifest.clone();
+        manifest.annotations.insert(
+            STATEMENT_KEY.to_owned(),
+            serde_json::to_string(statement).expect("a statement encodes"),
+        );
+        serde_json::to_vec(&manifest).expect("a manifest encodes")
+    }
+
     /// The source revision it was published from, if known.
     pub fn revision(&self) -> Option<&str> {
         self.manifest
@@ -287,8 +320,10 @@ impl Artifact {
 /// config and one empty layer (a registry refuses a manifest with none), no generation. A tag
 /// that named nothing before a rollout moved it cannot be put back where it was, and deleting a
 /// manifest is not something every registry allows: it is made to name this instead, which a
-/// pull reads as nothing to do ([`RegistryError::Withdrawn`]).
-pub fn withdrawal() -> Vec<u8> {
+/// pull reads as nothing to do ([`RegistryError::Withdrawn`]) — once it judged the withdrawal's
+/// statement (a withdrawal without one, or with a stale one, is refused: anyone who can write
+/// to the registry could otherwise freeze a node).
+pub fn withdrawal(statement: Option<&Signed>) -> Vec<u8> {
     let empty = Descriptor::of(EMPTY_TYPE, EMPTY, None);
     let manifest = Manifest {
         schema_version: 2,
@@ -296,9 +331,21 @@ pub fn withdrawal() -> Vec<u8> {
         artifact_type: Some(WITHDRAWN_TYPE.to_owned()),
         config: empty.clone(),
         layers: vec![empty],
-        annotations: BTreeMap::new(),
+        annotations: statement
+            .map(|s| {
+                BTreeMap::from([(
+                    STATEMENT_KEY.to_owned(),
+                    serde_json::to_string(s).expect("a statement encodes"),
+                )])
+            })
+            .unwrap_or_default(),
     };
     serde_json::to_vec(&manifest).expect("a manifest encodes")
+}
+
+/// A statement as an annotation holds it.
+pub fn parse_statement(text: &str) -> Result<Signed, String> {
+    serde_json::from_str(text).map_err(|e| format!("its statement is not one: {e}"))
 }
 
 /// `sha256:HEX` of `bytes`.
@@ -356,6 +403,8 @@ pub struct Piece {
 pub struct Publication {
     /// The node's artifact (signatures, the generation, its delta).
     pub node: Piece,
+    /// The statement it carries.
+    pub statement: Option<Signed>,
     /// Each object the generation references that the registry may lack: its name, and its
     /// artifact (tag `b3-HEX`).
     pub objects: Vec<(BlobHash, Piece)>,
@@ -404,12 +453,20 @@ pub fn publication(
     store: &Store,
     node: &str,
     id: &GenerationId,
+    statement: Option<&Signed>,
     revision: Option<&str>,
     previous: Option<&Artifact>,
 ) -> Result<Publication, RegistryError> {
     let invalid = |why: String| RegistryError::Invalid {
         reference: format!("{node} ({id})"),
         why,
+    };
+    let Some(statement) = statement else {
+        return Err(invalid(
+            "no statement names it for the node: sign one (`mesh push --sign`); a node pulls \
+             only what a signer it trusts stated for it, with a sequence and an expiry"
+                .into(),
+        ));
     };
     let mut layers = Vec::new();
     let signatures = store.signatures(id)?;
@@ -483,6 +540,10 @@ pub fn publication(
     let mut annotations = BTreeMap::from([
         (GENERATION_KEY.to_owned(), id.to_string()),
         (NODE_KEY.to_owned(), node.to_owned()),
+        (
+            STATEMENT_KEY.to_owned(),
+            serde_json::to_string(statement).map_err(std::io::Error::other)?,
+        ),
     ]);
     if let Some(r) = revision {
         annotations.insert(REVISION_KEY.to_owned(), r.to_owned());
@@ -517,6 +578,7 @@ pub fn publication(
     }
     Ok(Publication {
         node: node_piece,
+        statement: Some(statement.clone()),
         objects,
         present,
     })
@@ -650,10 +712,10 @@ mod tests {
         let e = Artifact::parse("r", &bytes, sha256(&bytes)).unwrap_err();
         assert!(e.to_string().contains("not a mesh generation"), "{e}");
         // A withdrawn tag names no generation, and says so.
-        let bytes = withdrawal();
+        let bytes = withdrawal(None);
         let e = Artifact::parse("r:node0", &bytes, sha256(&bytes)).unwrap_err();
         assert!(
-            matches!(&e, RegistryError::Withdrawn(r) if r == "r:node0"),
+            matches!(&e, RegistryError::Withdrawn { reference, statement: None } if reference == "r:node0"),
             "{e}"
         );
         let m: Manifest = serde_json::from_slice(&bytes).unwrap();

@@ -52,7 +52,7 @@ pub fn prune(registry: &Registry, scratch: &Store, dry_run: bool) -> Result<Prun
     for tag in tags.iter().filter(|t| !is_object_tag(t)) {
         let artifact = match registry.artifact(tag) {
             Ok(a) => a,
-            Err(RegistryError::Withdrawn(_) | RegistryError::Invalid { .. }) => {
+            Err(RegistryError::Withdrawn { .. } | RegistryError::Invalid { .. }) => {
                 out.skipped.push(tag.clone());
                 continue;
             }

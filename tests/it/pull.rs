@@ -621,16 +621,47 @@ fn a_wave_whose_canary_fails_stops_the_rollout() {
             .contains("grep -q good"),
         "{status}"
     );
-    // Every tag names what it named before the rollout; the later nodes never moved.
+    // Every tag names what it named before the rollout; the later nodes never moved. The
+    // canary's is put back under a new statement — the old one is older than the one the
+    // canary accepted in the wave, and a node refuses an old statement replayed.
     for (i, n) in lab.nodes.iter().enumerate() {
-        assert_eq!(
-            registry.manifest(&n.name),
-            tags_before[i],
-            "{}'s tag",
-            n.name
-        );
+        let now = registry.manifest(&n.name);
+        if i == 0 {
+            let (mut was, mut is) = (tags_before[i].clone(), now.clone());
+            let sequence = |m: &serde_json::Value| {
+                let signed: serde_json::Value =
+                    serde_json::from_str(m["annotations"]["dev.mesh.statement"].as_str().unwrap())
+                        .unwrap();
+                let text = signed["statement"].as_str().unwrap().to_owned();
+                let seq: u64 = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("sequence "))
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                (seq, text)
+            };
+            let ((before, _), (after, text)) = (sequence(&was), sequence(&is));
+            assert!(after > before, "a new statement puts it back: {text}");
+            assert!(text.contains(&format!("generation {}\n", v1[0])), "{text}");
+            was["annotations"]
+                .as_object_mut()
+                .unwrap()
+                .remove("dev.mesh.statement");
+            is["annotations"]
+                .as_object_mut()
+                .unwrap()
+                .remove("dev.mesh.statement");
+            assert_eq!(is, was, "the same artifact otherwise");
+        } else {
+            assert_eq!(now, tags_before[i], "{}'s tag", n.name);
+        }
         assert_eq!(n.current().as_deref(), Some(v1[i].as_str()), "{}", n.name);
     }
+    // The canary takes the put-back statement (a newer one naming the generation it runs):
+    // nothing to switch, nothing refused.
+    let (code, v, _) = pull(&lab.nodes[0], &[]);
+    assert_eq!((code, v["result"].as_str()), (0, Some("up-to-date")), "{v}");
     assert!(first["nodes"].as_array().unwrap().len() == 3);
     // The board: desired (the tag), in force, the last pull and its result.
     let board = board(&lab);

@@ -585,12 +585,21 @@ pub fn start(
     node: &Node,
     target: mesh_lib::GenerationId,
     seconds: u64,
+    asked: Asked,
 ) -> Result<Deploy, StartError> {
     let generation = node
         .store
         .generation(&target)
         .map_err(ActivateError::from)?;
-    node.check_trust(&target)?;
+    match asked {
+        Asked::Here => {
+            node.check_trust(&target)?;
+        }
+        Asked::FromElsewhere => {
+            node.check_trust_now(&target)?;
+            node.check_stated(&target, generation.node.as_str())?;
+        }
+    }
     // A secret this node cannot decrypt (not encrypted to its host key, the key missing):
     // refused before the deploy is armed, so nothing moves and nothing is reverted.
     node.check_secrets(&generation)?;
@@ -613,6 +622,18 @@ pub fn start(
 /// many; every one not settled stays. Their history is also in the profile's log.
 const KEPT_DEPLOYS: usize = 32;
 
+/// Who asks for a deploy's switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// The node's own operator (`mesh switch --generation ID --confirm-within N` run on it):
+    /// a generation in force before needs no new signature, as for `mesh switch`.
+    Here,
+    /// A deploy key (`mesh serve`, a deploy's connection) or a registry (a pull): on a node
+    /// that trusts signers, a signer it trusts now must vouch for the generation, and the newest
+    /// statement the node accepted must name it ([`Node::check_stated`]).
+    FromElsewhere,
+}
+
 /// Arms a deploy of the generation `id` names (an id or its prefix, as the store resolves
 /// it) on the node at `place`, and starts its agent ([`start`]): the deploy, as armed.
 pub fn arm(
@@ -620,13 +641,14 @@ pub fn arm(
     spawner: &dyn Spawner,
     id: &str,
     seconds: u64,
+    asked: Asked,
 ) -> Result<Deploy, StartError> {
     let node = Node::inspect(&place.state, &place.root, place.netns.clone())?;
     let target = node
         .store
         .resolve_generation(id)
         .map_err(ActivateError::from)?;
-    start(place, spawner, &node, target, seconds)
+    start(place, spawner, &node, target, seconds, asked)
 }
 
 /// The deploy's record once its switch is done (switched, failed or reverted), or as it stands

@@ -63,6 +63,9 @@ pub struct LastPull {
     /// The source revision it was published from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// When the statement that named it expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
     /// How it ended.
     pub result: PullResult,
     /// Why, unless confirmed.
@@ -139,7 +142,14 @@ pub fn switch(
 ) -> Result<Deploy, StartError> {
     // The agent's deadline: the switch, its settle window, the checks, and a margin.
     let seconds = 60 + place.settle.as_secs() + guard.within.as_secs();
-    let deploy = agent::start(place, spawner, node, target, seconds)?;
+    let deploy = agent::start(
+        place,
+        spawner,
+        node,
+        target,
+        seconds,
+        agent::Asked::FromElsewhere,
+    )?;
     let io = |e: std::io::Error| StartError::Io(format!("the deploy's record: {e}"));
     let switched = agent::switch_done(&place.state, &deploy.token).map_err(io)?;
     if switched.state != DeployState::Switched {
@@ -155,6 +165,55 @@ pub fn switch(
         .map_err(io)?,
     }
     agent::settled(&place.state, &deploy.token).map_err(io)
+}
+
+/// Judges the statement the tag carries (`statement`: none, one that is not a statement's
+/// form, or one) for this node, fetched under `tag`, naming what `artifact` carries (`None`: a
+/// withdrawal): fit, or refused — exit 2, nothing written.
+fn judge(
+    node: &Node,
+    tag: &str,
+    statement: Option<Result<mesh_lib::statement::Signed, String>>,
+    artifact: Option<&mesh_registry::Artifact>,
+) -> Result<crate::statement::Fit, PullError> {
+    use mesh_lib::statement::StatementError;
+    let refused = |e: StatementError| PullError::Node(ActivateError::Statement(e));
+    let what = artifact.map_or_else(
+        || format!("the withdrawal of {tag}"),
+        |a| format!("{tag}'s generation {}", a.generation),
+    );
+    let signed = match statement {
+        None => {
+            return Err(refused(StatementError::Malformed(format!(
+                "{what} carries no statement: nothing from a registry is acted on unless a \
+                 signer this node trusts stated it, for this node, with a sequence and an expiry"
+            ))))
+        }
+        Some(Err(why)) => return Err(refused(StatementError::Malformed(format!("{what}: {why}")))),
+        Some(Ok(s)) => s,
+    };
+    let fit = match node.judge_statement(&signed, Some(tag), std::time::SystemTime::now())? {
+        Some(fit) => fit,
+        None => {
+            return Err(PullError::Node(ActivateError::Signers {
+                path: node.trusted_signers_path()?,
+                why: "there is no such file: a pull switches only to a generation a signer the \
+                      node trusts signed"
+                    .into(),
+            }))
+        }
+    };
+    let offered = artifact.map(|a| a.generation);
+    if fit.statement().generation != offered {
+        return Err(refused(StatementError::Elsewhere {
+            stated: fit
+                .statement()
+                .generation
+                .map_or_else(|| "none (a withdrawal)".to_owned(), |g| g.to_string()),
+            offered: offered.map_or_else(|| "none (a withdrawal)".to_owned(), |g| g.to_string()),
+        }));
+    }
+    Ok(fit)
 }
 
 /// How one pull went, for its caller (`mesh pull` prints it, `mesh follow` goes on).
@@ -222,6 +281,7 @@ pub fn pull(
         from: format!("{}:{tag}", registry.name()),
         generation: None,
         revision: None,
+        expires: None,
         result: PullResult::Failed,
         reason: None,
         objects: 0,
@@ -241,20 +301,43 @@ pub fn pull(
         save(&mut record)?;
         Ok(Pulled::Done(record))
     };
-    let artifact = match registry.artifact(&tag) {
-        Ok(a) => a,
-        Err(e @ RegistryError::Withdrawn(_)) => return Ok(Pulled::Withdrawn(e.to_string())),
+    let (artifact, statement) = match registry.artifact(&tag) {
+        Ok(a) => {
+            let statement = a.statement();
+            (Ok(a), statement)
+        }
+        Err(e @ RegistryError::Withdrawn { .. }) => {
+            let RegistryError::Withdrawn { statement, .. } = &e else {
+                unreachable!()
+            };
+            let statement = statement.as_deref().map(mesh_registry::parse_statement);
+            (Err(e.to_string()), statement)
+        }
         Err(e @ (RegistryError::Invalid { .. } | RegistryError::NoTag(_))) => {
             return ended(record, PullResult::Refused, e.to_string())
         }
         Err(e) => return ended(record, PullResult::Failed, e.to_string()),
     };
+    // The statement first, judged before anything else is fetched — and a refusal writes
+    // nothing: an old statement replayed, another node's, an expired one, an unsigned
+    // withdrawal leave the node as they found it.
+    let fit = judge(&node, &tag, statement, artifact.as_ref().ok())?;
+    let artifact = match artifact {
+        Ok(a) => a,
+        Err(withdrawn) => {
+            node.keep_statement(&fit)?;
+            return Ok(Pulled::Withdrawn(withdrawn));
+        }
+    };
     let id = artifact.generation;
     record.generation = Some(id);
     record.revision = artifact.revision().map(str::to_owned);
+    record.expires = Some(fit.statement().expires_stamp());
     record.bytes = artifact.bytes.len() as u64;
     let waiting = agent::waiting(state, &id).is_some();
     if current.as_ref().map(|(_, c, _)| *c) == Some(id) && !waiting {
+        // A newer statement of what is in force (signed again, to renew it) is kept.
+        node.keep_statement(&fit)?;
         return Ok(Pulled::UpToDate(id));
     }
     if !request.retry {
@@ -315,6 +398,9 @@ pub fn pull(
                 node.store.put_signature(&id, sig.armored())?;
             }
         }
+    }
+    if let Err(e) = node.keep_statement(&fit) {
+        return ended(record, PullResult::Failed, e.to_string());
     }
     let deploy = match switch(place, spawner, &node, id, request.guard) {
         Ok(d) => d,

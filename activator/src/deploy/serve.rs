@@ -3,7 +3,7 @@
 //! one process (and one login shell) for a deploy, not five:
 //!
 //! ```text
-//! hello                     -> mesh serve 2
+//! hello                     -> mesh serve 3
 //! io-timeout SECONDS        -> ok                               (the bound below, from now)
 //! record                    -> record none | record LEN\n<LEN bytes: the node record>
 //! current                   -> current none | current {"id", "trigger", "deployed", "waiting"}
@@ -12,8 +12,15 @@
 //! receive\n<object stream>  -> received OBJECTS BYTES            (the stream as `store receive`)
 //! signatures ID             -> <the names of the signatures it has for ID>end
 //! signature ID LEN\n<sig>    -> ok                               (kept when valid over ID)
+//! sequence                  -> sequence none | sequence N        (the newest statement's)
+//! offer LEN\n<offer JSON>    -> ok                               (version 3: judged whole)
 //! switch ID SECONDS         -> <the deploy's record, JSON, once its switch is done>
 //! ```
+//!
+//! An offer ([`mesh_lib::statement::Offer`]: the generation, its signatures, the statement naming
+//! it for this node) is judged before any object is sent, and kept only when it passes
+//! ([`Node::accept_offer`]); a deployer of version 3 sends it first, so a refused deploy sends
+//! nothing else.
 //!
 //! A request that fails is answered `error MESSAGE`; a refusal of the switch (a generation the
 //! node does not trust or cannot decrypt, a lock held) `error refused: MESSAGE`. A stream that
@@ -145,7 +152,7 @@ pub fn serve<F: AsFd>(
                     Err(e) => answer(format!("error {e}\n").as_bytes())?,
                 }
             }
-            ["hello"] => answer(b"mesh serve 2\n")?,
+            ["hello"] => answer(b"mesh serve 3\n")?,
             ["io-timeout", seconds] => match seconds.parse::<u64>() {
                 Ok(s) if s > 0 => {
                     input.get_mut().bound = Some(Duration::from_secs(s));
@@ -225,6 +232,27 @@ pub fn serve<F: AsFd>(
                 };
                 answer(&text)?;
             }
+            ["sequence"] => {
+                let text = match crate::statement::Kept::load(&place.state) {
+                    Ok(kept) => match kept.and_then(|k| k.statement()) {
+                        Some(s) => format!("sequence {}\n", s.sequence),
+                        None => "sequence none\n".to_owned(),
+                    },
+                    Err(e) => format!("error {}\n", chain(&e).replace('\n', " ")),
+                };
+                answer(text.as_bytes())?;
+            }
+            ["offer", len] => {
+                let len: usize = match len.parse() {
+                    Ok(l) if l <= 1 << 20 => l,
+                    _ => return Err(ServeError::Request("an offer's length is not one".into())),
+                };
+                let mut bytes = vec![0; len];
+                input
+                    .read_exact(&mut bytes)
+                    .map_err(io("reading an offer"))?;
+                answer(format!("{}\n", offer(place, &bytes).replace('\n', " ")).as_bytes())?;
+            }
             ["receive"] => match transfer::receive(&store, &mut input) {
                 Ok(got) => answer(format!("received {} {}\n", got.objects, got.bytes).as_bytes())?,
                 Err(e) => {
@@ -245,6 +273,22 @@ pub fn serve<F: AsFd>(
     }
 }
 
+/// `offer LEN`: judges the offer and keeps it when it passes: `ok`, or `error refused: …`
+/// (nothing kept) / `error …`.
+fn offer(place: &Place, bytes: &[u8]) -> String {
+    let offer: mesh_lib::statement::Offer = match serde_json::from_slice(bytes) {
+        Ok(o) => o,
+        Err(e) => return format!("error not an offer: {e}"),
+    };
+    let judged = Node::inspect(&place.state, &place.root, place.netns.clone())
+        .and_then(|node| node.accept_offer(&offer, std::time::SystemTime::now()));
+    match judged {
+        Ok(()) => "ok".to_owned(),
+        Err(e) if refusal(&e) => format!("error refused: {}", chain(&e)),
+        Err(e) => format!("error {}", chain(&e)),
+    }
+}
+
 /// A list of objects, as a request's answer: the list, then `end`.
 fn listed(objects: &[transfer::Object]) -> Vec<u8> {
     let mut text = Vec::new();
@@ -261,7 +305,7 @@ fn not_an_id(id: &str) -> Vec<u8> {
 /// the deploy as the deployer is told it ([`told`]), or `error …` (`error refused: …` when the
 /// node refused the generation before anything moved, or its lock is held).
 fn switch(place: &Place, spawner: &dyn Spawner, id: &str, seconds: u64) -> String {
-    let started = agent::arm(place, spawner, id, seconds);
+    let started = agent::arm(place, spawner, id, seconds, agent::Asked::FromElsewhere);
     match started {
         Ok(d) => match agent::switch_done(&place.state, &d.token) {
             Ok(d) => told(&place.state, &d).to_string(),
@@ -373,7 +417,7 @@ mod tests {
         assert_eq!(
             said,
             format!(
-                "mesh serve 2\nrecord none\ncurrent none\ngeneration {id}\nend\nend\n{}\nend\n\
+                "mesh serve 3\nrecord none\ncurrent none\ngeneration {id}\nend\nend\n{}\nend\n\
                  error `soon` is not a number of seconds\nok\n\
                  error `nope` is not a generation id\n\
                  error `0` is not a number of seconds from 1 to 86400\n\
@@ -391,6 +435,6 @@ mod tests {
         let id = GenerationId::of(b"g");
         let (ended, said) = session(&place, &format!("hello\nsignature {id} lots\nhello\n"));
         assert!(matches!(ended, Err(ServeError::Request(_))), "{ended:?}");
-        assert_eq!(said, "mesh serve 2\n");
+        assert_eq!(said, "mesh serve 3\n");
     }
 }

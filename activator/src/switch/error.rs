@@ -30,6 +30,18 @@ pub enum ActivateError {
     /// A generation from elsewhere that no trusted signer vouches for.
     #[error("{0}; nothing was changed")]
     Untrusted(Box<mesh_lib::trust::Refusal>),
+    /// A statement from elsewhere that is not one to act on: another node's, an old one
+    /// replayed, an expired one, one no trusted signer signed.
+    #[error("{0}; nothing was changed")]
+    Statement(mesh_lib::statement::StatementError),
+    /// A switch from elsewhere to a generation no statement the node accepted names.
+    #[error("no statement this node accepted names {target}{}; a switch from elsewhere needs one (`mesh deploy --sign`, `mesh push --sign`); nothing was changed", .stated.as_ref().map(|s| format!(" (its newest: {s})")).unwrap_or_default())]
+    Unstated {
+        /// The generation asked for.
+        target: GenerationId,
+        /// The newest statement the node accepted.
+        stated: Option<String>,
+    },
     /// The node's trusted signers cannot be read: nothing from elsewhere is accepted.
     #[error("the trusted signers {path}: {why}; nothing from elsewhere is accepted, nothing was changed")]
     Signers {
@@ -195,6 +207,8 @@ impl ActivateError {
         match self {
             ActivateError::Lock(LockError::Held { .. })
             | ActivateError::Untrusted(_)
+            | ActivateError::Statement(_)
+            | ActivateError::Unstated { .. }
             | ActivateError::Signers { .. } => Kind::Refused,
             ActivateError::Plan(PlanError::UnknownId { .. }) => Kind::User,
             ActivateError::Plan(_) => Kind::Refused,
