@@ -10,10 +10,30 @@
 //! printf %s b3:… | ssh-keygen -Y verify -f trusted-signers -I NAME -n mesh-generation -s SIG
 //! ```
 //!
-//! A node's trusted signers are lines in `ssh-keygen`'s allowed-signers form — a name, a key
-//! type, the key, an optional comment; `#` starts a comment line — so the same file serves
-//! `ssh-keygen -Y verify`. A generation is accepted when one of its signatures is valid (over
-//! its id, in the namespace) and made by a key the file names.
+//! A node's trusted signers are an allowed-signers file (`man ssh-keygen`, ALLOWED SIGNERS),
+//! read as `ssh-keygen -Y verify` reads it (OpenSSH's sshsig.c), so the same file serves both
+//! and both give the same verdict on the same signature at the same time:
+//!
+//! - a line is principals (comma-separated patterns, or quoted; the mesh accepts any
+//!   principal and keeps the name for messages), then, unless the key follows at once, one
+//!   field of comma-separated options, then the key and an optional comment; `#` starts a
+//!   comment line, blank lines are skipped;
+//! - option names match in any case, values are quoted (`\"` a quote inside, commas and blanks
+//!   allowed): `namespaces="…"` (OpenSSH patterns: `*`, `?`, `!` negating; the line counts only
+//!   if [`NAMESPACE`] matches), `valid-after="…"` and `valid-before="…"` (the line counts only
+//!   inside them, both ends included, judged at the time the caller gives — the node's clock),
+//!   `cert-authority` (the key vouches for certificates, which the mesh does not verify: such a
+//!   line never makes its key a plain signer, and a refusal names it — as ssh-keygen refuses a
+//!   plain key's signature on a CA line);
+//! - a time is `YYYYMMDD[HHMM[SS]]`, in UTC with a `Z` or `UTC` suffix, else in the node's local
+//!   time zone (`TZ`, else `/etc/localtime`, as ssh-keygen's `mktime` reads it);
+//! - a line that does not read — an option ssh-keygen does not know, a value unquoted or not a
+//!   time, an option twice, a `valid-before` not after its `valid-after`, a bad key — makes no
+//!   key a signer (ssh-keygen skips it, saying why on its error output; the lines around it still
+//!   count), and a refusal of a signature by its key names the line and why.
+//!
+//! A generation is accepted when one of its signatures is valid (over its id, in the namespace)
+//! and made by a key on a line that counts at the time judged.
 
 use std::fmt;
 
