@@ -52,7 +52,20 @@ fn ssh_sign(key: &Path, dir: &Path) -> std::path::PathBuf {
 /// `ssh-keygen -Y verify` of [`MESSAGE`] against `signers` as principal `ci`, at
 /// `verify_time` (`None`: its own clock): whether it accepts, and what it said.
 fn ssh_verdict(signers: &Path, sig: &Path, verify_time: Option<&str>) -> (bool, String) {
+    ssh_verdict_in(signers, sig, verify_time, None)
+}
+
+/// [`ssh_verdict`] with `TZ` set to `tz`.
+fn ssh_verdict_in(
+    signers: &Path,
+    sig: &Path,
+    verify_time: Option<&str>,
+    tz: Option<&str>,
+) -> (bool, String) {
     let mut c = Command::new("ssh-keygen");
+    if let Some(tz) = tz {
+        c.env("TZ", tz);
+    }
     c.args(["-Y", "verify", "-f"])
         .arg(signers)
         .args(["-I", "ci", "-n", "mesh-generation", "-s"])
@@ -325,6 +338,52 @@ fn a_signer_line_outside_its_validity_refuses_a_switch() {
     )
     .unwrap();
     f.ok(&["switch", "--generation", &b]);
+    assert_eq!(f.read(MOTD).as_deref(), Some("b\n"));
+}
+
+/// A time without `Z` is the node's local time, as ssh-keygen reads it: a `valid-before` two
+/// hours ahead in UTC digits has passed where the clock reads fourteen hours ahead of UTC
+/// (`TZ=XYZ-14`, a POSIX zone no zone file is needed for) — ssh-keygen refuses it there, and
+/// the mesh refuses the switch, nothing changed — and is still ahead in UTC, where both accept.
+#[test]
+fn a_time_without_z_is_the_nodes_local_time() {
+    if !tools() || !have_root_tools(&["date"]) {
+        return;
+    }
+    let keys = tempfile::tempdir().unwrap();
+    let (f, b, ci) = node_with_signed_b(keys.path());
+    let out = Command::new("date")
+        .args(["-u", "-d", "+2 hours", "+%Y%m%d%H%M%S"])
+        .output()
+        .unwrap();
+    let soon = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let signers = f.at("/etc/mesh/trusted-signers");
+    std::fs::write(
+        &signers,
+        format!("ci valid-before=\"{soon}\" {}\n", public(&ci)),
+    )
+    .unwrap();
+    let sig = ssh_sign(&ci, keys.path());
+    let east = "XYZ-14";
+    assert!(!ssh_verdict_in(&signers, &sig, None, Some(east)).0);
+    assert!(ssh_verdict_in(&signers, &sig, None, Some("UTC0")).0);
+
+    let before = node_state(&f);
+    let mut switch = f.command(&["switch", "--generation", &b]);
+    switch.env("TZ", east);
+    let ran = crate::support::run(switch);
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr.contains("(ci) has expired since"),
+        "{}",
+        ran.stderr
+    );
+    assert!(node_state(&f) == before, "the refusal changed nothing");
+
+    let mut switch = f.command(&["switch", "--generation", &b]);
+    switch.env("TZ", "UTC0");
+    let ran = crate::support::run(switch);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     assert_eq!(f.read(MOTD).as_deref(), Some("b\n"));
 }
 
