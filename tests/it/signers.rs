@@ -104,8 +104,8 @@ fn mesh_verdict(text: &str, sig: &Path, now: SystemTime) -> Result<String, Strin
 /// Every verdict on an allowed-signers file — option names in mixed case, namespaces lists
 /// with and without the mesh's (and patterns of it), valid-before in the past and the future
 /// and at its very second, valid-after in the future, cert-authority, quoted values holding
-/// commas and blanks, comments and blank lines, options ssh-keygen does not know, malformed
-/// values, another key — is the one `ssh-keygen -Y verify` gives on the same file and
+/// commas and blanks, comments and blank lines, tabs and CRLF line ends, a principal
+/// pattern, options ssh-keygen does not know, malformed values, another key — is the one `ssh-keygen -Y verify` gives on the same file and
 /// signature, at a pinned time and at the clock's; and each refusal by the mesh says why.
 #[test]
 fn every_verdict_is_ssh_keygens() {
@@ -218,6 +218,21 @@ fn every_verdict_is_ssh_keygens() {
             format!("ci valid-before=\"20200101\" {k}\nci {k}\n"),
             true,
             "",
+        ),
+        (
+            format!("  c*\tnamespaces=\"mesh-generation\"\t{k}\r\n"),
+            true,
+            "",
+        ),
+        (
+            format!("ci namespaces=\"git\" {k}\r\n# the next one counts\r\nci {k}\r\n"),
+            true,
+            "",
+        ),
+        (
+            format!("ci namespaces=\"git\" {k}\r\n"),
+            false,
+            "not mesh-generation",
         ),
     ];
     let file = dir.path().join("allowed_signers");
