@@ -5,6 +5,14 @@
 //! file once the node is managed; no file, no check. A generation that was in force before (a
 //! rollback to it) was accepted then and needs no new signature; a local `mesh switch NODE.ncl`
 //! builds its own and is not asked (its operator is root there anyway).
+//!
+//! The file is a trust root only if no one but root could have written it: it and every folder
+//! above it, up to and including the root, must be owned by root (or by the user the mesh runs
+//! as) and writable by no group and no other user — sshd's `StrictModes` — and none of them a
+//! symlink (each is looked at with `lstat`). Otherwise everything from elsewhere is refused
+//! (exit 2), naming what is wrong and the fix.
+
+use std::path::Path;
 
 use mesh_lib::trust::{Signature, TrustedSigners, TRUSTED_SIGNERS};
 use mesh_lib::{GenerationId, TargetPath};
@@ -37,6 +45,9 @@ impl Node {
     /// The node's trusted signers (`None`: no file, nothing is checked).
     pub fn trusted_signers(&self) -> Result<Option<TrustedSigners>, ActivateError> {
         let path = self.trusted_signers_path()?;
+        if !trust_root_holds(self.root.path(), &path)? {
+            return Ok(None);
+        }
         match self.root.observe(&path)? {
             (Observed::Absent, _) => Ok(None),
             (Observed::File(_), Some(bytes)) => {
@@ -90,6 +101,109 @@ impl Node {
             .accept(id, &signatures)
             .map(|s| Accepted::SignedBy(s.to_string()))
             .map_err(|refusal| ActivateError::Untrusted(Box::new(refusal)))
+    }
+}
+
+/// Whether the trusted signers at `path` under `root` are there (`false`: no such file) and
+/// are a trust root: the file and each folder above it up to and including `root` owned by
+/// root or by the user the mesh runs as, writable by no group and no other user, none of them
+/// a symlink. Each component under the root is looked at with `lstat`, the root itself as it
+/// is named (`--root` may be a link to the folder it means). Every fault is named with its fix.
+fn trust_root_holds(root: &Path, path: &TargetPath) -> Result<bool, ActivateError> {
+    let refuse = |why: String| ActivateError::Signers {
+        path: path.clone(),
+        why,
+    };
+    let me = rustix::process::geteuid().as_raw();
+    let meta = std::fs::metadata(root).map_err(io_err("reading", root))?;
+    let mut faults = Vec::new();
+    judge_owner_and_mode(root, &meta, me, &mut faults);
+    let parts: Vec<&str> = path.components().collect();
+    let mut at = root.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let last = i + 1 == parts.len();
+        let meta = match std::fs::symlink_metadata(&at) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err("reading", &at)(e)),
+        };
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            return Err(refuse(format!(
+                "{} is a symlink: the trusted signers are read through none, put the {} itself \
+                 there",
+                at.display(),
+                if last { "file" } else { "folder" }
+            )));
+        }
+        if !last && !kind.is_dir() {
+            return Err(refuse(format!("{} is not a folder", at.display())));
+        }
+        if last && !kind.is_file() {
+            return Err(refuse(format!("{} is not a regular file", at.display())));
+        }
+        judge_owner_and_mode(&at, &meta, me, &mut faults);
+    }
+    if faults.is_empty() {
+        return Ok(true);
+    }
+    Err(refuse(format!(
+        "{}; the file and every folder above it up to the root must be owned by root{} and \
+         writable by no group or other user (as sshd's StrictModes wants): whoever can write \
+         one of them chooses whom the node trusts",
+        faults.join("; "),
+        if me == 0 {
+            String::new()
+        } else {
+            format!(" or uid {me} (the user the mesh runs as)")
+        }
+    )))
+}
+
+/// What is wrong with `at`'s owner and mode for a trust root, each with its fix.
+fn judge_owner_and_mode(at: &Path, meta: &std::fs::Metadata, me: u32, faults: &mut Vec<String>) {
+    use std::os::unix::fs::MetadataExt;
+    let shown = shell_word(at);
+    if meta.uid() != 0 && meta.uid() != me {
+        let fix = if me == 0 {
+            format!("chown root:root {shown}")
+        } else {
+            format!("chown root:root {shown}, or chown {me} {shown}")
+        };
+        faults.push(format!(
+            "{} is owned by uid {} (fix: {fix})",
+            at.display(),
+            meta.uid()
+        ));
+    }
+    let writable = match (meta.mode() & 0o020 != 0, meta.mode() & 0o002 != 0) {
+        (true, true) => Some("its group and every user"),
+        (true, false) => Some("its group"),
+        (false, true) => Some("every user"),
+        (false, false) => None,
+    };
+    if let Some(whom) = writable {
+        faults.push(format!(
+            "{} is writable by {whom} (mode {:04o}; fix: chmod go-w {shown})",
+            at.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+}
+
+/// `path` as one word of a shell command: quoted when it holds anything but the plainest
+/// characters.
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    if !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@%,".contains(&b))
+    {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 

@@ -28,6 +28,7 @@ mod secrets;
 mod services;
 mod serving;
 mod setup;
+mod signers;
 mod sshlab;
 mod support;
 mod switch;
