@@ -299,6 +299,10 @@ pub fn pull(machine: &Machine, args: &PullArgs) -> Result<(), Failure> {
             Exit::Refused,
             miette::miette!("another mesh pull (pid {pid}) is running here: this one did nothing"),
         )),
+        Pulled::Refused(why) => Err(Failure::new(
+            Exit::Refused,
+            miette::miette!("refused: {why}"),
+        )),
         Pulled::Done(p) => match p.result {
             PullResult::Confirmed => Ok(()),
             PullResult::Reverted | PullResult::Refused => Err(Failure::new(
@@ -324,6 +328,11 @@ fn report(pulled: &Pulled, json_out: bool) {
         Pulled::Busy(pid) => {
             if json_out {
                 say!("{}", json!({ "result": "busy", "pid": pid }));
+            }
+        }
+        Pulled::Refused(why) => {
+            if json_out {
+                say!("{}", json!({ "result": "refused", "reason": why }));
             }
         }
         Pulled::Withdrawn(why) => {
@@ -408,6 +417,9 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
 pub fn follow(machine: &Machine, args: &FollowArgs) -> Result<(), Failure> {
     loop {
         match pull_once(machine, &args.pull) {
+            Ok(Pulled::Refused(why)) if !args.pull.json => {
+                eprintln!("pull: refused: {why}");
+            }
             Ok(Pulled::Busy(pid)) if !args.pull.json => {
                 eprintln!("pull: another mesh pull (pid {pid}) is running here: skipped");
             }

@@ -229,6 +229,9 @@ pub enum Pulled {
     Busy(String),
     /// The tag is withdrawn (a rollout stopped): nothing done, nothing recorded.
     Withdrawn(String),
+    /// What the tag says is not to be acted on — its statement old, another node's, expired,
+    /// unsigned, or missing: nothing fetched beyond it, nothing changed, nothing recorded.
+    Refused(String),
 }
 
 /// Why a pull could not even be tried (a pull that was tried and failed is a [`Pulled::Done`]
@@ -321,7 +324,13 @@ pub fn pull(
     // The statement first, judged before anything else is fetched — and a refusal writes
     // nothing: an old statement replayed, another node's, an expired one, an unsigned
     // withdrawal leave the node as they found it.
-    let fit = judge(&node, &tag, statement, artifact.as_ref().ok())?;
+    let fit = match judge(&node, &tag, statement, artifact.as_ref().ok()) {
+        Ok(fit) => fit,
+        Err(PullError::Node(e)) if e.kind() == crate::Kind::Refused => {
+            return Ok(Pulled::Refused(e.to_string()))
+        }
+        Err(e) => return Err(e),
+    };
     let artifact = match artifact {
         Ok(a) => a,
         Err(withdrawn) => {
