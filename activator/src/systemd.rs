@@ -6,6 +6,10 @@
 //! none is missed, and a job not finished within the bound counts as failed. The last lines of a
 //! unit's log come from the journal (`journalctl`, the journal's own reader: there is no D-Bus
 //! call for them).
+//!
+//! A unit's state is its state words, and for a service that waits for its `Restart=` or
+//! failed, how its main process ended (`Result`, `ExecMainCode`, `ExecMainStatus`): waiting
+//! after a clean exit is not a failure, waiting after a failed one is ([`UnitNow::failing`]).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
