@@ -6,6 +6,10 @@
 //! none is missed, and a job not finished within the bound counts as failed. The last lines of a
 //! unit's log come from the journal (`journalctl`, the journal's own reader: there is no D-Bus
 //! call for them).
+//!
+//! A unit's state is its state words, and for a service that waits for its `Restart=` or
+//! failed, how its main process ended (`Result`, `ExecMainCode`, `ExecMainStatus`): waiting
+//! after a clean exit is not a failure, waiting after a failed one is ([`UnitNow::failing`]).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,7 +19,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use mesh_lib::model::UnitName;
 use serde::{Deserialize, Serialize};
-use zbus_systemd::systemd1::{ManagerProxy, UnitProxy};
+use zbus_systemd::systemd1::{ManagerProxy, ServiceProxy, UnitProxy};
 
 /// A systemd failure.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +57,74 @@ pub struct UnitNow {
     /// `ssh.service`); empty when it is the name asked.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub id: String,
+    /// How its main process last ended, for a service that waits to be started again or
+    /// failed (read only then: elsewhere it says nothing about the unit as it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Exit>,
+}
+
+/// How a service's main process last ended, as systemd has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    /// systemd's `Result`: `success` when the process ended cleanly — status 0, a status its
+    /// `SuccessExitStatus=` lists, or a signal a service is stopped with (`SIGTERM`, …) — else
+    /// why it failed: `exit-code`, `signal`, `core-dump`, `watchdog`, `timeout`,
+    /// `start-limit-hit`, `oom-kill`, …
+    pub result: String,
+    /// `ExecMainCode`: how the process ended (1 it exited, 2 it was killed, 3 it dumped core;
+    /// 0 when none ended).
+    pub code: i32,
+    /// `ExecMainStatus`: its exit status, or the signal's number.
+    pub status: i32,
+}
+
+impl Exit {
+    /// Whether it ended cleanly: what systemd says (`Result`), which knows the unit's
+    /// `SuccessExitStatus=`; the exit status alone does not.
+    pub fn clean(&self) -> bool {
+        self.result == "success"
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.code {
+            1 => Some(format!("exited with status {}", self.status)),
+            2 => Some(format!("was killed by {}", signal(self.status))),
+            3 => Some(format!("dumped core on {}", signal(self.status))),
+            _ => None,
+        };
+        // The result is said when the way the process ended does not say it already.
+        let said = matches!(
+            (self.result.as_str(), self.code),
+            ("exit-code", 1) | ("signal", 2) | ("core-dump", 3)
+        );
+        match how {
+            Some(how) if said => write!(f, "its main process {how}"),
+            Some(how) => write!(f, "{}, its main process {how}", self.result),
+            None => write!(f, "{}", self.result),
+        }
+    }
+}
+
+/// A signal's name, for the ones a service dies of; its number otherwise.
+fn signal(number: i32) -> String {
+    let name = match number {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => return format!("signal {number}"),
+    };
+    name.to_owned()
 }
 
 impl UnitNow {
@@ -63,13 +135,35 @@ impl UnitNow {
             active: active.into(),
             sub: sub.into(),
             id: String::new(),
+            exit: None,
         }
     }
 
-    /// Whether it failed, or is failing: `failed`, or waiting to be started again after it
-    /// died (`auto-restart`).
+    /// The same state, its main process having ended as `exit` says.
+    pub fn ended(mut self, exit: Exit) -> Self {
+        self.exit = Some(exit);
+        self
+    }
+
+    /// Whether it failed, or is failing: `failed`, or waiting to be started again
+    /// (`auto-restart`) after its main process failed. One whose process ended cleanly and
+    /// waits for its `Restart=` (periodic work done, a status `SuccessExitStatus=` lists) is
+    /// not failing; one whose end is not known is.
     pub fn failing(&self) -> bool {
-        self.active == "failed" || self.sub == "auto-restart"
+        self.active == "failed"
+            || (self.waits_to_restart() && !self.exit.as_ref().is_some_and(Exit::clean))
+    }
+
+    /// Whether it waits to be started again by its `Restart=` (`auto-restart`; systemd 254
+    /// and later say `auto-restart-queued` once the restart's job is queued).
+    pub fn waits_to_restart(&self) -> bool {
+        matches!(self.sub.as_str(), "auto-restart" | "auto-restart-queued")
+    }
+
+    /// Whether how its main process ended is worth reading: a service that waits to be
+    /// started again (it decides whether that is a failure) or failed (it says how).
+    fn exit_tells(&self, name: &UnitName) -> bool {
+        name.kind() == "service" && (self.waits_to_restart() || self.active == "failed")
     }
 
     /// Whether it runs (or is on its way up, or reloading).
@@ -144,7 +238,8 @@ impl Outcome {
 
 /// What the activator asks of systemd.
 pub trait Systemd: Send + Sync {
-    /// The units' states, in one call. A unit systemd does not know is `not-found`.
+    /// The units' states, in one call, with how its main process last ended for a service
+    /// that waits for its `Restart=` or failed. A unit systemd does not know is `not-found`.
     fn units(&self, names: &[&UnitName]) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError>;
     /// The unit of this name systemd knows from a file, if any.
     fn known(&self, name: &UnitName) -> Result<Option<Known>, SystemdError>;
@@ -156,7 +251,8 @@ pub trait Systemd: Send + Sync {
     fn enable(&self, names: &[&UnitName]) -> Result<Vec<(UnitName, String)>, SystemdError>;
     /// Disables the units. A unit whose file is gone has nothing left to disable: done.
     fn disable(&self, names: &[&UnitName]) -> Result<(), SystemdError>;
-    /// The loaded instances of a template (`getty@.service`: `getty@tty1.service`, …).
+    /// The loaded instances of a template (`getty@.service`: `getty@tty1.service`, …), as
+    /// [`Systemd::units`] has them.
     fn instances(&self, template: &UnitName) -> Result<BTreeMap<UnitName, UnitNow>, SystemdError>;
     /// The units a unit activates (a socket's service, a timer's), as systemd has them loaded.
     fn triggers(&self, name: &UnitName) -> Result<Vec<UnitName>, SystemdError>;
@@ -216,6 +312,33 @@ impl Bus {
                 source,
             })
     }
+
+    /// `now`, with how its main process last ended when that tells (see [`UnitNow::exit`]),
+    /// read from the unit's object at `path`: its `Result`, `ExecMainCode` and
+    /// `ExecMainStatus`.
+    fn with_exit(
+        &self,
+        name: &UnitName,
+        now: UnitNow,
+        path: zbus::OwnedObjectPath,
+    ) -> Result<UnitNow, SystemdError> {
+        if !now.exit_tells(name) {
+            return Ok(now);
+        }
+        let exit = self.call("inspect", Some(name), async {
+            let service = ServiceProxy::builder(&self.connection)
+                .path(path)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await?;
+            Ok(Exit {
+                result: service.result().await?,
+                code: service.exec_main_code().await?,
+                status: service.exec_main_status().await?,
+            })
+        })?;
+        Ok(now.ended(exit))
+    }
 }
 
 async fn manager(connection: &zbus::Connection) -> zbus::Result<ManagerProxy<'static>> {
@@ -273,28 +396,31 @@ impl Systemd for Bus {
         // answer for the name at its place (by its own name only if systemd ever answered
         // otherwise).
         let by_place = rows.len() == list.len();
-        Ok(rows
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, row)| {
-                let name = match by_place {
-                    true => list[i].clone(),
-                    false => UnitName::new(&row.0).ok()?,
-                };
-                let id = if row.0 == name.as_str() {
-                    String::new()
-                } else {
-                    row.0
-                };
-                let now = UnitNow {
-                    load: row.2,
-                    active: row.3,
-                    sub: row.4,
-                    id,
-                };
-                Some((name, now))
-            })
-            .collect())
+        let mut out = BTreeMap::new();
+        for (i, row) in rows.into_iter().enumerate() {
+            let name = match by_place {
+                true => list[i].clone(),
+                false => match UnitName::new(&row.0) {
+                    Ok(name) => name,
+                    Err(_) => continue,
+                },
+            };
+            let id = if row.0 == name.as_str() {
+                String::new()
+            } else {
+                row.0
+            };
+            let now = UnitNow {
+                load: row.2,
+                active: row.3,
+                sub: row.4,
+                id,
+                exit: None,
+            };
+            let now = self.with_exit(&name, now, row.6)?;
+            out.insert(name, now);
+        }
+        Ok(out)
     }
 
     fn known(&self, name: &UnitName) -> Result<Option<Known>, SystemdError> {
@@ -419,13 +545,15 @@ impl Systemd for Bus {
                 .list_units_by_patterns(Vec::new(), vec![pattern])
                 .await
         })?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|row| {
-                let name = UnitName::new(&row.0).ok()?;
-                Some((name, UnitNow::new(&row.2, &row.3, &row.4)))
-            })
-            .collect())
+        let mut out = BTreeMap::new();
+        for row in rows {
+            let Ok(name) = UnitName::new(&row.0) else {
+                continue;
+            };
+            let now = self.with_exit(&name, UnitNow::new(&row.2, &row.3, &row.4), row.6)?;
+            out.insert(name, now);
+        }
+        Ok(out)
     }
 
     fn triggers(&self, name: &UnitName) -> Result<Vec<UnitName>, SystemdError> {

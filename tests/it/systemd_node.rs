@@ -5,7 +5,9 @@
 //! a folder of the test's mounted at `/srv/t` (declarations, the state directory, counters the
 //! units write). The mesh runs inside, as on a node: root `/`, systemd on the system bus, the
 //! firewall in the container's own network namespace. The container and the image go when the
-//! fixture is dropped, also when the test fails. The services bench uses it too.
+//! fixture is dropped, also when the test fails. The services bench uses it too. As a fleet of
+//! one ([`SshFleet`]), `mesh deploy` reaches it over real OpenSSH: an `sshd -i` inside per
+//! connection.
 #![allow(dead_code)] // the bench uses a part
 
 use std::path::{Path, PathBuf};
@@ -270,6 +272,99 @@ impl SystemdNode {
             .find(|g| g["current"] == true)
             .map(|g| g["id"].as_str().unwrap().to_owned())
             .expect("a current generation")
+    }
+}
+
+/// A fleet of one node, `sd`: a [`SystemdNode`] that `mesh deploy` reaches over real OpenSSH,
+/// each connection an `sshd -i` inside the container (the ssh config's `ProxyCommand` is a
+/// `docker exec`), with a host key and a client key made here. The fleet's folder — the fleet
+/// file, `nodes/sd.ncl`, the ssh config, the known hosts, the deployer's state — is on this
+/// side, outside the node; it goes when dropped.
+pub struct SshFleet {
+    pub dir: tempfile::TempDir,
+}
+
+fn keygen(path: &Path) {
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(made.status.success(), "ssh-keygen {}", path.display());
+}
+
+impl SystemdNode {
+    /// This node as the fleet's one node `sd`, declared by `declaration`, its mesh state in
+    /// the test's folder.
+    pub fn fleet(&self, declaration: &str) -> SshFleet {
+        let fleet = SshFleet {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let here = fleet.dir.path();
+        let keys = self.here("ssh");
+        std::fs::create_dir_all(&keys).unwrap();
+        keygen(&keys.join("host_key"));
+        keygen(&here.join("client_key"));
+        std::fs::copy(here.join("client_key.pub"), keys.join("authorized_keys")).unwrap();
+        std::fs::write(
+            keys.join("sshd_config"),
+            "HostKey /srv/t/ssh/host_key\nAuthorizedKeysFile /srv/t/ssh/authorized_keys\nUsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n",
+        )
+        .unwrap();
+        // sshd's privilege separation folder, and root's shadow entry: with none, sshd takes
+        // the account to be locked.
+        self.ok_sh(
+            "mkdir -p /run/sshd && printf 'root:*:19000:0:99999:7:::\\n' > /etc/shadow && chmod 600 /etc/shadow",
+        );
+        let host_key = std::fs::read_to_string(keys.join("host_key.pub")).unwrap();
+        let mut words = host_key.split_whitespace();
+        let (kind, body) = (words.next().unwrap(), words.next().unwrap());
+        std::fs::write(here.join("known_hosts"), format!("sd {kind} {body}\n")).unwrap();
+        // `ProxyUseFdpass no` said outright: the mesh's own ssh configuration, read after
+        // this one, says `yes` for its own proxy, and ssh would take it for this one too.
+        std::fs::write(
+            here.join("ssh_config"),
+            format!(
+                "Host sd\n  User root\n  HostKeyAlias sd\n  IdentityFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n  ProxyCommand docker exec -i {} /usr/sbin/sshd -i -f /srv/t/ssh/sshd_config -E /srv/t/ssh/sshd.log\n  ProxyUseFdpass no\n",
+                here.join("client_key").display(),
+                here.join("known_hosts").display(),
+                self.name,
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir_all(here.join("nodes")).unwrap();
+        std::fs::write(here.join("nodes/sd.ncl"), declaration).unwrap();
+        std::fs::write(
+            here.join("fleet.ncl"),
+            "let mesh = import \"mesh.ncl\" in\nmesh.fleet {\n  ssh_config = \"ssh_config\",\n  nodes = {\n    sd = { declaration = \"nodes/sd.ncl\", ssh = { destination = \"sd\" }, remote = { mesh = \"/opt/mesh/mesh\", state_dir = \"/srv/t/state\" } },\n  },\n}\n",
+        )
+        .unwrap();
+        fleet
+    }
+}
+
+impl SshFleet {
+    /// Declares the node anew.
+    pub fn declare(&self, declaration: &str) {
+        std::fs::write(self.dir.path().join("nodes/sd.ncl"), declaration).unwrap();
+    }
+
+    /// `mesh ARGS` on the deployer's side, with the fleet file.
+    pub fn mesh(&self, args: &[&str]) -> Out {
+        let out = Command::new(env!("CARGO_BIN_EXE_mesh"))
+            .env("MESH_STATE_DIR", self.dir.path().join("deployer-state"))
+            .env("MESH_FLEET", self.dir.path().join("fleet.ncl"))
+            .env("NO_COLOR", "1")
+            .env_remove("MESH_ROOT")
+            .env_remove("MESH_NETNS")
+            .args(args)
+            .output()
+            .expect("mesh runs");
+        Out {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 }
 

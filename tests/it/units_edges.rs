@@ -2,7 +2,8 @@
 //! in its unit phase is finished by the next switch and by a rollback; a unit that goes stops
 //! with its own definition; a timer and its service go together and nothing is left failed;
 //! templates run as their instances; slices, targets, sockets and mounts pick up their changes
-//! as their kind calls for; a unit that dies within the settle window is reported.
+//! as their kind calls for; a unit that dies within the settle window is reported, one that
+//! exits cleanly and waits for its `Restart=` is not (switched, or deployed over SSH).
 
 use crate::services::{counting_unit, decl, ncl, tools};
 use crate::systemd_node::SystemdNode;
@@ -485,7 +486,8 @@ fn each_kind_picks_up_its_change() {
 }
 
 /// A unit that starts and dies a second later, and one that dies and waits to be restarted,
-/// are reported after the settle window as a failed job is (exit 3, naming them); with
+/// are reported after the settle window as a failed job is (exit 3, naming them and how their
+/// process ended); with
 /// `--settle 0` the switch does not wait and says nothing; `--rollback-on-failure` goes back;
 /// a deploy armed on the node reverts by itself, saying which unit.
 #[test]
@@ -524,14 +526,14 @@ fn a_unit_that_dies_within_the_settle_window_is_reported() {
     assert_eq!(ran.code, 3, "{}{}", ran.stdout, ran.stderr);
     assert!(
         ran.stderr
-            .contains("start dies.service: failed after its job was done")
+            .contains("start dies.service: failed after its job was done: its main process exited with status 1")
             && ran.stderr.contains("dies now"),
         "{}",
         ran.stderr
     );
     assert!(
         ran.stderr
-            .contains("start loops.service: failed after its job was done"),
+            .contains("start loops.service: failed after its job was done: its main process exited with status 1 (it waits to be restarted)"),
         "{}",
         ran.stderr
     );
@@ -573,4 +575,151 @@ fn a_unit_that_dies_within_the_settle_window_is_reported() {
         "{record}"
     );
     assert_eq!(current_number(&node).1, first);
+}
+
+/// A `Restart=always` service with a long `RestartSec=` whose process writes `marker` to
+/// `/srv/t/NAME-runs` and exits with `status` at once; `extra` is more of its `[Service]`.
+fn exits_at_once(name: &str, marker: &str, status: u8, extra: &str) -> String {
+    format!(
+        "[Unit]\nDescription={marker}\n[Service]\nExecStart=/bin/sh -c 'echo {marker} >> /srv/t/{name}-runs; exit {status}'\nRestart=always\nRestartSec=300\n{extra}"
+    )
+}
+
+/// The module `work`: `periodic.service`, which exits 0 at once, and `listed.service`, which
+/// exits 3 at once and lists 3 in its `SuccessExitStatus=`; both `Restart=always`, and
+/// `marker` in what they write.
+fn clean_work(marker: &str) -> String {
+    module(
+        "work",
+        &[
+            ("periodic.service", exits_at_once("periodic", marker, 0, "")),
+            (
+                "listed.service",
+                exits_at_once("listed", marker, 3, "SuccessExitStatus=3\n"),
+            ),
+        ],
+    )
+}
+
+/// What systemd says of a unit that waits for its restart: its sub-state, `Result` and exit
+/// status.
+fn waiting(node: &SystemdNode, unit: &str) -> (String, String, String) {
+    (
+        node.property(unit, "SubState"),
+        node.property(unit, "Result"),
+        node.property(unit, "ExecMainStatus"),
+    )
+}
+
+/// A `Restart=always` service (`RestartSec=300`) whose process does its work and exits 0 at
+/// once, and one that exits with a status its `SuccessExitStatus=` lists, wait for their
+/// restart through the whole settle window with systemd's `Result` `success`: not a failure —
+/// the switch exits 0 naming neither, and a second switch that restarts them exits 0 too. The
+/// same service exiting 1 at once is a failure, as before: exit 3, named, with its status.
+#[test]
+fn a_unit_that_exits_cleanly_and_waits_for_its_restart_is_not_a_failure() {
+    if !tools() {
+        return;
+    }
+    let node = SystemdNode::boot("cleanexit");
+    let a = node.declare("a.ncl", &decl(&clean_work("A")));
+    let ran = node.mesh(&["switch", &a]);
+    let said = format!("{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.code, 0, "{said}");
+    assert!(
+        !said.contains("failed") && !said.contains("restarted"),
+        "{said}"
+    );
+    // What the switch watched: both ran once and wait for their restart, cleanly.
+    assert_eq!(node.count("periodic-runs"), 1);
+    assert_eq!(node.count("listed-runs"), 1);
+    assert_eq!(
+        waiting(&node, "periodic.service"),
+        ("auto-restart".into(), "success".into(), "0".into())
+    );
+    assert_eq!(
+        waiting(&node, "listed.service"),
+        ("auto-restart".into(), "success".into(), "3".into())
+    );
+
+    // Changed, both restarted (they wait for their restart: systemd has them activating).
+    let a2 = node.declare("a2.ncl", &decl(&clean_work("A2")));
+    let again = node.mesh(&["switch", &a2]);
+    let said = format!("{}{}", again.stdout, again.stderr);
+    assert_eq!(again.code, 0, "{said}");
+    assert!(!said.contains("failed"), "{said}");
+    assert_eq!(last_line(&node, "periodic-runs"), "A2");
+    assert_eq!(last_line(&node, "listed-runs"), "A2");
+
+    let fails = module(
+        "fails",
+        &[("fails.service", exits_at_once("fails", "F", 1, ""))],
+    );
+    let b = node.declare("b.ncl", &decl(&format!("{}\n{fails}", clean_work("A2"))));
+    let failed = node.mesh(&["switch", &b]);
+    assert_eq!(failed.code, 3, "{}{}", failed.stdout, failed.stderr);
+    assert!(
+        failed.stderr.contains(
+            "start fails.service: failed after its job was done: its main process exited \
+             with status 1 (it waits to be restarted)"
+        ),
+        "{}",
+        failed.stderr
+    );
+    assert!(
+        !failed.stderr.contains("periodic.service") && !failed.stderr.contains("listed.service"),
+        "{}",
+        failed.stderr
+    );
+    assert_eq!(
+        waiting(&node, "fails.service"),
+        ("auto-restart".into(), "exit-code".into(), "1".into())
+    );
+}
+
+/// A deploy (`mesh deploy`, over real OpenSSH into the node) that adds a `Restart=always`
+/// service whose process exits 0 at once is confirmed, not reverted: the node's agent watches
+/// it wait for its restart through the settle window, cleanly, and the new generation stays in
+/// force.
+#[test]
+fn a_deploy_of_a_unit_that_exits_cleanly_is_confirmed() {
+    if !crate::support::have_root_tools(&["docker", "sshd", "ssh", "ssh-keygen"]) {
+        return;
+    }
+    let node = SystemdNode::boot("cleandeploy");
+    let good = module(
+        "good",
+        &[(
+            "good.service",
+            counting_unit("good", "good", "multi-user.target"),
+        )],
+    );
+    let fleet = node.fleet(&decl(&good));
+    let deploy = || {
+        let out = fleet.mesh(&["deploy", "--json", "--confirm-timeout", "30"]);
+        let sshd = std::fs::read_to_string(node.here("ssh/sshd.log")).unwrap_or_default();
+        let said = format!("{}{}\nsshd: {sshd}", out.stdout, out.stderr);
+        let json: serde_json::Value =
+            serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {said}"));
+        (out.code, json["nodes"][0].clone(), said)
+    };
+    let (code, row, said) = deploy();
+    assert_eq!((code, &row["result"]), (0, &"confirmed".into()), "{said}");
+    let before = node.current();
+
+    fleet.declare(&decl(&format!("{good}\n{}", clean_work("D"))));
+    let (code, row, said) = deploy();
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(row["result"], "confirmed", "{said}");
+    let after = node.current();
+    assert_ne!(after, before, "{said}");
+    assert_eq!(row["in_force"].as_str(), Some(after.as_str()), "{said}");
+    let deploys = node.ok(&["deploys", "--json"]).stdout;
+    let deploys: serde_json::Value = serde_json::from_str(deploys.trim()).unwrap();
+    assert_eq!(deploys["deploys"][0]["state"], "confirmed", "{deploys}");
+    assert_eq!(node.count("periodic-runs"), 1);
+    assert_eq!(
+        waiting(&node, "periodic.service"),
+        ("auto-restart".into(), "success".into(), "0".into())
+    );
 }

@@ -4,7 +4,9 @@
 //! files again (daemon-reload) when one changed, units are enabled, then the jobs run —
 //! reloads, restarts, starts — each group queued at once and every job waited for within the
 //! bound; then a settle window, in which a unit that dies soon after it started is reported as
-//! a failed job is. What a change calls for is decided by [`crate::services`], purely.
+//! a failed job is (one that waits for its `Restart=` after its process exited cleanly did not
+//! die: systemd's `Result` says which). What a change calls for is decided by
+//! [`crate::services`], purely.
 //!
 //! systemd is driven only when the root is `/` (this machine's systemd reads this machine's unit
 //! files): under another root the plan says what would be done, and nothing is asked. When no
@@ -57,8 +59,9 @@ pub struct UnitFailure {
     /// The job, when it had one.
     pub verb: Option<Verb>,
     /// systemd's result (`failed`, `timeout`, `dependency`, …), `not finished` when the bound
-    /// passed, `failed after it started` when the job was done but the unit failed within the
-    /// settle window, or why it could not be enabled.
+    /// passed, `failed after its job was done` when the job was done but the unit failed
+    /// within the settle window (with how its main process ended, when systemd says), or why
+    /// it could not be enabled.
     pub result: String,
     /// The last lines of its log.
     pub log: Vec<String>,
@@ -245,67 +248,8 @@ impl Node {
             failed.extend(run_jobs(systemd, &jobs, bound)?);
             crate::crash::point("service-jobs-done");
         }
-        failed.extend(self.settle(systemd, plan, &failed)?);
+        failed.extend(settle(systemd, plan, &failed, self.settle)?);
         Ok(failed)
-    }
-
-    /// The settle window: when the switch started, restarted or reloaded a unit, it watches
-    /// them for the settle time; then every unit the switch had a job for or looked at that
-    /// is failing now and was not before is reported (a timer whose service vanished, a
-    /// service that died two seconds after its start).
-    fn settle(
-        &self,
-        systemd: &dyn Systemd,
-        plan: &ServicePlan,
-        failed: &[UnitFailure],
-    ) -> Result<Vec<UnitFailure>, ActivateError> {
-        let reported = |u: &UnitName| failed.iter().any(|f| f.unit == u.as_str());
-        let mut watch: BTreeMap<&UnitName, Option<Verb>> = BTreeMap::new();
-        for (name, before) in &plan.before {
-            if !name.is_template() && !before.failing() {
-                watch.insert(name, None);
-            }
-        }
-        for job in plan.jobs.iter().filter(|j| j.verb != Verb::Stop) {
-            watch.insert(&job.unit, Some(job.verb));
-        }
-        watch.retain(|u, _| !reported(u));
-        if watch.is_empty() {
-            return Ok(Vec::new());
-        }
-        let list: Vec<&UnitName> = watch.keys().copied().collect();
-        let mut failing: BTreeSet<UnitName> = BTreeSet::new();
-        let look = |failing: &mut BTreeSet<UnitName>| -> Result<(), ActivateError> {
-            for (name, now) in systemd.units(&list)? {
-                if now.failing() {
-                    failing.insert(name);
-                }
-            }
-            Ok(())
-        };
-        if plan.starts_anything() && !self.settle.is_zero() {
-            let until = Instant::now() + self.settle;
-            while Instant::now() < until {
-                look(&mut failing)?;
-                std::thread::sleep(Duration::from_millis(200).min(until - Instant::now()));
-            }
-        }
-        look(&mut failing)?;
-        Ok(failing
-            .into_iter()
-            .map(|unit| {
-                let verb = watch.get(&unit).copied().flatten();
-                UnitFailure {
-                    log: systemd.log_tail(&unit, LOG_LINES),
-                    result: match verb {
-                        Some(_) => "failed after its job was done".into(),
-                        None => "left failed by the switch".into(),
-                    },
-                    unit: unit.to_string(),
-                    verb,
-                }
-            })
-            .collect())
     }
 
     /// How many jobs this node queued on systemd.
@@ -321,6 +265,77 @@ impl Node {
         let bus = crate::systemd::Bus::connect()?;
         Ok(self.systemd.get_or_init(|| Box::new(bus)).as_ref())
     }
+}
+
+/// The settle window: when the switch started, restarted or reloaded a unit, it watches them
+/// for `window`; then every unit the switch had a job for or looked at that is failing now, or
+/// was within the window, and was not before is reported (a timer whose service vanished, a
+/// service that died two seconds after its start), with how its main process ended when
+/// systemd says. systemd's `Result` judges a service waiting for its `Restart=`: one whose
+/// process failed (a non-zero status, a signal, a watchdog, a timeout) is failing, one whose
+/// process ended cleanly (periodic work done, a status its `SuccessExitStatus=` lists) is not
+/// (see [`UnitNow::failing`]).
+fn settle(
+    systemd: &dyn Systemd,
+    plan: &ServicePlan,
+    failed: &[UnitFailure],
+    window: Duration,
+) -> Result<Vec<UnitFailure>, ActivateError> {
+    let reported = |u: &UnitName| failed.iter().any(|f| f.unit == u.as_str());
+    let mut watch: BTreeMap<&UnitName, Option<Verb>> = BTreeMap::new();
+    for (name, before) in &plan.before {
+        if !name.is_template() && !before.failing() {
+            watch.insert(name, None);
+        }
+    }
+    for job in plan.jobs.iter().filter(|j| j.verb != Verb::Stop) {
+        watch.insert(&job.unit, Some(job.verb));
+    }
+    watch.retain(|u, _| !reported(u));
+    if watch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list: Vec<&UnitName> = watch.keys().copied().collect();
+    // Each unit seen failing, as it was seen last.
+    let mut failing: BTreeMap<UnitName, UnitNow> = BTreeMap::new();
+    let look = |failing: &mut BTreeMap<UnitName, UnitNow>| -> Result<(), ActivateError> {
+        for (name, now) in systemd.units(&list)? {
+            if now.failing() {
+                failing.insert(name, now);
+            }
+        }
+        Ok(())
+    };
+    if plan.starts_anything() && !window.is_zero() {
+        let until = Instant::now() + window;
+        while Instant::now() < until {
+            look(&mut failing)?;
+            std::thread::sleep(Duration::from_millis(200).min(until - Instant::now()));
+        }
+    }
+    look(&mut failing)?;
+    Ok(failing
+        .into_iter()
+        .map(|(unit, now)| {
+            let verb = watch.get(&unit).copied().flatten();
+            let mut result = match verb {
+                Some(_) => "failed after its job was done".to_owned(),
+                None => "left failed by the switch".to_owned(),
+            };
+            if let Some(exit) = &now.exit {
+                result.push_str(&format!(": {exit}"));
+            }
+            if now.waits_to_restart() {
+                result.push_str(" (it waits to be restarted)");
+            }
+            UnitFailure {
+                log: systemd.log_tail(&unit, LOG_LINES),
+                result,
+                unit: unit.to_string(),
+                verb,
+            }
+        })
+        .collect())
 }
 
 /// The units' states: the ones named, and each template's loaded instances (systemd has no unit
@@ -376,4 +391,131 @@ fn run_jobs(
             result: o.result,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::systemd::{Exit, Recording};
+
+    fn u(name: &str) -> UnitName {
+        UnitName::new(name).unwrap()
+    }
+
+    fn exit(result: &str, code: i32, status: i32) -> Exit {
+        Exit {
+            result: result.into(),
+            code,
+            status,
+        }
+    }
+
+    /// Waits for its `Restart=` (a `Restart=always` service between two runs), its main
+    /// process having ended as `exit` says.
+    fn restarting(exit: Exit) -> UnitNow {
+        UnitNow::new("loaded", "activating", "auto-restart").ended(exit)
+    }
+
+    /// A plan that starts each of `units`.
+    fn starts(units: &[&str]) -> ServicePlan {
+        ServicePlan {
+            jobs: units
+                .iter()
+                .map(|n| UnitJob {
+                    unit: u(n),
+                    verb: Verb::Start,
+                    because: vec!["declared".into()],
+                })
+                .collect(),
+            ..ServicePlan::default()
+        }
+    }
+
+    /// What the settle window reports (as `unit: result`) when systemd has the units as
+    /// `table` says once their jobs are done.
+    fn reported(plan: &ServicePlan, table: &[(&str, UnitNow)]) -> Vec<String> {
+        let systemd = Arc::new(Recording::default());
+        *systemd.units.lock().unwrap() = table.iter().map(|(n, s)| (u(n), s.clone())).collect();
+        settle(&systemd, plan, &[], Duration::ZERO)
+            .unwrap()
+            .iter()
+            .map(|f| format!("{}: {}", f.unit, f.result))
+            .collect()
+    }
+
+    /// A service waiting for its `Restart=` after its main process exited cleanly — status 0,
+    /// or a status its `SuccessExitStatus=` lists (systemd's `Result` is `success` either way)
+    /// — is not a failure; one whose process failed (a non-zero status, a signal, a watchdog)
+    /// is, named with how it ended; one whose end systemd did not say is taken to have failed,
+    /// as a unit that stopped (`failed`) is.
+    #[test]
+    fn a_unit_waiting_for_its_restart_is_judged_by_how_its_process_ended() {
+        let running = UnitNow::new("loaded", "active", "running");
+        let table = [
+            ("periodic.service", restarting(exit("success", 1, 0))),
+            ("listed.service", restarting(exit("success", 1, 3))),
+            ("stopped.service", restarting(exit("success", 2, 15))),
+            ("up.service", running),
+            ("exits.service", restarting(exit("exit-code", 1, 1))),
+            ("killed.service", restarting(exit("signal", 2, 9))),
+            ("watched.service", restarting(exit("watchdog", 2, 6))),
+            (
+                "unknown.service",
+                UnitNow::new("loaded", "activating", "auto-restart"),
+            ),
+            (
+                "dead.service",
+                UnitNow::new("loaded", "failed", "failed").ended(exit("exit-code", 1, 2)),
+            ),
+        ];
+        let plan = starts(&table.iter().map(|(n, _)| *n).collect::<Vec<_>>());
+        assert_eq!(
+            reported(&plan, &table),
+            [
+                "dead.service: failed after its job was done: \
+                 its main process exited with status 2",
+                "exits.service: failed after its job was done: \
+                 its main process exited with status 1 (it waits to be restarted)",
+                "killed.service: failed after its job was done: \
+                 its main process was killed by SIGKILL (it waits to be restarted)",
+                "unknown.service: failed after its job was done (it waits to be restarted)",
+                "watched.service: failed after its job was done: \
+                 watchdog, its main process was killed by SIGABRT (it waits to be restarted)",
+            ]
+        );
+    }
+
+    /// A unit the switch only looked at is watched when it waited for its `Restart=` after a
+    /// clean exit before the switch (it was not failing), and reported when its next run
+    /// fails; one that had failed before is not the switch's doing and is not reported.
+    #[test]
+    fn a_clean_wait_before_the_switch_is_watched_a_failed_one_is_not() {
+        let mut plan = starts(&["job.service"]);
+        plan.before = [
+            ("cycles.service", restarting(exit("success", 1, 0))),
+            ("broken.service", restarting(exit("exit-code", 1, 1))),
+        ]
+        .into_iter()
+        .map(|(n, s)| (u(n), s))
+        .collect();
+        let running = UnitNow::new("loaded", "active", "running");
+        let after = [
+            ("job.service", running),
+            ("cycles.service", restarting(exit("exit-code", 1, 4))),
+            ("broken.service", restarting(exit("exit-code", 1, 1))),
+        ];
+        assert_eq!(
+            reported(&plan, &after),
+            ["cycles.service: left failed by the switch: \
+              its main process exited with status 4 (it waits to be restarted)"]
+        );
+        let calm = [
+            ("job.service", UnitNow::new("loaded", "active", "running")),
+            ("cycles.service", restarting(exit("success", 1, 0))),
+            ("broken.service", restarting(exit("exit-code", 1, 1))),
+        ];
+        assert!(reported(&plan, &calm).is_empty());
+    }
 }
