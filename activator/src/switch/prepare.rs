@@ -45,7 +45,15 @@ impl Node {
                 if !blobs.contains_key(blob) {
                     let bytes = match plaintexts.remove(blob) {
                         Some(plain) => plain,
-                        None => Zeroizing::new(self.store.blob(blob)?),
+                        None => {
+                            let stored = Zeroizing::new(self.store.blob(blob)?);
+                            // A content found at a secret's path is kept wrapped: its
+                            // content is what goes back.
+                            match self.digests.unwrap(&stored) {
+                                Some(content) => Zeroizing::new(content.to_vec()),
+                                None => stored,
+                            }
+                        }
                     };
                     blobs.insert(*blob, bytes);
                 }
@@ -98,21 +106,34 @@ impl Node {
             })
             .collect();
         if !keeps.is_empty() {
+            // What was at a secret's path is known by its keyed digest (see `observe`): kept
+            // wrapped, private, so that digest names the blob.
+            let keyed: Vec<bool> = keeps
+                .iter()
+                .map(|(path, hash, _)| self.digests.digest(&contents[*path]) == *hash)
+                .collect();
+            let wrapped: Vec<Option<Zeroizing<Vec<u8>>>> = keeps
+                .iter()
+                .zip(&keyed)
+                .map(|((path, _, _), keyed)| keyed.then(|| self.digests.wrap(&contents[*path])))
+                .collect();
             let mut batch = Vec::new();
-            for (path, _, _) in &keeps {
+            for (((path, _, _), keyed), wrapped) in keeps.iter().zip(&keyed).zip(&wrapped) {
                 let private = match &observed[*path] {
-                    Observed::File(f) => !f.mode.world_readable(),
+                    Observed::File(f) => *keyed || !f.mode.world_readable(),
                     _ => true,
                 };
-                batch.push((contents[*path].as_slice(), private));
+                let bytes = wrapped.as_deref().unwrap_or(&contents[*path]);
+                batch.push((bytes.as_slice(), private));
             }
             self.store.put_blobs(batch)?;
-            for (path, hash, why) in &keeps {
+            for ((path, hash, why), keyed) in keeps.iter().zip(keyed) {
                 if let Observed::File(f) = &observed[*path] {
                     host.keep(
                         path,
                         Kept {
                             hash: *hash,
+                            keyed,
                             mode: f.mode,
                             uid: f.uid,
                             gid: f.gid,
