@@ -1083,3 +1083,45 @@ fn a_killed_edit_leaves_no_plaintext_behind() {
     }
     lab.assert_never_shown();
 }
+
+/// A switch that writes a secret over a credential found at its path, crashed at each point
+/// between recording the credential and committing, leaves no plain digest in the state
+/// directory (its journal included), and the next switch finishes it: the secret in place, the
+/// mesh's own file known as its (a switch again changes nothing), still no plain digest.
+#[test]
+fn a_crashed_secret_switch_leaves_no_plain_digest_and_is_finished() {
+    if !have_root_tools(&["ip", "ssh-keygen"]) || !crate::support::crash_points_here() {
+        return;
+    }
+    const SHORT: &str = "hunter2";
+    const FOUND: &str = "s3cret";
+    let forbidden = plain_digests(&[SHORT, FOUND, &format!("user=app\npassword={SHORT}\n")]);
+    let forbidden: Vec<&str> = forbidden.iter().map(String::as_str).collect();
+    for at in [
+        "originals-recorded",
+        "journal-written",
+        "file-applied",
+        "host-store-written",
+    ] {
+        let lab = Lab::new(r#""n1", "op""#);
+        lab.edit(SHORT);
+        std::fs::create_dir_all(lab.f.at("/etc/app")).unwrap();
+        std::fs::write(lab.f.at("/etc/app/db.pass"), FOUND).unwrap();
+        let crashed = crate::support::crashes_at(
+            lab.f.command(&["switch", &lab.decl()]),
+            at,
+            &format!("a secret switch crashed at {at}"),
+        );
+        assert!(crashed, "{at} is reached");
+        assert_nowhere(&forbidden, &[&lab.f.state()], &[], "");
+        lab.ok(&["switch", &lab.decl()]);
+        assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), SHORT, "{at}");
+        let again = lab.ok(&["switch", &lab.decl(), "--dry-run"]);
+        assert!(
+            !again.stdout.contains("update") && !again.stdout.contains("record"),
+            "{at}: {}",
+            again.stdout
+        );
+        assert_nowhere(&forbidden, &[&lab.f.state()], &[], &lab.outputs.borrow());
+    }
+}
