@@ -23,7 +23,7 @@ use crate::root::Observed;
 use crate::services::ServicePlan;
 use crate::switch::error::io_err;
 use crate::switch::journal::{journal_path, Before, Journal, JournalOp, Pending};
-use crate::switch::observe::Observations;
+use crate::switch::observe::{at_secret_path, Observations};
 use crate::switch::ActivateError;
 
 /// The blobs a switch writes, read and checked (zeroed when dropped: some are the plaintexts
@@ -89,9 +89,12 @@ impl Node {
     }
 
     /// Records in the store, durably, what the mesh did not write and is about to replace or
-    /// remove (the plan's keeps), and in the host store where it came from.
+    /// remove (the plan's keeps), and in the host store where it came from; what was at a
+    /// secret's path of `target` (the target as switched to: its secret files keep their
+    /// `secret`), wrapped.
     pub(crate) fn record_originals(
         &self,
+        target: &Generation,
         plan: &Plan,
         seen: &Observations,
         host: &mut HostStore,
@@ -110,7 +113,7 @@ impl Node {
             // wrapped, private, so that digest names the blob.
             let keyed: Vec<bool> = keeps
                 .iter()
-                .map(|(path, hash, _)| self.digests.digest(&contents[*path]) == *hash)
+                .map(|(path, _, _)| at_secret_path(target, host, path))
                 .collect();
             let wrapped: Vec<Option<Zeroizing<Vec<u8>>>> = keeps
                 .iter()
