@@ -1,7 +1,10 @@
 //! `mesh secret`: edit, rekey and list the recipients of the fleet's secrets (age files
 //! encrypted to the SSH keys the tree's `secrets.ncl` declares). The plaintext is only ever in
 //! memory (zeroed after use) and, while `mesh secret edit` runs the editor, in a file only the
-//! operator may read, in a folder only the operator may enter, removed after.
+//! operator may read, in a folder only the operator may enter — in memory when the machine has
+//! such a folder (`$XDG_RUNTIME_DIR`, `/dev/shm`) — overwritten and removed after: also when
+//! the editor is killed, and when mesh gets SIGINT, SIGTERM or SIGHUP while it runs (mesh then
+//! stops the editor, removes the plaintext, and exits with 128 + the signal's number).
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -103,13 +106,12 @@ fn edit(state: &Path, args: SecretEditArgs) -> Result<(), Failure> {
     } else {
         Zeroizing::new(Vec::new())
     };
-    // A folder only the operator may enter, a file only the operator may read.
-    let dir = tempfile::Builder::new()
-        .prefix("mesh-secret-")
-        .tempdir()
-        .map_err(|e| Failure::system(format!("making a private folder: {e}")))?;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| Failure::system(format!("{}: {e}", dir.path().display())))?;
+    // The signals that end mesh are caught from before the plaintext is written to after it
+    // is removed: the editor is stopped, the plaintext wiped, then mesh exits as killed.
+    let signals = Signals::catch()?;
+    // A folder only the operator may enter, in memory when there is one; a file only the
+    // operator may read.
+    let dir = private_folder()?;
     let plain = dir.path().join(
         Path::new(&name)
             .file_stem()
@@ -117,16 +119,6 @@ fn edit(state: &Path, args: SecretEditArgs) -> Result<(), Failure> {
             .to_string_lossy()
             .to_string(),
     );
-    let wipe = |p: &Path| {
-        // Overwritten before it is removed: the plaintext does not outlive the edit.
-        if let Ok(meta) = std::fs::metadata(p) {
-            if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(p) {
-                let _best_effort = f.write_all(&vec![0u8; meta.len() as usize]);
-                let _best_effort = f.sync_data();
-            }
-        }
-        let _best_effort = std::fs::remove_file(p);
-    };
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -143,11 +135,25 @@ fn edit(state: &Path, args: SecretEditArgs) -> Result<(), Failure> {
         let words = shlex::split(&editor)
             .filter(|w| !w.is_empty())
             .ok_or_else(|| Failure::user(format!("the editor `{editor}` cannot be run")))?;
-        let status = std::process::Command::new(&words[0])
+        let child = std::process::Command::new(&words[0])
             .args(&words[1..])
             .arg(&plain)
-            .status()
+            .spawn()
             .map_err(|e| Failure::user(format!("running the editor `{editor}`: {e}")))?;
+        let status = match signals.wait(child) {
+            Ok(status) => status
+                .map_err(|e| Failure::system(format!("waiting for the editor `{editor}`: {e}")))?,
+            Err(signal) => {
+                // The editor is stopped; what it may have left beside the file (a swap
+                // file, a backup) goes with the folder.
+                wipe_folder(dir.path());
+                eprintln!(
+                    "{} received: the plaintext was removed; {name} is unchanged",
+                    signal.name
+                );
+                std::process::exit(128 + signal.number);
+            }
+        };
         if !status.success() {
             return Err(Failure::user(format!(
                 "the editor `{editor}` failed ({status}): {name} is unchanged"
@@ -159,7 +165,7 @@ fn edit(state: &Path, args: SecretEditArgs) -> Result<(), Failure> {
         );
         Ok(after)
     })();
-    wipe(&plain);
+    wipe_folder(dir.path());
     let after = result?;
     if path.exists() && after[..] == before[..] {
         say!("{name}: unchanged");
@@ -175,6 +181,145 @@ fn edit(state: &Path, args: SecretEditArgs) -> Result<(), Failure> {
             .join(", ")
     );
     Ok(())
+}
+
+/// A new folder only the operator may enter, for a plaintext: in `$XDG_RUNTIME_DIR` when it is
+/// set and usable (a folder of the operator's, that no one else may write to), else in
+/// `/dev/shm` (both in memory: the plaintext never reaches a disk), else in the temp folder.
+fn private_folder() -> Result<tempfile::TempDir, Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .filter(|d| {
+            std::fs::metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o022 == 0)
+        });
+    let shm = Some(PathBuf::from("/dev/shm")).filter(|d| d.is_dir());
+    let mut last = None;
+    for base in [runtime, shm, Some(std::env::temp_dir())]
+        .into_iter()
+        .flatten()
+    {
+        match tempfile::Builder::new()
+            .prefix("mesh-secret-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(&base)
+        {
+            Ok(dir) => {
+                std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| Failure::system(format!("{}: {e}", dir.path().display())))?;
+                return Ok(dir);
+            }
+            Err(e) => last = Some(format!("{}: {e}", base.display())),
+        }
+    }
+    Err(Failure::system(format!(
+        "making a private folder: {}",
+        last.unwrap_or_default()
+    )))
+}
+
+/// Overwrites every file in `dir` (the plaintext, and whatever an editor left beside it) and
+/// removes the folder: the plaintext does not outlive the edit.
+fn wipe_folder(dir: &Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(entry.path()) {
+                let len = entry.metadata().map_or(0, |m| m.len());
+                let _best_effort = f.write_all(&vec![0u8; len as usize]);
+                let _best_effort = f.sync_data();
+            }
+        }
+    }
+    let _best_effort = std::fs::remove_dir_all(dir);
+}
+
+/// A signal that ends mesh.
+struct Caught {
+    name: &'static str,
+    number: i32,
+}
+
+/// SIGINT, SIGTERM and SIGHUP, caught while a plaintext is out (tokio's handlers, on a runtime
+/// of their own; they stay installed after, harmlessly: mesh exits soon).
+struct Signals {
+    runtime: tokio::runtime::Runtime,
+    streams: Vec<(tokio::signal::unix::Signal, Caught)>,
+}
+
+impl Signals {
+    fn catch() -> Result<Self, Failure> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::system(format!("catching signals: {e}")))?;
+        let streams = runtime.block_on(async {
+            [
+                (SignalKind::interrupt(), "SIGINT", 2),
+                (SignalKind::terminate(), "SIGTERM", 15),
+                (SignalKind::hangup(), "SIGHUP", 1),
+            ]
+            .into_iter()
+            .map(|(kind, name, number)| signal(kind).map(|s| (s, Caught { name, number })))
+            .collect::<std::io::Result<Vec<_>>>()
+        });
+        let streams = streams.map_err(|e| Failure::system(format!("catching signals: {e}")))?;
+        Ok(Self { runtime, streams })
+    }
+
+    /// Waits for `child` to end; or, when a signal comes first, stops it (SIGTERM, then
+    /// SIGKILL after a grace) and says which signal came.
+    fn wait(
+        mut self,
+        mut child: std::process::Child,
+    ) -> Result<std::io::Result<std::process::ExitStatus>, Caught> {
+        let pid = rustix::process::Pid::from_raw(child.id() as i32);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let waiter = std::thread::spawn(move || {
+            let status = child.wait();
+            let _receiver_may_be_gone = done_tx.send(());
+            status
+        });
+        let caught = self.runtime.block_on(async {
+            let signals = first_signal(&mut self.streams);
+            tokio::select! {
+                _ = done_rx => None,
+                i = signals => Some(i),
+            }
+        });
+        let Some(i) = caught else {
+            return Ok(waiter.join().expect("the waiting thread does not panic"));
+        };
+        if let Some(pid) = pid {
+            let _already_gone = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            while !waiter.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if !waiter.is_finished() {
+                let _already_gone =
+                    rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+        let _status = waiter.join();
+        let (_, caught) = self.streams.swap_remove(i);
+        Err(caught)
+    }
+}
+
+/// Resolves with the index of the first stream that receives a signal.
+async fn first_signal(streams: &mut [(tokio::signal::unix::Signal, Caught)]) -> usize {
+    std::future::poll_fn(|cx| {
+        for (i, (s, _)) in streams.iter_mut().enumerate() {
+            if s.poll_recv(cx).is_ready() {
+                return std::task::Poll::Ready(i);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 fn write_secret(

@@ -3,6 +3,10 @@
 //! "found" precise: a file at a declared path with no entry in `written` was not written by the
 //! mesh.
 //!
+//! What is at a secret's path is named by its keyed digest
+//! ([`mesh_lib::secret::DigestKey`]), never its plain one, and the entry says so (`keyed`): the
+//! host store gives nothing to guess a credential against.
+//!
 //! Kept as a snapshot, `STATE/host.json`, and a log of the changes since, `STATE/host.log`: a
 //! switch that changes one file of 10,000 appends one line instead of rewriting megabytes. Both
 //! are compact JSON (sorted maps; never hashed, so no canonical form is needed); the snapshot is
@@ -26,8 +30,11 @@ pub const HOST_FORMAT: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Written {
-    /// Its content.
+    /// Its content: its digest, or its keyed digest when `keyed`.
     pub hash: BlobHash,
+    /// Whether it is at a secret's path: `hash` is the content's keyed digest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keyed: bool,
     /// Its permission bits.
     pub mode: FileMode,
     /// Its owner.
@@ -48,6 +55,7 @@ impl From<&FileFacts> for Written {
     fn from(f: &FileFacts) -> Self {
         Self {
             hash: f.hash,
+            keyed: false,
             mode: f.mode,
             uid: f.uid,
             gid: f.gid,
@@ -95,8 +103,12 @@ pub enum Why {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Kept {
-    /// Its content (a blob in the store).
+    /// Its content (a blob in the store; wrapped when `keyed`).
     pub hash: BlobHash,
+    /// Whether it was at a secret's path: the blob is the content wrapped, `hash` its keyed
+    /// digest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keyed: bool,
     /// Its permission bits.
     pub mode: FileMode,
     /// Its owner.
@@ -336,6 +348,7 @@ mod tests {
     fn written(n: u8) -> Written {
         Written {
             hash: BlobHash::of(&[n]),
+            keyed: n.is_multiple_of(3),
             mode: FileMode::parse("0644").unwrap(),
             uid: 0,
             gid: 0,
@@ -367,6 +380,7 @@ mod tests {
                 &b,
                 Kept {
                     hash: BlobHash::of(&n.to_le_bytes()),
+                    keyed: n.is_multiple_of(5),
                     mode: FileMode::parse("0600").unwrap(),
                     uid: 1,
                     gid: 1,

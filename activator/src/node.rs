@@ -22,6 +22,9 @@ use crate::users::Ids;
 pub struct Node {
     pub(crate) state: PathBuf,
     pub(crate) root: Root,
+    /// Names what is at a secret's path (keyed with the node's own secret): never a plain
+    /// digest of a credential.
+    pub(crate) digests: mesh_lib::secret::DigestKey,
     /// The content-addressed store.
     pub store: Store,
     /// The profile.
@@ -118,8 +121,10 @@ impl Node {
         let profile = Profile::open(state).map_err(io_err("opening the profile in", state))?;
         let key =
             TempKey::of_state(state).map_err(io_err("reading the temp-file key in", state))?;
+        let digests = key.digest_key();
         let root = Root::open(root, key)?;
         Ok(Self {
+            digests,
             state_in_root: state_in_root(state, root.path()),
             state: state.to_owned(),
             ids: Ids::load(&root),
@@ -297,13 +302,18 @@ impl Node {
             }
             if let (Observed::File(f), Some(bytes)) = self.root.observe(path)? {
                 // A file found at a secret's path is a credential, whatever its mode: kept
-                // private, as a secret's plaintext would be.
-                self.store
-                    .put_blob(&bytes, !f.mode.world_readable() || file.secret.is_some())?;
+                // private, as a secret's plaintext would be, wrapped, and recorded by its
+                // keyed digest (the record goes into git: no plain digest to guess against).
+                let hash = if file.secret.is_some() {
+                    self.store.put_blob(&self.digests.wrap(&bytes), true)?
+                } else {
+                    self.store.put_blob(&bytes, !f.mode.world_readable())?;
+                    f.hash
+                };
                 record.found.files.insert(
                     path.clone(),
                     FoundFile {
-                        hash: f.hash,
+                        hash,
                         mode: f.mode,
                         owner: self.ids.user_name(f.uid),
                         group: self.ids.group_name(f.gid),

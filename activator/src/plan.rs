@@ -535,6 +535,7 @@ mod tests {
             path(),
             Written {
                 hash: BlobHash::of(b"new"),
+                keyed: false,
                 mode: FileMode::parse("0644").unwrap(),
                 uid: 0,
                 gid: 0,
@@ -571,6 +572,7 @@ mod tests {
             path(),
             Written {
                 hash: BlobHash::of(b"new"),
+                keyed: false,
                 mode: FileMode::parse("0644").unwrap(),
                 uid: 0,
                 gid: 0,
@@ -661,6 +663,7 @@ mod tests {
             path(),
             Written {
                 hash: BlobHash::of(b"old"),
+                keyed: false,
                 mode: FileMode::parse("0644").unwrap(),
                 uid: 0,
                 gid: 0,

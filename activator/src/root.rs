@@ -167,6 +167,12 @@ impl TempKey {
         Ok(Self(blake3::derive_key("mesh temp file names v1", &bytes)))
     }
 
+    /// The node's key for naming what is at a secret's path ([`mesh_lib::secret::DigestKey`]),
+    /// derived from the same node secret for that purpose alone.
+    pub fn digest_key(&self) -> mesh_lib::secret::DigestKey {
+        mesh_lib::secret::DigestKey::derive(&self.0)
+    }
+
     /// A key for tests and tools that never meet a crash's leftovers: random, never stored.
     pub fn ephemeral() -> io::Result<Self> {
         let mut random = [0u8; 32];

@@ -1045,6 +1045,7 @@ mod tests {
             p("/etc/gone.conf"),
             Written {
                 hash: BlobHash::of(b"x"),
+                keyed: false,
                 mode: FileMode::parse("0644").unwrap(),
                 uid: 0,
                 gid: 0,

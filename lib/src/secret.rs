@@ -12,7 +12,18 @@
 //!   encrypted to that node's host key (checked from the ciphertext's header: an
 //!   `ssh-ed25519` stanza names the key it is for by a tag, [`key_tag`]);
 //! - plaintext lives in [`Zeroizing`] buffers, zeroed when dropped, and is never formatted
-//!   into an error or a log: errors name the secret's file and its recipients.
+//!   into an error or a log: errors name the secret's file and its recipients;
+//! - no plain digest of what is at a secret's path — the plaintext the node writes there, or a
+//!   credential found there on adoption — is kept, recorded or shown anywhere: a short secret
+//!   could be guessed offline against it. What is at a secret's path is named by its *keyed*
+//!   digest ([`DigestKey::digest`]): the blake3 digest of the content wrapped with a tag keyed
+//!   by the node's own secret, so only the node can tell which content it names. The host
+//!   store, a switch's output and `--json`, a held original in the node record (and so in the
+//!   generation, which CI builds from the record with no key: the record holds what it holds)
+//!   all carry that. A found or drifted content at a secret's path is kept in the store
+//!   *wrapped* ([`DigestKey::wrap`]), so that its keyed digest is the digest of a real blob and
+//!   the store stays content-addressed; a restore unwraps it ([`DigestKey::unwrap`]), checking
+//!   the tag.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -83,6 +94,67 @@ impl SecretContent {
             .map(|(_, r)| format!("{} (for {})", r.file, r.recipients.join(", ")))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+/// What a wrapped content starts with ([`DigestKey::wrap`]).
+const WRAPPED: &[u8] = b"mesh keyed content v1\n";
+
+/// The node's key for naming what is at a secret's path (see the module doc): derived from
+/// the node's own secret (`STATE/temp-key`), for this purpose only.
+#[derive(Clone)]
+pub struct DigestKey([u8; 32]);
+
+impl fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DigestKey(..)")
+    }
+}
+
+impl DigestKey {
+    /// The key derived from a node's secret.
+    pub fn derive(node_secret: &[u8]) -> Self {
+        Self(blake3::derive_key(
+            "mesh secret-path digests v1",
+            node_secret,
+        ))
+    }
+
+    fn tag(&self, content: &[u8]) -> blake3::Hash {
+        blake3::keyed_hash(&self.0, content)
+    }
+
+    /// `content` wrapped: a fixed header, the keyed tag of the content, the content. Its
+    /// digest is [`DigestKey::digest`]; it is what the store keeps of a content found at a
+    /// secret's path.
+    pub fn wrap(&self, content: &[u8]) -> Zeroizing<Vec<u8>> {
+        let mut out = Zeroizing::new(Vec::with_capacity(WRAPPED.len() + 32 + content.len()));
+        out.extend_from_slice(WRAPPED);
+        out.extend_from_slice(self.tag(content).as_bytes());
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// The keyed digest of `content`: the digest of [`DigestKey::wrap`]ped content, computed
+    /// without copying it. Without the key, no guess of the content can be checked against it.
+    pub fn digest(&self, content: &[u8]) -> BlobHash {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(WRAPPED);
+        hasher.update(self.tag(content).as_bytes());
+        hasher.update(content);
+        BlobHash::from_bytes(*hasher.finalize().as_bytes())
+    }
+
+    /// The content of a wrapped blob, when `blob` is one wrapped with this key (its tag
+    /// checked); `None` for anything else.
+    pub fn unwrap<'a>(&self, blob: &'a [u8]) -> Option<&'a [u8]> {
+        let rest = blob.strip_prefix(WRAPPED)?;
+        if rest.len() < 32 {
+            return None;
+        }
+        let (tag, content) = rest.split_at(32);
+        // `blake3::Hash` compares in constant time.
+        (self.tag(content) == blake3::Hash::from_bytes(tag.try_into().ok()?)).then_some(content)
     }
 }
 
@@ -476,6 +548,23 @@ mod tests {
     use super::*;
 
     const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHsKLqeplhpW+uObz5dvMgjz1OxfM/XXUB+VHtZ6isGN alice@rust";
+
+    /// A keyed digest is the digest of the wrapped content, differs from the plain digest and
+    /// between keys, and only the key that wrapped a content unwraps it.
+    #[test]
+    fn keyed_digests_name_wrapped_blobs_and_only_the_key_unwraps() {
+        let (a, b) = (DigestKey::derive(b"node a"), DigestKey::derive(b"node b"));
+        let wrapped = a.wrap(b"hunter2");
+        assert_eq!(a.digest(b"hunter2"), BlobHash::of(&wrapped));
+        assert_ne!(a.digest(b"hunter2"), BlobHash::of(b"hunter2"));
+        assert_ne!(a.digest(b"hunter2"), b.digest(b"hunter2"));
+        assert_eq!(a.unwrap(&wrapped), Some(&b"hunter2"[..]));
+        assert_eq!(b.unwrap(&wrapped), None, "another node's key");
+        let mut tampered = wrapped.to_vec();
+        *tampered.last_mut().unwrap() ^= 1;
+        assert_eq!(a.unwrap(&tampered), None, "a changed content");
+        assert_eq!(a.unwrap(b"hunter2"), None, "a plain content");
+    }
 
     /// The tag of a key is the one age writes in the stanza of a file encrypted to it.
     #[test]

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use crate::atomic;
 
 /// Folders of the mesh's own, relative to the state directory.
-const FOLDERS: [&str; 8] = [
+const FOLDERS: [&str; 9] = [
     "store",
     "store/blobs",
     "store/packs",
@@ -30,10 +30,11 @@ const FOLDERS: [&str; 8] = [
     "ncl",
     "cache",
     "cache/eval",
+    DEPLOYS,
 ];
 
 /// Files of the mesh's own, relative to the state directory.
-const FILES: [&str; 8] = [
+const FILES: [&str; 10] = [
     "record.json",
     "host.json",
     "host.log",
@@ -42,7 +43,12 @@ const FILES: [&str; 8] = [
     "journal.json",
     "engine-used",
     "temp-key",
+    "pull.json",
+    "pull.lock",
 ];
+
+/// The deploys' records and their agents' logs: an older mesh made the logs through the umask.
+const DEPLOYS: &str = "deploys";
 
 /// A state directory that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +155,15 @@ pub fn secure(state: &Path) -> Result<(), StateError> {
             }
         }
     }
+    // An older mesh's deploys folder, and its logs, are made private once: listed only then.
+    let deploys = state.join(DEPLOYS);
+    if fs::symlink_metadata(&deploys).is_ok_and(|m| m.is_dir() && m.mode() & 0o077 != 0) {
+        for entry in fs::read_dir(&deploys).map_err(io_err("listing", &deploys))? {
+            let entry = entry.map_err(io_err("listing", &deploys))?;
+            let dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            restrict(&entry.path(), if dir { 0o700 } else { 0o600 })?;
+        }
+    }
     for folder in FOLDERS {
         restrict(&state.join(folder), 0o700)?;
     }
@@ -167,7 +182,7 @@ mod tests {
     }
 
     /// A new state directory is private; an old one made world-readable is made private on
-    /// open; a shared folder is refused; someone else's folder keeps its mode.
+    /// open, its deploys' logs too; a shared folder is refused; someone else's folder keeps its mode.
     #[test]
     fn private_when_made_and_when_opened() {
         let dir = tempfile::tempdir().unwrap();
@@ -178,11 +193,15 @@ mod tests {
         let old = dir.path().join("old");
         fs::create_dir_all(old.join("store/blobs/ab")).unwrap();
         fs::write(old.join("record.json"), "{}").unwrap();
+        fs::create_dir_all(old.join("deploys")).unwrap();
+        fs::write(old.join("deploys/t.log"), "switched\n").unwrap();
         for (p, m) in [
             (old.clone(), 0o755),
             (old.join("store"), 0o755),
             (old.join("store/blobs"), 0o755),
             (old.join("record.json"), 0o644),
+            (old.join("deploys"), 0o755),
+            (old.join("deploys/t.log"), 0o644),
         ] {
             fs::set_permissions(&p, fs::Permissions::from_mode(m)).unwrap();
         }
@@ -191,6 +210,8 @@ mod tests {
         assert_eq!(mode(&old.join("store")), 0o700);
         assert_eq!(mode(&old.join("store/blobs")), 0o700);
         assert_eq!(mode(&old.join("record.json")), 0o600);
+        assert_eq!(mode(&old.join("deploys")), 0o700);
+        assert_eq!(mode(&old.join("deploys/t.log")), 0o600);
 
         let shared = dir.path().join("tmp");
         fs::create_dir(&shared).unwrap();

@@ -548,7 +548,9 @@ fn lab_decl(name: &str) -> String {
 /// nothing on the node changed, nothing was reverted; a node `secrets.ncl` does not name
 /// among the readers is refused by the deployer's build. `mesh fleet status` says whether the
 /// node's host key (as the node reports it) can read its secrets. No plaintext in the lab's folders
-/// (the nodes' roots but the two files, their state, their logs, the deployer's) or outputs.
+/// (the nodes' roots but the two files, their state, their logs, the deployer's) or outputs,
+/// and nothing in the node's state directory, deploys' logs included, readable by its group or
+/// others.
 #[test]
 fn a_deploy_decrypts_with_the_nodes_host_key_and_refuses_a_node_that_cannot() {
     if !have_root_tools(&["sshd", "ssh", "ssh-keygen", "ip", "nft", "ss"]) {
@@ -745,6 +747,9 @@ fn a_deploy_decrypts_with_the_nodes_host_key_and_refuses_a_node_that_cannot() {
         n.root().join("etc/app/app.conf"),
     ];
     assert_nowhere(&[V1, V2], &[tree, keys.path()], &targets, &outputs.borrow());
+    // The node's state after its deploys — their records, markers and agents' logs — is its
+    // owner's only.
+    assert_eq!(not_owner_only(&n.state()), Vec::<String>::new());
 }
 
 /// On an adopted node a file found at a secret's path is held like any found file — left as it
@@ -773,9 +778,15 @@ fn a_found_file_at_a_secrets_path_is_held_and_its_original_kept_owner_only() {
     let status: serde_json::Value =
         serde_json::from_str(lab.ok(&["status", "--json"]).stdout.trim()).unwrap();
     assert_eq!(status["files"]["held"], 1, "{status}");
-    // The original, in the store, owner-only.
+    // The original, in the store (wrapped, named by its keyed digest: see
+    // `no_plain_digest_of_a_secret_or_a_found_credential_anywhere`), owner-only.
     let store = mesh_lib::Store::open(&lab.f.state()).unwrap();
-    let original = mesh_lib::BlobHash::of(OLD.as_bytes());
+    let original: mesh_lib::BlobHash = lab.f.record()["found"]["files"]["/etc/app/db.pass"]["hash"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(original, mesh_lib::BlobHash::of(OLD.as_bytes()));
     let at = match store
         .locate(&original)
         .unwrap()
@@ -811,4 +822,306 @@ fn a_found_file_at_a_secrets_path_is_held_and_its_original_kept_owner_only() {
         !outputs.contains(OLD),
         "the found original shown:\n{outputs}"
     );
+}
+
+/// The plain blake3 digests of `contents`, as a full `b3:` digest shows them and as the 12
+/// digits of a short one: what must appear nowhere.
+fn plain_digests(contents: &[&str]) -> Vec<String> {
+    contents
+        .iter()
+        .flat_map(|c| {
+            let hex = mesh_lib::BlobHash::of(c.as_bytes()).hex();
+            [format!("b3:{hex}"), hex[..12].to_owned()]
+        })
+        .collect()
+}
+
+/// Every file and folder under `dir` whose mode lets its group or others in (symlinks, whose
+/// mode means nothing, aside), with its mode.
+fn not_owner_only(dir: &Path) -> Vec<String> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| !e.path_is_symlink())
+        .filter_map(|e| {
+            let mode =
+                std::os::unix::fs::PermissionsExt::mode(&e.metadata().unwrap().permissions())
+                    & 0o7777;
+            (mode & 0o077 != 0).then(|| format!("{:04o} {}", mode, e.path().display()))
+        })
+        .collect()
+}
+
+/// A short secret (`hunter2`) and a credential found at a secret's path leave no plain digest
+/// to guess them against: neither `b3:` and the hex of their blake3 nor the 12 digits a short
+/// form shows — of the plaintext, of the template it is placed in, of the found file, of a
+/// value written there behind the mesh's back — in any file under the state directory (nor in
+/// a file's name), in the outputs, for people and `--json`, of adopt, build, switch, status,
+/// show, diff, take and rollback, or in `mesh record export`. The node still tells what it
+/// wrote from what changed: a switch again (the files re-read) changes nothing, a changed
+/// secret is drift, and a rollback brings the found original back byte for byte.
+#[test]
+fn no_plain_digest_of_a_secret_or_a_found_credential_anywhere() {
+    if !have_root_tools(&["ip", "ssh-keygen"]) {
+        return;
+    }
+    const SHORT: &str = "hunter2";
+    const FOUND: &str = "s3cret";
+    const CHANGED: &str = "hunter3";
+    let template = format!("user=app\npassword={SHORT}\n");
+    let lab = Lab::new(r#""n1", "op""#);
+    lab.edit(SHORT);
+    std::fs::create_dir_all(lab.f.at("/etc/app")).unwrap();
+    std::fs::write(lab.f.at("/etc/app/db.pass"), FOUND).unwrap();
+    let decl = lab.decl();
+    let both = |args: &[&str]| {
+        let mut json = args.to_vec();
+        json.push("--json");
+        lab.ok(&json);
+        lab.ok(args)
+    };
+
+    lab.ok(&["adopt", &decl]);
+    assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), FOUND, "held");
+    assert_eq!(lab.f.read("/etc/app/app.conf").unwrap(), template);
+    let id = both(&["build", &decl]).last_line().to_owned();
+    both(&["switch", &decl, "--dry-run"]);
+    both(&["show", &id]);
+    both(&["status"]);
+    lab.ok(&["record", "export"]);
+
+    let taken: serde_json::Value =
+        serde_json::from_str(lab.ok(&["take", "app", "--json"]).stdout.trim()).unwrap();
+    let taken = taken["id"].as_str().expect("the take's id").to_owned();
+    assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), SHORT);
+    both(&["diff"]);
+    both(&["generations"]);
+    // Re-read (a new ctime: the stamps no longer vouch): what the mesh wrote is still its.
+    for p in ["/etc/app/db.pass", "/etc/app/app.conf"] {
+        let mode = std::fs::metadata(lab.f.at(p)).unwrap().permissions();
+        std::fs::set_permissions(lab.f.at(p), mode).unwrap();
+    }
+    let again = lab.ok(&["switch", &decl, "--dry-run"]);
+    assert!(!again.stdout.contains("update"), "{}", again.stdout);
+    lab.ok(&["switch", &decl, "--json"]);
+
+    // Changed behind the mesh's back: drift, and the next switch keeps the value it replaces.
+    std::fs::write(lab.f.at("/etc/app/db.pass"), CHANGED).unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(lab.ok(&["status", "--json"]).stdout.trim()).unwrap();
+    assert!(
+        status["drift"].to_string().contains("/etc/app/db.pass"),
+        "{status}"
+    );
+    lab.ok(&["status"]);
+    lab.ok(&["switch", &decl]);
+    assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), SHORT);
+
+    let back = lab.ok(&["rollback", "--json"]);
+    assert_eq!(
+        lab.f.read("/etc/app/db.pass").unwrap(),
+        FOUND,
+        "the found original back: {}",
+        back.stdout
+    );
+    lab.ok(&["switch", "--generation", &taken]);
+    assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), SHORT);
+    lab.ok(&["rollback"]);
+    assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), FOUND);
+    both(&["diff"]);
+    both(&["status"]);
+    let export = lab.ok(&["record", "export"]);
+    assert!(
+        export.stdout.contains("/etc/app/db.pass"),
+        "{}",
+        export.stdout
+    );
+
+    let forbidden = plain_digests(&[SHORT, FOUND, CHANGED, &template]);
+    let forbidden: Vec<&str> = forbidden.iter().map(String::as_str).collect();
+    assert_nowhere(&forbidden, &[&lab.f.state()], &[], &lab.outputs.borrow());
+    for entry in walkdir::WalkDir::new(lab.f.state()) {
+        let name = entry.unwrap().path().display().to_string();
+        assert!(
+            !forbidden.iter().any(|d| name.contains(d)),
+            "a plain digest names {name}"
+        );
+    }
+    lab.assert_never_shown();
+}
+
+/// After a switch with a secret, a rollback, a status and a gc, nothing in the state directory
+/// — store, record, host store and its log, profile, journal, keys, caches — is readable or
+/// enterable by the group or others: every file `0600` at most, every folder `0700`.
+#[test]
+fn the_state_directory_is_owner_only_after_a_switch_with_a_secret() {
+    if !have_root_tools(&["ip", "ssh-keygen"]) {
+        return;
+    }
+    let lab = Lab::new(r#""n1", "op""#);
+    lab.edit(V1);
+    lab.ok(&["switch", &lab.decl()]);
+    lab.edit(V2);
+    lab.ok(&["switch", &lab.decl()]);
+    lab.ok(&["rollback"]);
+    lab.ok(&["status", "--json"]);
+    lab.ok(&["gc", "--keep", "2"]);
+    assert_eq!(not_owner_only(&lab.f.state()), Vec::<String>::new());
+}
+
+/// `mesh secret edit` puts the plaintext in a folder of its own, owner-only (`0700`, the file
+/// `0600`), in memory: `$XDG_RUNTIME_DIR` when set, else `/dev/shm`. When mesh gets SIGINT,
+/// SIGTERM or SIGHUP while the editor runs, it stops the editor, and the plaintext and its
+/// folder are gone and mesh exits with 128 + the signal's number; when the editor is killed,
+/// the same, exit 1. The ciphertext is unchanged every time.
+#[test]
+fn a_killed_edit_leaves_no_plaintext_behind() {
+    use rustix::process::{kill_process, Pid, Signal};
+    use std::os::unix::fs::PermissionsExt;
+    if !have_root_tools(&["ip", "ssh-keygen"]) {
+        return;
+    }
+    let lab = Lab::new(r#""n1", "op""#);
+    lab.edit(V1);
+    let age = lab.f.dir.path().join("secrets/db.age");
+    let ciphertext = std::fs::read(&age).unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let cases = [
+        ("SIGINT to mesh", Some(Signal::INT), 130, true),
+        ("SIGTERM to mesh", Some(Signal::TERM), 143, true),
+        ("SIGHUP to mesh", Some(Signal::HUP), 129, false),
+        ("the editor killed", None, 1, false),
+    ];
+    for (what, signal, code, xdg) in cases {
+        let rec = tempfile::tempdir().unwrap();
+        let editor = rec.path().join("editor.sh");
+        // Says where its file is and its own pid (the `sleep` it becomes), then waits.
+        std::fs::write(
+            &editor,
+            "#!/bin/sh\necho \"$1\" > \"$REC/path\"\necho $$ > \"$REC/pid.new\"\nmv \"$REC/pid.new\" \"$REC/pid\"\nexec sleep 60\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut c = mesh(&lab.f.state());
+        c.current_dir(lab.f.dir.path())
+            .env("EDITOR", &editor)
+            .env("REC", rec.path())
+            .env_remove("VISUAL")
+            .args(["secret", "edit", "secrets/db.age", "-i"])
+            .arg(&lab.operator)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if xdg {
+            c.env("XDG_RUNTIME_DIR", runtime.path());
+        } else {
+            c.env_remove("XDG_RUNTIME_DIR");
+        }
+        let mut child = c.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !rec.path().join("pid").exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: the editor never ran"
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "{what}: mesh ended before the editor ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let plain = PathBuf::from(
+            std::fs::read_to_string(rec.path().join("path"))
+                .unwrap()
+                .trim(),
+        );
+        let folder = plain.parent().unwrap().to_owned();
+        let expected_base = if xdg {
+            runtime.path()
+        } else {
+            Path::new("/dev/shm")
+        };
+        assert_eq!(folder.parent().unwrap(), expected_base, "{what}: where");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&folder), mode(&plain)), (0o700, 0o600), "{what}");
+        assert_eq!(std::fs::read_to_string(&plain).unwrap(), V1, "{what}");
+
+        match signal {
+            Some(s) => kill_process(Pid::from_raw(child.id() as i32).unwrap(), s).unwrap(),
+            None => {
+                let pid: i32 = std::fs::read_to_string(rec.path().join("pid"))
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                kill_process(Pid::from_raw(pid).unwrap(), Signal::KILL).unwrap();
+            }
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{what}: mesh did not end");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lab.outputs.borrow_mut().push_str(&said);
+        assert_eq!(status.code(), Some(code), "{what}: {said}");
+        assert!(!plain.exists(), "{what}: {} is left", plain.display());
+        assert!(!folder.exists(), "{what}: {} is left", folder.display());
+        assert_eq!(std::fs::read(&age).unwrap(), ciphertext, "{what}");
+    }
+    lab.assert_never_shown();
+}
+
+/// A switch that writes a secret over a credential found at its path, crashed at each point
+/// between recording the credential and committing, leaves no plain digest in the state
+/// directory (its journal included), and the next switch finishes it: the secret in place, the
+/// mesh's own file known as its (a switch again changes nothing), still no plain digest.
+#[test]
+fn a_crashed_secret_switch_leaves_no_plain_digest_and_is_finished() {
+    if !have_root_tools(&["ip", "ssh-keygen"]) || !crate::support::crash_points_here() {
+        return;
+    }
+    const SHORT: &str = "hunter2";
+    const FOUND: &str = "s3cret";
+    let forbidden = plain_digests(&[SHORT, FOUND, &format!("user=app\npassword={SHORT}\n")]);
+    let forbidden: Vec<&str> = forbidden.iter().map(String::as_str).collect();
+    for at in [
+        "originals-recorded",
+        "journal-written",
+        "file-applied",
+        "host-store-written",
+    ] {
+        let lab = Lab::new(r#""n1", "op""#);
+        lab.edit(SHORT);
+        std::fs::create_dir_all(lab.f.at("/etc/app")).unwrap();
+        std::fs::write(lab.f.at("/etc/app/db.pass"), FOUND).unwrap();
+        let crashed = crate::support::crashes_at(
+            lab.f.command(&["switch", &lab.decl()]),
+            at,
+            &format!("a secret switch crashed at {at}"),
+        );
+        assert!(crashed, "{at} is reached");
+        assert_nowhere(&forbidden, &[&lab.f.state()], &[], "");
+        lab.ok(&["switch", &lab.decl()]);
+        assert_eq!(lab.f.read("/etc/app/db.pass").unwrap(), SHORT, "{at}");
+        let again = lab.ok(&["switch", &lab.decl(), "--dry-run"]);
+        assert!(
+            !again.stdout.contains("update") && !again.stdout.contains("record"),
+            "{at}: {}",
+            again.stdout
+        );
+        assert_nowhere(&forbidden, &[&lab.f.state()], &[], &lab.outputs.borrow());
+    }
 }

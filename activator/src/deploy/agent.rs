@@ -538,11 +538,15 @@ pub fn settle(place: &Place, spawner: &dyn Spawner) -> Result<Vec<Settled>, Agen
 /// Starts the agent of deploy `token`, detached (a process group of its own, its output to the
 /// deploy's log): its pid.
 pub fn spawn_agent(place: &Place, spawner: &dyn Spawner, token: &str) -> Result<u32, AgentError> {
+    use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::process::CommandExt;
     let log = super::log_path(&place.state, token);
+    // Owner-only, as everything in the state directory: an agent's output names paths,
+    // generations and errors of the node.
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&log)?;
     let err = out.try_clone()?;
     let child = spawner

@@ -17,7 +17,7 @@ use crate::services::ServicePlan;
 use crate::switch::error::io_err;
 use crate::switch::files::Stamps;
 use crate::switch::journal::journal_path;
-use crate::switch::observe::Observations;
+use crate::switch::observe::{at_secret_path, Observations};
 use crate::switch::prepare::managed_triggers;
 use crate::switch::ActivateError;
 
@@ -65,6 +65,7 @@ impl Node {
                         path,
                         Written {
                             hash: *blob,
+                            keyed: c.target.files.get(path).is_some_and(|f| f.secret.is_some()),
                             mode: *mode,
                             uid: *uid,
                             gid: *gid,
@@ -75,7 +76,14 @@ impl Node {
                 }
                 Action::Claim { path } => {
                     if let Observed::File(f) = &observed[path] {
-                        host.set_written(path, Written::from(f));
+                        let keyed = at_secret_path(c.target, host, path);
+                        host.set_written(
+                            path,
+                            Written {
+                                keyed,
+                                ..Written::from(f)
+                            },
+                        );
                     }
                 }
                 Action::Keep { .. } | Action::Hold { .. } => {}

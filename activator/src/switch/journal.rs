@@ -108,9 +108,9 @@ impl Node {
         let mut host = HostStore::load(&self.state)?;
         for op in &journal.ops {
             self.root.remove_leftover(&op.path)?;
-            let (mut observed, _) = self.root.observe(&op.path)?;
+            let (mut observed, _) = self.observe_op(op)?;
             if self.finish_op(op, &observed)? {
-                observed = self.root.observe(&op.path)?.0;
+                observed = self.observe_op(op)?.0;
             }
             match (op.hash, observed) {
                 (Some(hash), Observed::File(f)) if f.hash == hash => {
@@ -118,6 +118,7 @@ impl Node {
                         host.unset_written(&op.path);
                     } else {
                         let mut written = Written::from(&f);
+                        written.keyed = op.secret;
                         written.units = op.units.clone();
                         host.set_written(&op.path, written);
                     }
@@ -150,6 +151,16 @@ impl Node {
             interrupted: true,
             failed,
         })
+    }
+
+    /// What is at an op's path; at a secret's path, known by its keyed digest as the journal
+    /// names it.
+    fn observe_op(&self, op: &JournalOp) -> Result<(Observed, Option<Vec<u8>>), ActivateError> {
+        let (mut observed, bytes) = self.root.observe(&op.path)?;
+        if let (true, Observed::File(f), Some(b)) = (op.secret, &mut observed, &bytes) {
+            f.hash = self.digests.digest(b);
+        }
+        Ok((observed, bytes))
     }
 
     /// Puts an interrupted step in place when the path still holds what it held when the

@@ -214,7 +214,7 @@ impl Node {
         // recorded and the journal written; then the files, then the containers.
         let firewall = self.converge_firewall(target)?;
         crate::crash::point("firewall-converged");
-        self.record_originals(&plan, &seen, &mut host)?;
+        self.record_originals(target, &plan, &seen, &mut host)?;
         let secret_paths = declared
             .files
             .iter()

@@ -2,6 +2,10 @@
 //! host store says the mesh wrote — and the bytes of each regular file read. A file the mesh
 //! wrote whose stamp is unchanged is known without reading it.
 //!
+//! What is at a secret's path (the target declares one there, or the host store says the mesh
+//! wrote one) is known by its keyed digest, as the host store and the node record know it:
+//! never by its plain one (see [`mesh_lib::secret`]).
+//!
 //! Changes nothing; no crash point.
 
 use std::collections::BTreeMap;
@@ -65,7 +69,12 @@ impl Node {
                 observed.insert(path.clone(), Observed::File(facts));
                 continue;
             }
-            let (o, bytes) = self.root.observe(path)?;
+            let (mut o, bytes) = self.root.observe(path)?;
+            if let (Observed::File(facts), Some(b)) = (&mut o, &bytes) {
+                if at_secret_path(target, host, path) {
+                    facts.hash = self.digests.digest(b);
+                }
+            }
             if let Some(b) = bytes {
                 contents.insert(path.clone(), b);
             }
@@ -73,4 +82,11 @@ impl Node {
         }
         Ok((observed, contents))
     }
+}
+
+/// Whether what is at `path` is named by its keyed digest: `target` declares a secret there, or
+/// the mesh wrote one there.
+pub(crate) fn at_secret_path(target: &Generation, host: &HostStore, path: &TargetPath) -> bool {
+    target.files.get(path).is_some_and(|f| f.secret.is_some())
+        || host.written.get(path).is_some_and(|w| w.keyed)
 }

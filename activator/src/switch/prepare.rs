@@ -23,7 +23,7 @@ use crate::root::Observed;
 use crate::services::ServicePlan;
 use crate::switch::error::io_err;
 use crate::switch::journal::{journal_path, Before, Journal, JournalOp, Pending};
-use crate::switch::observe::Observations;
+use crate::switch::observe::{at_secret_path, Observations};
 use crate::switch::ActivateError;
 
 /// The blobs a switch writes, read and checked (zeroed when dropped: some are the plaintexts
@@ -45,7 +45,15 @@ impl Node {
                 if !blobs.contains_key(blob) {
                     let bytes = match plaintexts.remove(blob) {
                         Some(plain) => plain,
-                        None => Zeroizing::new(self.store.blob(blob)?),
+                        None => {
+                            let stored = Zeroizing::new(self.store.blob(blob)?);
+                            // A content found at a secret's path is kept wrapped: its
+                            // content is what goes back.
+                            match self.digests.unwrap(&stored) {
+                                Some(content) => Zeroizing::new(content.to_vec()),
+                                None => stored,
+                            }
+                        }
                     };
                     blobs.insert(*blob, bytes);
                 }
@@ -81,9 +89,12 @@ impl Node {
     }
 
     /// Records in the store, durably, what the mesh did not write and is about to replace or
-    /// remove (the plan's keeps), and in the host store where it came from.
+    /// remove (the plan's keeps), and in the host store where it came from; what was at a
+    /// secret's path of `target` (the target as switched to: its secret files keep their
+    /// `secret`), wrapped.
     pub(crate) fn record_originals(
         &self,
+        target: &Generation,
         plan: &Plan,
         seen: &Observations,
         host: &mut HostStore,
@@ -98,21 +109,34 @@ impl Node {
             })
             .collect();
         if !keeps.is_empty() {
+            // What was at a secret's path is known by its keyed digest (see `observe`): kept
+            // wrapped, private, so that digest names the blob.
+            let keyed: Vec<bool> = keeps
+                .iter()
+                .map(|(path, _, _)| at_secret_path(target, host, path))
+                .collect();
+            let wrapped: Vec<Option<Zeroizing<Vec<u8>>>> = keeps
+                .iter()
+                .zip(&keyed)
+                .map(|((path, _, _), keyed)| keyed.then(|| self.digests.wrap(&contents[*path])))
+                .collect();
             let mut batch = Vec::new();
-            for (path, _, _) in &keeps {
+            for (((path, _, _), keyed), wrapped) in keeps.iter().zip(&keyed).zip(&wrapped) {
                 let private = match &observed[*path] {
-                    Observed::File(f) => !f.mode.world_readable(),
+                    Observed::File(f) => *keyed || !f.mode.world_readable(),
                     _ => true,
                 };
-                batch.push((contents[*path].as_slice(), private));
+                let bytes = wrapped.as_deref().unwrap_or(&contents[*path]);
+                batch.push((bytes.as_slice(), private));
             }
             self.store.put_blobs(batch)?;
-            for (path, hash, why) in &keeps {
+            for ((path, hash, why), keyed) in keeps.iter().zip(keyed) {
                 if let Observed::File(f) = &observed[*path] {
                     host.keep(
                         path,
                         Kept {
                             hash: *hash,
+                            keyed,
                             mode: f.mode,
                             uid: f.uid,
                             gid: f.gid,

@@ -1,7 +1,9 @@
 //! The secrets phase, before the plan: every file of the target made from secrets (and not
 //! held) is decrypted with the node's host key into memory, and the switch goes on with a
-//! generation in which that file is its plaintext — named by its plaintext's hash, which is
-//! what the machine holds and what the host store records — so a secret is staged, synced and
+//! generation in which that file is its plaintext — named by its plaintext's *keyed* digest
+//! ([`mesh_lib::secret::DigestKey`]), which is what the host store records and a switch shows,
+//! so nothing anywhere is a plain digest to guess the secret against; the file keeps its
+//! `secret`, so the switch knows it is one — so a secret is staged, synced and
 //! renamed like any file, and one whose plaintext changed calls its reloads and restarts (a
 //! ciphertext re-encrypted to other recipients, the same plaintext, changes nothing).
 //!
@@ -26,7 +28,7 @@ use crate::node::Node;
 use crate::root::Observed;
 use crate::switch::ActivateError;
 
-/// The plaintexts of a switch's secret files, by their hash.
+/// The plaintexts of a switch's secret files, by their keyed digest.
 pub(crate) type Plaintexts = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
 
 impl Node {
@@ -129,11 +131,10 @@ impl Node {
                     mesh_lib::secret::render(&template, &values)
                 }
             };
-            let hash = BlobHash::of(&content);
+            let hash = self.digests.digest(&content);
             let entry = resolved.files.get_mut(path).expect("a file of the target");
             entry.blob = hash;
             entry.size = content.len() as u64;
-            entry.secret = None;
             plaintexts.insert(hash, content);
         }
         Ok(Some((resolved, plaintexts)))
