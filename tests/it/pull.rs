@@ -863,3 +863,168 @@ fn prune_deletes_the_objects_no_node_tag_needs() {
     assert_eq!(tags(&registry), before, "nothing deleted");
     drop(registry);
 }
+
+/// The statement a tag's manifest carries: its text.
+fn statement_of(manifest: &serde_json::Value) -> String {
+    let signed: serde_json::Value = serde_json::from_str(
+        manifest["annotations"]["dev.mesh.statement"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    signed["statement"].as_str().unwrap().to_owned()
+}
+
+/// A pull on `n` refused (exit 2) for a reason that says `why`, with nothing written: its root
+/// and its state directory byte for byte as they were.
+fn refused_untouched(n: &LabNode, why: &str) {
+    let before = untouched(n);
+    let (code, v, err) = pull(n, &[]);
+    assert_eq!(code, 2, "{v} {err}");
+    assert_eq!(v["result"], "refused", "{v}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(reason.contains(why), "{reason}");
+    assert_eq!(untouched(n), before, "a refusal changes nothing: {reason}");
+}
+
+/// Whoever holds the registry can serve what it has seen: each is refused, exit 2, the node's
+/// root and state byte for byte as they were — an old manifest replayed (validly signed, but
+/// its statement's sequence is below the one the node accepted), a node's tag re-pointed at
+/// another node's artifact (its statement names the other node; also on a node that never
+/// pulled and knows no name but its tag), an unsigned withdrawal put over a tag (it would
+/// freeze the node: every pull "nothing to do"), a statement whose generation is not the
+/// artifact's. Going back is a new statement: a push of the old declaration is pulled.
+#[test]
+fn a_registry_cannot_replay_point_sideways_or_freeze() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("replay", 3, |n| node_decl(n, "v1\\n", true));
+    let registry = Registry::start(&lab);
+    let (_keys, ci) = trusted_signer(&lab);
+    let (n0, n1, fresh) = (&lab.nodes[0], &lab.nodes[1], &lab.nodes[2]);
+    push(&lab, &ci, &[]);
+    assert_eq!(pull(n0, &[]).0, 0);
+    assert_eq!(pull(n1, &[]).0, 0);
+    let v1 = n0.current().unwrap();
+    let old = registry.manifest("node0");
+    lab.declare("node0", &node_decl("node0", "v2\\n", true));
+    push(&lab, &ci, &[]);
+    assert_eq!(pull(n0, &[]).0, 0);
+    let v2 = n0.current().unwrap();
+    assert_ne!(v1, v2);
+    let new = registry.manifest("node0");
+
+    // The old manifest, replayed.
+    registry.put_manifest("node0", &old);
+    refused_untouched(n0, "is not above");
+    assert_eq!(n0.current().as_deref(), Some(v2.as_str()));
+
+    // Another node's artifact under this node's tag; and under the tag of a node that never
+    // pulled (no record, no generation, no statement: its tag is its name).
+    let other = registry.manifest("node1");
+    registry.put_manifest("node0", &other);
+    refused_untouched(n0, "for node node1, not for node0");
+    registry.put_manifest("node2", &other);
+    // Its state directory laid out (as any command of the mesh lays it out) before the pull.
+    assert!(fresh.mesh(&["status"]).status.success());
+    refused_untouched(fresh, "for node node1, not for node2");
+    assert!(
+        fresh.current().is_none(),
+        "the fresh node did not become node1"
+    );
+
+    // An unsigned withdrawal over the tag.
+    let withdrawal = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.mesh.withdrawn.v1",
+        "config": old["config"],
+        "layers": [old["config"]],
+    });
+    registry.put_manifest("node0", &withdrawal);
+    refused_untouched(n0, "carries no statement");
+
+    // The new artifact's statement on the old artifact: it names another generation.
+    let mut mixed = old.clone();
+    mixed["annotations"]["dev.mesh.statement"] = new["annotations"]["dev.mesh.statement"].clone();
+    registry.put_manifest("node0", &mixed);
+    refused_untouched(n0, &format!("names {v2}, not {v1}"));
+
+    // The registry's own tag back: the same statement again is no news, nothing to do.
+    registry.put_manifest("node0", &new);
+    let (code, v, _) = pull(n0, &[]);
+    assert_eq!((code, v["result"].as_str()), (0, Some("up-to-date")), "{v}");
+
+    // Going back is a new statement, signed: a push of the old declaration.
+    lab.declare("node0", &node_decl("node0", "v1\\n", true));
+    push(&lab, &ci, &[]);
+    let back = statement_of(&registry.manifest("node0"));
+    assert!(back.contains(&format!("generation {v1}\n")), "{back}");
+    let (code, v, err) = pull(n0, &[]);
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(n0.current().as_deref(), Some(v1.as_str()));
+}
+
+/// A statement holds until its expiry: a node whose newest statement expired says so loudly
+/// (`mesh status`, its `--json`, `mesh fleet status --registry`) and refuses it when it is
+/// served again (exit 2, nothing written) — a registry that withholds every new statement
+/// freezes the node visibly, not silently. A new push signs a fresh one, which it takes.
+#[test]
+fn an_expired_statement_is_refused_and_said() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("expiry", 1, |n| node_decl(n, "v1\\n", true));
+    let registry = Registry::start(&lab);
+    let (_keys, ci) = trusted_signer(&lab);
+    let n = &lab.nodes[0];
+    push(&lab, &ci, &["--valid-for", "3s"]);
+    let (code, v, err) = pull(n, &[]);
+    assert_eq!(code, 0, "{v} {err}");
+    assert!(
+        v["expires"].as_str().is_some(),
+        "the pull's record says it: {v}"
+    );
+    let status: serde_json::Value =
+        serde_json::from_slice(&n.mesh(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["statement"]["expired"], false, "{status}");
+    std::thread::sleep(Duration::from_secs(4));
+
+    let status: serde_json::Value =
+        serde_json::from_slice(&n.mesh(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["statement"]["expired"], true, "{status}");
+    let text = String::from_utf8_lossy(&n.mesh(&["status"]).stdout).into_owned();
+    assert!(text.contains("STATEMENT EXPIRED"), "{text}");
+    refused_untouched(n, "expired at");
+    let board = lab.mesh(&[
+        "fleet",
+        "status",
+        "--json",
+        "--registry",
+        &local_target(),
+        "--insecure",
+    ]);
+    let board: serde_json::Value = serde_json::from_slice(&board.stdout).unwrap();
+    assert_eq!(
+        board["nodes"][0]["tag_statement"]["expired"], true,
+        "{board}"
+    );
+    assert_eq!(board["nodes"][0]["statement"]["expired"], true, "{board}");
+    drop(registry.manifest("node0"));
+
+    // Signed again (nothing else changed): taken, the same generation in force.
+    let before = n.current();
+    let again = push(&lab, &ci, &[]);
+    assert_eq!(line(&again, "node0")["tag_moved"], true, "{again}");
+    let (code, v, err) = pull(n, &[]);
+    assert_eq!(
+        (code, v["result"].as_str()),
+        (0, Some("up-to-date")),
+        "{v} {err}"
+    );
+    assert_eq!(n.current(), before);
+    let status: serde_json::Value =
+        serde_json::from_slice(&n.mesh(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["statement"]["expired"], false, "{status}");
+}
