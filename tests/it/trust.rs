@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::node_fixture::{declaration, Fixture, MOTD};
+use crate::node_fixture::{declaration, snapshot, Fixture, MOTD};
 use crate::sshlab::{node_decl, Lab};
 use crate::support::have_root_tools;
 
@@ -296,5 +296,160 @@ fn a_restricted_deploy_key_deploys_signed_generations_only() {
             || String::from_utf8_lossy(&forward.stderr).contains("open failed"),
         "{}",
         String::from_utf8_lossy(&forward.stderr)
+    );
+}
+
+/// `mesh deploy --json` from the lab's deployer: its exit code and its node's row.
+fn deploy_row(lab: &Lab, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut args = vec!["deploy", "--json", "--confirm-timeout", "20"];
+    args.extend_from_slice(extra);
+    let out = lab.mesh(&args);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    (out.status.code(), json["nodes"][0].clone())
+}
+
+/// Over a deploy key (`mesh serve`), a node switches only to what a signer it trusts *now*
+/// vouches for, stated for it: a generation deployed before the node trusted any signer (never
+/// signed), and one signed only by a signer since removed, are refused — exit 2, the node's
+/// root and state byte for byte as they were — although each was in force before; so is a
+/// dry run of one. The root operator's own `mesh rollback` on the node still goes back. A
+/// deploy the node refuses on receipt says `refused` (exit 2) and sent none of its objects.
+/// And no `MESH_*` variable a client sends (`SetEnv`, which this sshd accepts) moves `mesh
+/// serve` off its own command line: not its namespace, not its host key.
+#[test]
+fn a_deploy_key_switches_only_to_what_a_signer_trusted_now_states() {
+    if !tools() || !have_root_tools(&["sshd", "ssh"]) {
+        return;
+    }
+    let mut lab = Lab::new("revoked", 1, |n| node_decl(n, "v0\\n", true));
+    let key = lab.dir.path().join("client_key");
+    let authorized = lab.dir.path().join("authorized_keys");
+    std::fs::write(&authorized, restricted_line(&lab, &key)).unwrap();
+    let (old, new) = (keygen(lab.dir.path(), "old"), keygen(lab.dir.path(), "new"));
+    let (code, row) = deploy_row(&lab, &[]);
+    assert_eq!(
+        (code, row["result"].as_str()),
+        (Some(0), Some("confirmed")),
+        "{row}"
+    );
+    let v0 = lab.nodes[0].current().unwrap();
+
+    // The node trusts `old` from now on; it signs v1 and v2.
+    lab.nodes[0].trust(&old);
+    let signed_by_old = ["--sign", "--key", old.to_str().unwrap()];
+    lab.declare("node0", &node_decl("node0", "v1\\n", true));
+    let (code, row) = deploy_row(&lab, &signed_by_old);
+    assert_eq!(
+        (code, row["result"].as_str()),
+        (Some(0), Some("confirmed")),
+        "{row}"
+    );
+    let v1 = lab.nodes[0].current().unwrap();
+
+    // A deploy the node refuses (unsigned, to a node that trusts signers): refused, and not
+    // one of its objects sent.
+    lab.declare("node0", &node_decl("node0", "v-unsigned\\n", true));
+    let (code, row) = deploy_row(&lab, &[]);
+    assert_eq!(
+        (code, row["result"].as_str()),
+        (Some(2), Some("refused")),
+        "{row}"
+    );
+    let store = mesh_lib::Store::open(&lab.nodes[0].state()).unwrap();
+    let to: mesh_lib::GenerationId = row["to"].as_str().unwrap().parse().unwrap();
+    assert!(
+        !store.has_generation(&to),
+        "its generation was not sent: {row}"
+    );
+    assert!(
+        !store.has_blob(&mesh_lib::BlobHash::of(b"v-unsigned\n")),
+        "nor its file"
+    );
+
+    lab.declare("node0", &node_decl("node0", "v2\\n", true));
+    let (code, row) = deploy_row(&lab, &signed_by_old);
+    assert_eq!(
+        (code, row["result"].as_str()),
+        (Some(0), Some("confirmed")),
+        "{row}"
+    );
+    let v2 = lab.nodes[0].current().unwrap();
+
+    // `old` is revoked: the node trusts `new` only.
+    lab.nodes[0].trust(&new);
+    let n = &lab.nodes[0];
+    // The root and the state directory as they are, but for the state's lock (each command
+    // that takes it writes its pid there).
+    let lockless = |n: &crate::sshlab::LabNode| {
+        let lock = n.state().join("lock");
+        let mut state = snapshot(&n.state());
+        state.retain(|entry| entry.0 != lock.display().to_string());
+        (snapshot(&n.root()), state)
+    };
+    let before = lockless(n);
+    for (id, why) in [
+        (&v1, "signed by no key this node trusts"),
+        (&v0, "it has no signature"),
+    ] {
+        for request in [
+            format!("mesh switch --generation {id} --confirm-within 60 --json"),
+            format!("mesh switch --generation {id} --dry-run --json"),
+        ] {
+            let out = lab.ssh("node0", &request);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{request}: {stderr}");
+            assert!(stderr.contains(why), "{request}: {stderr}");
+            assert_eq!(n.current().as_deref(), Some(v2.as_str()));
+            assert!(lockless(n) == before, "{request} changed nothing");
+        }
+    }
+    // The operator, root on the node, goes back as ever.
+    let back = n.mesh(&["rollback"]);
+    assert!(
+        back.status.success(),
+        "{}",
+        String::from_utf8_lossy(&back.stderr)
+    );
+    assert_eq!(n.current().as_deref(), Some(v1.as_str()));
+
+    // What a client sends with SetEnv reaches the forced command's environment (checked
+    // with a key whose forced command prints it)...
+    lab.nodes[0].sshd_option("AcceptEnv MESH_*");
+    lab.ssh_option("SetEnv MESH_NETNS=mesh-no-such-netns MESH_HOST_KEY=/nonexistent/evil-key MESH_ROOT=/nonexistent/evil-root");
+    std::fs::write(
+        &authorized,
+        format!("command=\"env\",restrict {}\n", public(&key)),
+    )
+    .unwrap();
+    let env = lab.ssh("node0", "");
+    assert!(
+        String::from_utf8_lossy(&env.stdout).contains("MESH_HOST_KEY=/nonexistent/evil-key"),
+        "sshd passes the client's variables: {}",
+        String::from_utf8_lossy(&env.stderr)
+    );
+    // ... and `mesh serve` reads none of them.
+    std::fs::write(&authorized, restricted_line(&lab, &key)).unwrap();
+    let out = lab.ssh("node0", "mesh status --json");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = &lab.nodes[0];
+    assert_eq!(
+        status["host_key"]["path"].as_str(),
+        Some(
+            n.root()
+                .join("etc/ssh/ssh_host_ed25519_key")
+                .to_str()
+                .unwrap()
+        ),
+        "{status}"
+    );
+    assert_eq!(
+        status["current"]["id"].as_str(),
+        Some(v1.as_str()),
+        "{status}"
     );
 }
