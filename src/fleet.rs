@@ -249,10 +249,21 @@ pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Resu
             Some(s) if s.problem.is_some() => "NO KEY".to_owned(),
             Some(s) => format!("{} NOT readable", s.unreadable.len()),
         };
+        let expired = l
+            .statement
+            .as_ref()
+            .filter(|s| s["expired"] == true)
+            .map(|s| {
+                format!(
+                    "STATEMENT EXPIRED at {}: nothing newer reached it",
+                    s["expires"].as_str().unwrap_or("?")
+                )
+            });
         let problem = l
             .problem
             .clone()
             .into_iter()
+            .chain(expired)
             .chain(l.secrets.as_ref().and_then(|s| {
                 if let Some(p) = &s.problem {
                     Some(format!("its host key: {p}"))

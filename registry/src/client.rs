@@ -44,6 +44,9 @@ pub struct Registry {
     runtime: tokio::runtime::Runtime,
     /// The credentials, for the requests oci-client does not make (a delete).
     auth: RegistryAuth,
+    /// Which credentials were tried, from where (or where none were found): said when the
+    /// registry refuses them.
+    credentials: String,
     /// Plain HTTP.
     insecure: bool,
     /// For those requests.
@@ -116,7 +119,8 @@ impl Registry {
             .worker_threads(2)
             .enable_all()
             .build()?;
-        let auth = match crate::docker_credentials(host) {
+        let lookup = crate::credentials::docker_login(host);
+        let auth = match lookup.login {
             Some((user, password)) => RegistryAuth::Basic(user, password),
             None => RegistryAuth::Anonymous,
         };
@@ -138,6 +142,7 @@ impl Registry {
             repository: repository.to_owned(),
             runtime,
             auth: auth.clone(),
+            credentials: lookup.said,
             insecure: options.insecure,
             http,
             delete_token: Mutex::new(None),
@@ -166,10 +171,16 @@ impl Registry {
         what: impl Into<String>,
     ) -> impl FnOnce(oci_client::errors::OciDistributionError) -> RegistryError + '_ {
         let what = what.into();
-        move |e| RegistryError::Registry {
-            registry: self.name(),
-            what,
-            why: mesh_lib::text::chain(&e),
+        move |e| {
+            let mut why = mesh_lib::text::chain(&e);
+            if refuses_credentials(&why) {
+                why = format!("{why}; credentials tried: {}", self.credentials);
+            }
+            RegistryError::Registry {
+                registry: self.name(),
+                what,
+                why,
+            }
         }
     }
 
@@ -619,5 +630,37 @@ impl tokio::io::AsyncWrite for Bounded {
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+/// Whether a registry's answer refuses the credentials (or their absence): 401, 403, or its
+/// `UNAUTHORIZED` / `DENIED` codes.
+fn refuses_credentials(why: &str) -> bool {
+    let lower = why.to_ascii_lowercase();
+    [
+        "401",
+        "403",
+        "unauthorized",
+        "not authorized",
+        "denied",
+        "authentication",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A registry's refusal of the credentials is told from its other errors.
+    #[test]
+    fn a_refusal_of_credentials_is_seen() {
+        for refused in [
+            "Not authorized: url http://r/v2/x/manifests/a",
+            "Registry error: UNAUTHORIZED: authentication required",
+            "Server error: code 403: DENIED: requested access to the resource is denied",
+        ] {
+            assert!(super::refuses_credentials(refused), "{refused}");
+        }
+        assert!(!super::refuses_credentials("connection refused"));
     }
 }

@@ -10,11 +10,60 @@ use base64::Engine;
 
 /// The user and password the docker config keeps for `host`, if any.
 pub fn docker_credentials(host: &str) -> Option<(String, String)> {
+    docker_login(host).login
+}
+
+/// What the docker config gives for a host, and where it was looked for, in words.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    /// The user and password, if any.
+    pub login: Option<(String, String)>,
+    /// Which credentials, from where — or where none were found — for a message.
+    pub said: String,
+}
+
+/// The credentials the docker config keeps for `host`, and where they were looked for.
+pub fn docker_login(host: &str) -> Lookup {
     let dir = std::env::var_os("DOCKER_CONFIG")
         .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".docker")))?;
-    let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
-    credentials_in(&text, host)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".docker")));
+    login_in(dir.as_deref(), host)
+}
+
+/// [`docker_login`] with the docker config's folder `dir`.
+fn login_in(dir: Option<&std::path::Path>, host: &str) -> Lookup {
+    let Some(dir) = dir else {
+        return Lookup {
+            login: None,
+            said: "none (neither DOCKER_CONFIG nor HOME is set, so no docker config was read)"
+                .into(),
+        };
+    };
+    let file = dir.join("config.json");
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return Lookup {
+            login: None,
+            said: format!(
+                "none (there is no docker config at {}: `docker login {host}` writes one, or \
+                 set DOCKER_CONFIG)",
+                file.display()
+            ),
+        };
+    };
+    let login = credentials_in(&text, host);
+    let said = match &login {
+        Some((user, _)) => format!(
+            "the user {} for {host} from {} (its credHelpers, credsStore or auths)",
+            mesh_lib::text::escape(user),
+            file.display()
+        ),
+        None => format!(
+            "none ({} has no credentials for {host} in credHelpers, credsStore or auths: \
+             `docker login {host}`)",
+            file.display()
+        ),
+    };
+    Lookup { login, said }
 }
 
 fn credentials_in(text: &str, host: &str) -> Option<(String, String)> {
@@ -102,6 +151,38 @@ fn from_helper(program: &std::ffi::OsStr, host: &str) -> Option<Login> {
 
 #[cfg(test)]
 mod tests {
+    /// What was tried, and where, is said: the file and the user found, or the file that has
+    /// no entry for the host, or that there is no file — never a password.
+    #[test]
+    fn the_lookup_says_what_it_tried_and_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let said = super::login_in(Some(dir.path()), "reg.example:5000").said;
+        assert!(
+            said.contains("there is no docker config at") && said.contains("config.json"),
+            "{said}"
+        );
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"auths":{"reg.example:5000":{"auth":"dXNlcjpwYXNz"}}}"#,
+        )
+        .unwrap();
+        let found = super::login_in(Some(dir.path()), "reg.example:5000");
+        assert_eq!(found.login, Some(("user".into(), "pass".into())));
+        assert!(
+            found
+                .said
+                .contains("the user user for reg.example:5000 from")
+                && !found.said.contains("pass"),
+            "{}",
+            found.said
+        );
+        let none = super::login_in(Some(dir.path()), "other.example").said;
+        assert!(
+            none.contains("has no credentials for other.example"),
+            "{none}"
+        );
+    }
+
     /// `auths` by host, with or without a scheme, as `auth` or as user and password.
     #[test]
     fn read_from_the_docker_config() {

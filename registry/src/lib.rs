@@ -143,7 +143,7 @@ pub enum RegistryError {
         why: String,
     },
     /// An object whose bytes do not hash to its name: not stored.
-    #[error("{object} does not match its name (its bytes hash to {actual}): it was not stored")]
+    #[error("the registry's {object} does not match its name (its bytes hash to {actual}), so it was not stored")]
     Mismatch {
         /// The object, as the manifest names it.
         object: String,

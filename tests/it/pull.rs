@@ -345,7 +345,7 @@ fn a_tampered_blob_and_an_unsigned_tag_are_refused() {
     bytes[0] ^= 0x20;
     std::fs::write(&stored[0], bytes).unwrap();
     let root = snapshot(&n.root());
-    refused(n, "does not match", &v1, &root);
+    refused(n, "does not match its name", &v1, &root);
 
     // The artifact without its signature, under the node's tag.
     let mut manifest = registry.manifest("node0");

@@ -388,7 +388,7 @@ pub fn pull(
             return ended(
                 record,
                 PullResult::Refused,
-                format!("{e}; nothing was changed"),
+                format!("{e}, and nothing was changed"),
             )
         }
         Err(e) => {
