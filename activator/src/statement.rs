@@ -172,10 +172,7 @@ impl Node {
                     .expect("a node that trusts signers judges");
                 if fit.statement().generation != Some(id) {
                     return Err(ActivateError::Statement(StatementError::Elsewhere {
-                        stated: fit
-                            .statement()
-                            .generation
-                            .map_or_else(|| "none".to_owned(), |g| g.to_string()),
+                        stated: mesh_lib::statement::naming(fit.statement().generation),
                         offered: id.to_string(),
                     }));
                 }

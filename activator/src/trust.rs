@@ -10,7 +10,9 @@
 //! above it, up to and including the root, must be owned by root (or by the user the mesh runs
 //! as) and writable by no group and no other user — sshd's `StrictModes` — and none of them a
 //! symlink (each is looked at with `lstat`). Otherwise everything from elsewhere is refused
-//! (exit 2), naming what is wrong and the fix.
+//! (exit 2), naming what is wrong and the fix. A file that is absent under a folder others may
+//! write is refused the same way: its absence, which would mean "trust anything", is not one
+//! to believe.
 
 use std::path::Path;
 
@@ -120,12 +122,16 @@ fn trust_root_holds(root: &Path, path: &TargetPath) -> Result<bool, ActivateErro
     judge_owner_and_mode(root, &meta, me, &mut faults);
     let parts: Vec<&str> = path.components().collect();
     let mut at = root.to_path_buf();
+    let mut absent = false;
     for (i, part) in parts.iter().enumerate() {
         at.push(part);
         let last = i + 1 == parts.len();
         let meta = match std::fs::symlink_metadata(&at) {
             Ok(meta) => meta,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                absent = true;
+                break;
+            }
             Err(e) => return Err(io_err("reading", &at)(e)),
         };
         let kind = meta.file_type();
@@ -146,12 +152,19 @@ fn trust_root_holds(root: &Path, path: &TargetPath) -> Result<bool, ActivateErro
         judge_owner_and_mode(&at, &meta, me, &mut faults);
     }
     if faults.is_empty() {
-        return Ok(true);
+        return Ok(!absent);
     }
+    // No file under a folder others may write is no answer either: whoever can write the
+    // folder may have removed it, to have a node that trusts no signer accept anything.
     Err(refuse(format!(
-        "{}; the file and every folder above it up to the root must be owned by root{} and \
+        "{}{}; the file and every folder above it up to the root must be owned by root{} and \
          writable by no group or other user (as sshd's StrictModes wants): whoever can write \
          one of them chooses whom the node trusts",
+        if absent {
+            "there is no such file, and whoever removed it could have: "
+        } else {
+            ""
+        },
         faults.join("; "),
         if me == 0 {
             String::new()

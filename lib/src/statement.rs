@@ -296,11 +296,15 @@ impl fmt::Display for Statement {
             "statement {} for {}: {}, expires {}",
             self.sequence,
             crate::text::escape(&self.node),
-            self.generation
-                .map_or_else(|| "withdrawn".to_owned(), |g| g.to_string()),
+            naming(self.generation),
             stamp(self.expires)
         )
     }
+}
+
+/// What a statement names, in words: the generation's id, or `none (a withdrawal)`.
+pub fn naming(generation: Option<GenerationId>) -> String {
+    generation.map_or_else(|| "none (a withdrawal)".to_owned(), |g| g.to_string())
 }
 
 /// The sequence a signer gives a node's next statement: `now` in milliseconds, or one more

@@ -403,7 +403,8 @@ fn a_time_without_z_is_the_nodes_local_time() {
 }
 
 /// A trusted-signers file any user may write, a folder above it its group may write, one owned
-/// by another user, or a symlink in its place refuses a switch to a generation a trusted key
+/// by another user, a symlink in its place, or no file at all in a folder every user may write
+/// (whoever removed it could have) refuses a switch to a generation a trusted key
 /// signed — exit 2, nothing changed — naming the file or folder and the fix; once fixed
 /// (`chmod go-w`, `chown root:root`), the same switch goes through.
 #[test]
@@ -462,6 +463,20 @@ fn a_trust_root_others_may_write_refuses_until_fixed() {
     std::os::unix::fs::symlink(&real, &signers).unwrap();
     refused(&f, &b, &[&format!("{} is a symlink", signers.display())]);
     std::fs::remove_file(&signers).unwrap();
+    std::fs::rename(&real, &signers).unwrap();
+
+    // No file at all, in a folder every user may write: whoever removed it could have.
+    std::fs::rename(&signers, &real).unwrap();
+    mode(&folder, 0o777).unwrap();
+    refused(
+        &f,
+        &b,
+        &[
+            "there is no such file, and whoever removed it could have",
+            &format!("chmod go-w {}", folder.display()),
+        ],
+    );
+    mode(&folder, 0o755).unwrap();
     std::fs::rename(&real, &signers).unwrap();
 
     f.ok(&["switch", "--generation", &b]);

@@ -176,7 +176,7 @@ fn judge(
     statement: Option<Result<mesh_lib::statement::Signed, String>>,
     artifact: Option<&mesh_registry::Artifact>,
 ) -> Result<crate::statement::Fit, PullError> {
-    use mesh_lib::statement::StatementError;
+    use mesh_lib::statement::{naming, StatementError};
     let refused = |e: StatementError| PullError::Node(ActivateError::Statement(e));
     let what = artifact.map_or_else(
         || format!("the withdrawal of {tag}"),
@@ -206,11 +206,8 @@ fn judge(
     let offered = artifact.map(|a| a.generation);
     if fit.statement().generation != offered {
         return Err(refused(StatementError::Elsewhere {
-            stated: fit
-                .statement()
-                .generation
-                .map_or_else(|| "none (a withdrawal)".to_owned(), |g| g.to_string()),
-            offered: offered.map_or_else(|| "none (a withdrawal)".to_owned(), |g| g.to_string()),
+            stated: naming(fit.statement().generation),
+            offered: naming(offered),
         }));
     }
     Ok(fit)
@@ -309,12 +306,16 @@ pub fn pull(
             let statement = a.statement();
             (Ok(a), statement)
         }
-        Err(e @ RegistryError::Withdrawn { .. }) => {
-            let RegistryError::Withdrawn { statement, .. } = &e else {
-                unreachable!()
+        Err(RegistryError::Withdrawn {
+            reference,
+            statement,
+        }) => {
+            let said = RegistryError::Withdrawn {
+                reference,
+                statement: None,
             };
             let statement = statement.as_deref().map(mesh_registry::parse_statement);
-            (Err(e.to_string()), statement)
+            (Err(said.to_string()), statement)
         }
         Err(e @ (RegistryError::Invalid { .. } | RegistryError::NoTag(_))) => {
             return ended(record, PullResult::Refused, e.to_string())
