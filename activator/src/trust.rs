@@ -72,9 +72,9 @@ impl Node {
     /// nothing changed) unless the node trusts no signer, it was in force before, or one of its
     /// signatures is by a signer the node trusts.
     pub fn check_trust(&self, id: &GenerationId) -> Result<Accepted, ActivateError> {
-        if self.trusted_signers()?.is_none() {
+        let Some(signers) = self.trusted_signers()? else {
             return Ok(Accepted::NoPolicy);
-        }
+        };
         let log = self
             .profile
             .log()
@@ -82,7 +82,7 @@ impl Node {
         if log.iter().any(|e| e.id == *id) {
             return Ok(Accepted::InForceBefore);
         }
-        self.check_trust_now(id)
+        self.signed_by(&signers, id)
     }
 
     /// Whether generation `id` may be switched to at the request of a deploy key: as
@@ -90,9 +90,18 @@ impl Node {
     /// trusts *now* must vouch for it, so a generation signed only by a signer since removed
     /// (or never signed, from before the node trusted any) is refused.
     pub fn check_trust_now(&self, id: &GenerationId) -> Result<Accepted, ActivateError> {
-        let Some(signers) = self.trusted_signers()? else {
-            return Ok(Accepted::NoPolicy);
-        };
+        match self.trusted_signers()? {
+            Some(signers) => self.signed_by(&signers, id),
+            None => Ok(Accepted::NoPolicy),
+        }
+    }
+
+    /// The signer among `signers` of one of the signatures the store keeps for `id`.
+    fn signed_by(
+        &self,
+        signers: &TrustedSigners,
+        id: &GenerationId,
+    ) -> Result<Accepted, ActivateError> {
         let signatures: Vec<Signature> = self
             .store
             .signatures(id)?
