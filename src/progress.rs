@@ -65,6 +65,15 @@ fn in_flight_text(in_flight: &[&str]) -> String {
     }
 }
 
+/// An image for a line of its own: its digest cut to 12 hex digits, as `docker images` shows
+/// ids (`REPO:TAG@a7cd3a45fbef`), so the bar fits beside it.
+fn short(image: &str) -> String {
+    match image.split_once("@sha256:") {
+        Some((name, hex)) => format!("{name}@{}", &hex[..hex.len().min(12)]),
+        None => image.to_owned(),
+    }
+}
+
 impl mesh_activator::docker::Progress for Containers {
     fn begin(&self, total: usize) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -126,7 +135,7 @@ impl mesh_activator::docker::Progress for Containers {
             let multi =
                 indicatif::MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
             let style = ProgressStyle::with_template(
-                "image {prefix} [{bar:24}] {bytes}/{total_bytes} {wide_msg}",
+                "image {prefix} [{bar:20}] {bytes}/{total_bytes} {wide_msg}",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> ");
@@ -135,7 +144,7 @@ impl mesh_activator::docker::Progress for Containers {
                 .map(|image| {
                     let bar = multi.add(ProgressBar::new(0));
                     bar.set_style(style.clone());
-                    bar.set_prefix(mesh_lib::text::escape(image).into_owned());
+                    bar.set_prefix(mesh_lib::text::escape(&short(image)).into_owned());
                     bar.set_message("waiting");
                     ((*image).to_owned(), bar)
                 })
