@@ -129,6 +129,92 @@ impl Drop for Registry {
     }
 }
 
+/// A registry's address that goes away mid-fetch: a TCP relay on 127.0.0.1 to the registry
+/// that, once `cut_after` bytes of answers have passed, closes every connection and stops
+/// listening (as a registry that stops, or a link that drops, looks to the engine).
+struct Relay {
+    port: u16,
+    gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(port: u16, to: u16, cut_after: Option<u64>) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let gone = Arc::new(AtomicBool::new(false));
+        let passed = Arc::new(AtomicU64::new(0));
+        let flag = gone.clone();
+        let thread = std::thread::spawn(move || {
+            let mut open: Vec<std::net::TcpStream> = Vec::new();
+            while !flag.load(Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let Ok(upstream) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                client.set_nonblocking(false).unwrap();
+                open.push(client.try_clone().unwrap());
+                open.push(upstream.try_clone().unwrap());
+                let (mut c_in, mut u_out) =
+                    (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut u_out);
+                    let _ = u_out.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut u_in, mut c_out) = (upstream, client);
+                let (passed, flag) = (passed.clone(), flag.clone());
+                std::thread::spawn(move || {
+                    use std::io::Read;
+                    let mut buf = [0u8; 16 * 1024];
+                    while let Ok(n) = u_in.read(&mut buf) {
+                        if n == 0 || c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        let total = passed.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
+                        if cut_after.is_some_and(|cut| total >= cut) {
+                            flag.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+            // Gone: every connection closed, the listener dropped (connections refused).
+            for s in open {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        });
+        Self {
+            port,
+            gone,
+            thread: Some(thread),
+        }
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn stop(&mut self) {
+        self.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// What a test made on the engine: containers named `PREFIX…`, images of the registries it
 /// pushed to. All of it is removed when dropped.
 struct Made {
@@ -515,6 +601,69 @@ fn a_registry_down_refuses_the_switch_and_the_next_one_finishes() {
     assert_eq!(container(&name_a).map(|c| c.0), Some(true));
     assert_eq!(container(&name_b).map(|c| c.0), Some(true));
     assert_eq!(f.read("/etc/motd").as_deref(), Some("two\n"));
+}
+
+/// A registry that goes away in the middle of an image's layer (the engine has part of it,
+/// retries, and gives up) refuses the switch (exit 3) naming the image and the registry, with
+/// nothing changed: no file, no container, no generation, the image not on the engine. The next
+/// switch, the registry back, fetches it and finishes.
+#[test]
+fn a_registry_gone_mid_fetch_refuses_and_the_next_switch_finishes() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let registry = Registry::start(None);
+    let mut made = Made::new("im");
+    // A layer of 16 MiB that does not compress, cut after 4 MiB of it.
+    let noise: String = {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        (0..16 * 1024 * 1024 / 16)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                format!("{x:016x}")
+            })
+            .collect()
+    };
+    let (repository, digest) = made.pushed(&registry, "big", "1", &noise);
+    let mut relay = Relay::start(0, registry.port, Some(4 * 1024 * 1024));
+    let relayed = format!("127.0.0.1:{}", relay.port);
+    made.hosts.push(relayed.clone());
+    let image = format!(
+        "{}@{digest}",
+        repository.replacen(&registry.host(), &relayed, 1)
+    );
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl("n.ncl", &declaration("one\\n", &[(&name, &image)]));
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    let before = f.snapshot();
+
+    let ran = mesh_with(&f, config.path(), &["switch", decl]);
+    assert!(relay.is_gone(), "the registry went away mid-fetch");
+    assert_eq!(ran.code, 3, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image}"),
+            &format!("the registry {relayed} is not reachable"),
+            "nothing was changed",
+        ],
+    );
+    nothing_changed(&f, &before, &[&name], "registry gone mid-fetch");
+    assert!(!has_image(&image), "a part of an image is not an image");
+
+    let port = relay.port;
+    relay.stop();
+    let _back = Relay::start(port, registry.port, None);
+    let ran = mesh_with(&f, config.path(), &["switch", decl]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(container(&name).map(|c| c.0), Some(true));
+    assert_eq!(f.read("/etc/motd").as_deref(), Some("one\n"));
 }
 
 /// A digest the registry does not have refuses the switch (exit 2) naming both the pinned
