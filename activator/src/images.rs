@@ -155,7 +155,7 @@ impl FetchError {
 /// in flight were waited for, and what they fetched stays on the engine (it is used by the
 /// next switch, not fetched again).
 #[derive(Debug, thiserror::Error)]
-#[error("{}", .failed.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+#[error("{}{}", .failed.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), if .fetched.is_empty() { String::new() } else { format!(" (fetched before it, kept on the engine for the next switch: {})", .fetched.join(", ")) })]
 pub struct FetchFailed {
     /// Each failure.
     pub failed: Vec<FetchError>,
@@ -562,8 +562,11 @@ mod tests {
         assert!(!e(Why::NoSpace("full".into())).refused());
         let failed = FetchFailed {
             failed: vec![e(Why::Unreachable("x".into())), mismatch],
-            fetched: Vec::new(),
+            fetched: vec!["r.example/other@sha256:cccc".into()],
         };
         assert!(failed.refused());
+        assert!(failed
+            .to_string()
+            .contains("kept on the engine for the next switch: r.example/other@sha256:cccc"));
     }
 }

@@ -575,7 +575,14 @@ fn a_registry_down_refuses_the_switch_and_the_next_one_finishes() {
     let two = two.to_str().unwrap();
     let ran = mesh_with(&f, config.path(), &["switch", two]);
     assert_eq!(ran.code, 3, "{}{}", ran.stdout, ran.stderr);
-    assert_says(&ran, &[&format!("image {image_b}"), "not reachable"]);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image_b}"),
+            "not reachable",
+            &format!("kept on the engine for the next switch: {image_a}"),
+        ],
+    );
     assert!(
         has_image(&image_a),
         "the image fetched before the failure stays"
