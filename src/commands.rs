@@ -206,6 +206,33 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
     };
     let built = build_node(state, &args.node, args.record.as_deref(), !args.no_cache)?;
     let g = &built.summary;
+    // Images named by a tag alone: the bytes a tag names differ by node and by day, and the
+    // mesh does not fetch them. A warning, not a refusal.
+    let containers = g.containers.managed + g.containers.staged + g.containers.held;
+    let unpinned: Vec<(String, String)> = if containers == 0 {
+        Vec::new()
+    } else {
+        built
+            .generation()?
+            .containers
+            .iter()
+            .filter(|(_, c)| c.digest.is_none())
+            .map(|(n, c)| (n.to_string(), c.image.clone()))
+            .collect()
+    };
+    if !unpinned.is_empty() {
+        eprintln!(
+            "warning: {} container image(s) not pinned by digest (REPO:TAG@sha256:…): the bytes a tag names can differ from node to node and day to day, and the mesh fetches only pinned images:",
+            unpinned.len()
+        );
+        for (name, image) in &unpinned {
+            eprintln!(
+                "  container {}: {}",
+                mesh_lib::text::escape(name),
+                mesh_lib::text::escape(image)
+            );
+        }
+    }
     if args.json {
         let out = json!({
             "id": built.id,
@@ -214,7 +241,11 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
             "cached": built.cached,
             "modules_evaluated": built.evaluated,
             "files": g.files,
-            "containers": g.containers.managed + g.containers.staged + g.containers.held,
+            "containers": containers,
+            "unpinned": unpinned
+                .iter()
+                .map(|(name, image)| json!({ "container": name, "image": image }))
+                .collect::<Vec<_>>(),
             "openings": g.openings,
             "check": expected.map(|e| e == built.id),
         });

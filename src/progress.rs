@@ -1,6 +1,8 @@
 //! The container phase's progress, shown when it runs longer than a moment: a bar on a terminal
 //! (indicatif), a plain line every few seconds otherwise (a log, a CI job), both on stderr so
-//! that `--json` output stays one object.
+//! that `--json` output stays one object. The images a switch fetches before it: a line each on
+//! a terminal (its bytes as they come), otherwise a line when the fetch begins and one per image
+//! fetched or failed.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
@@ -13,10 +15,18 @@ const A_MOMENT: Duration = Duration::from_secs(1);
 /// Without a terminal, a line at most this often.
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
 
-/// Reports the container phase of a switch.
+/// Reports the container phase of a switch, and the fetch of its images before it.
 pub struct Containers {
     terminal: bool,
     state: Mutex<State>,
+    images: Mutex<Images>,
+}
+
+/// The images being fetched: a line each on a terminal.
+#[derive(Default)]
+struct Images {
+    started: Option<Instant>,
+    bars: Option<(indicatif::MultiProgress, Vec<(String, ProgressBar)>)>,
 }
 
 struct State {
@@ -36,6 +46,7 @@ impl Containers {
                 bar: None,
                 last_line: None,
             }),
+            images: Mutex::new(Images::default()),
         }
     }
 }
@@ -51,6 +62,15 @@ fn in_flight_text(in_flight: &[&str]) -> String {
         0 => String::new(),
         n if n <= 3 => format!("in flight: {}", named.join(", ")),
         n => format!("in flight: {} (+{} more)", named.join(", "), n - 3),
+    }
+}
+
+/// An image for a line of its own: its digest cut to 12 hex digits, as `docker images` shows
+/// ids (`REPO:TAG@a7cd3a45fbef`), so the bar fits beside it.
+fn short(image: &str) -> String {
+    match image.split_once("@sha256:") {
+        Some((name, hex)) => format!("{name}@{}", &hex[..hex.len().min(12)]),
+        None => image.to_owned(),
     }
 }
 
@@ -105,6 +125,89 @@ impl mesh_activator::docker::Progress for Containers {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(bar) = s.bar.take() {
             bar.finish_and_clear();
+        }
+    }
+
+    fn fetch_begin(&self, images: &[&str]) {
+        let mut s = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        s.started = Some(Instant::now());
+        if self.terminal {
+            let multi =
+                indicatif::MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
+            let style = ProgressStyle::with_template(
+                "image {prefix} [{bar:20}] {bytes}/{total_bytes} {wide_msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+            let bars = images
+                .iter()
+                .map(|image| {
+                    let bar = multi.add(ProgressBar::new(0));
+                    bar.set_style(style.clone());
+                    bar.set_prefix(mesh_lib::text::escape(&short(image)).into_owned());
+                    bar.set_message("waiting");
+                    ((*image).to_owned(), bar)
+                })
+                .collect();
+            s.bars = Some((multi, bars));
+        } else {
+            eprintln!(
+                "fetching {} image(s) before anything changes: {}",
+                images.len(),
+                images
+                    .iter()
+                    .map(|i| mesh_lib::text::escape(i).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+
+    fn fetching(&self, image: &str, state: mesh_activator::images::Fetching) {
+        use mesh_activator::images::Fetching;
+        let s = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, bars)) = &s.bars {
+            let Some((_, bar)) = bars.iter().find(|(i, _)| i == image) else {
+                return;
+            };
+            match state {
+                Fetching::Waiting => bar.set_message("waiting"),
+                Fetching::Bytes { done, total } => {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                    bar.set_message("");
+                }
+                Fetching::Done => {
+                    bar.set_position(bar.length().unwrap_or(0));
+                    bar.finish_with_message("fetched, digest checked");
+                }
+                Fetching::Failed => bar.abandon_with_message("failed"),
+            }
+        } else {
+            let elapsed = s.started.map_or(0, |t| t.elapsed().as_secs());
+            match state {
+                Fetching::Done => eprintln!(
+                    "fetched image {}, digest checked ({elapsed} s)",
+                    mesh_lib::text::escape(image)
+                ),
+                Fetching::Failed => eprintln!(
+                    "could not fetch image {} ({elapsed} s)",
+                    mesh_lib::text::escape(image)
+                ),
+                Fetching::Bytes { .. } | Fetching::Waiting => {}
+            }
+        }
+    }
+
+    fn fetch_end(&self) {
+        let mut s = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        // The lines stay: what was fetched is worth seeing above what the switch did.
+        if let Some((_multi, bars)) = s.bars.take() {
+            for (_, bar) in &bars {
+                if !bar.is_finished() {
+                    bar.abandon();
+                }
+            }
         }
     }
 }

@@ -314,6 +314,20 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
             o.push_str(&content(c));
         }
     }
+    for i in &s.images {
+        let _ = writeln!(
+            o,
+            "  {} image {}  (not on the engine{}: {})",
+            if s.dry_run { "fetch   " } else { "fetched " },
+            mesh_lib::text::escape(&i.image),
+            if s.dry_run {
+                "; would be fetched, before anything changes, for"
+            } else {
+                "; fetched and its digest checked, for"
+            },
+            i.containers.join(", ")
+        );
+    }
     for step in &s.containers {
         use mesh_activator::docker::Step;
         let _ = match step {

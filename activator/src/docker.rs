@@ -87,6 +87,12 @@ pub trait Progress: Send + Sync {
     fn update(&self, done: usize, in_flight: &[&str]);
     /// The phase is over.
     fn end(&self);
+    /// A switch's images begin to be fetched (see [`crate::images`]), before anything changes.
+    fn fetch_begin(&self, _images: &[&str]) {}
+    /// Where one image's fetch is.
+    fn fetching(&self, _image: &str, _state: crate::images::Fetching) {}
+    /// The images are fetched, or one failed.
+    fn fetch_end(&self) {}
 }
 
 /// Shows nothing.
@@ -232,37 +238,54 @@ impl Engine {
         Ok(out)
     }
 
-    /// The images of `steps` that create a container and that the engine does not have: the
-    /// mesh does not pull, and creating would fail after the files were switched.
-    pub fn missing_images(
+    /// The client, for the calls of [`crate::images`] (each counted with [`Engine::counted`]).
+    pub(crate) fn api(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// Runs `f` on the engine's runtime.
+    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.runtime.block_on(f)
+    }
+
+    /// Counts one API call made through [`Engine::api`].
+    pub(crate) fn counted(&self) {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the engine has `image` (a reference or an id).
+    pub(crate) fn has_image(&self, image: &str) -> Result<bool, DockerError> {
+        Ok(self.image_repo_digests(image)?.is_some())
+    }
+
+    /// The `RepoDigests` of `image`, or `None` when the engine does not have it.
+    pub(crate) fn image_repo_digests(
         &self,
-        containers: &BTreeMap<ContainerName, ContainerEntry>,
-        steps: &[Step],
-    ) -> Result<Vec<String>, DockerError> {
-        let wanted: std::collections::BTreeSet<&str> = steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Stage { name } | Step::Run { name, .. } => Some(name),
-                _ => None,
-            })
-            .filter_map(|name| containers.iter().find(|(n, _)| n.as_str() == name))
-            .map(|(_, e)| e.image.as_str())
-            .collect();
-        let mut missing = Vec::new();
-        for image in wanted {
-            match self.call("inspect image", image, self.docker.inspect_image(image)) {
-                Ok(_) => {}
-                Err(DockerError::Call {
-                    source:
-                        bollard::errors::Error::DockerResponseServerError {
-                            status_code: 404, ..
-                        },
-                    ..
-                }) => missing.push(image.to_owned()),
-                Err(e) => return Err(e),
-            }
+        image: &str,
+    ) -> Result<Option<Vec<String>>, DockerError> {
+        self.runtime.block_on(self.image_repo_digests_async(image))
+    }
+
+    /// [`Engine::image_repo_digests`], from async code.
+    pub(crate) async fn image_repo_digests_async(
+        &self,
+        image: &str,
+    ) -> Result<Option<Vec<String>>, DockerError> {
+        match self
+            .call_async("inspect image", image, self.docker.inspect_image(image))
+            .await
+        {
+            Ok(inspect) => Ok(Some(inspect.repo_digests.unwrap_or_default())),
+            Err(DockerError::Call {
+                source:
+                    bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404, ..
+                    },
+                ..
+            }) => Ok(None),
+            Err(e) => Err(e),
         }
-        Ok(missing)
     }
 
     /// Every host port a container publishes, once (the engine lists a port once per host
@@ -1007,6 +1030,7 @@ mod tests {
         ContainerEntry {
             module: ModuleName::new("m").unwrap(),
             image: "img".into(),
+            digest: None,
             command: vec![],
             environment: BTreeMap::new(),
             ports: vec![],

@@ -1246,6 +1246,7 @@ mod tests {
         let entry = |source: &str| ContainerEntry {
             module: ModuleName::new("m").unwrap(),
             image: "i".into(),
+            digest: None,
             command: Vec::new(),
             environment: BTreeMap::new(),
             ports: Vec::new(),

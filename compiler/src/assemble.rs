@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::Ipv4Net;
 use mesh_lib::firewall::{base_ruleset, guard_ruleset};
+use mesh_lib::image::ImageRef;
 use mesh_lib::model::{
     check_account_name, check_printable, check_setting_name, split_install, ContainerEntry,
     ContainerName, ContainerState, FileEntry, FileMode, FileState, FirewallRules, Mode, ModuleName,
@@ -591,6 +592,21 @@ impl<'a> Assembly<'a> {
                         },
                     )?),
                 };
+            // A pinned image is held with its digest; a tag alone is kept as declared.
+            let digest = if c.image.contains('@') {
+                ImageRef::parse(&c.image)
+                    .map_err(|e| {
+                        ctx.reject(
+                            &ctx.at(&here, &[f("image")]),
+                            format!("container {name}: {e}"),
+                            "this image",
+                        )
+                    })?
+                    .digest()
+                    .cloned()
+            } else {
+                None
+            };
             let state = if taken {
                 ContainerState::Managed
             } else {
@@ -634,6 +650,7 @@ impl<'a> Assembly<'a> {
             let entry = ContainerEntry {
                 module: module.clone(),
                 image: c.image.clone(),
+                digest,
                 command: c.command.clone(),
                 environment: c.environment.clone(),
                 ports,
@@ -1185,6 +1202,48 @@ mod tests {
             4,
             "three files and the unit's"
         );
+    }
+
+    /// A container's image pinned by digest is held with its digest, so the id follows the
+    /// digest; a tag alone adds nothing to the encoding (ids built before digests hold); a
+    /// malformed digest is refused at the image's value.
+    #[test]
+    fn a_pinned_image_is_held_with_its_digest() {
+        let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let build = |image: &str| {
+            let mut m = modules("/etc/caddy");
+            m[0].containers[0].image = image.to_owned();
+            in_order(&m, &[0, 1, 2])
+        };
+        let tagged = build("example/app:1").unwrap();
+        let bytes = tagged.generation.canonical_bytes().unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("\"digest\""));
+        let a = build(&format!("example/app:1@{}", digest('a'))).unwrap();
+        let held = &a.generation.containers.values().next().unwrap().digest;
+        assert_eq!(held.as_ref().map(ToString::to_string), Some(digest('a')));
+        let b = build(&format!("example/app:1@{}", digest('b'))).unwrap();
+        assert_ne!(
+            a.generation.canonical_bytes().unwrap(),
+            b.generation.canonical_bytes().unwrap()
+        );
+        let untagged = build(&format!("example/app@{}", digest('a'))).unwrap();
+        assert!(untagged.generation.containers.values().all(|c| c
+            .digest
+            .as_ref()
+            .map(ToString::to_string)
+            == Some(digest('a'))));
+        for bad in [
+            "example/app:1@sha256:abc",
+            "example/app@md5:00",
+            "Example/App@",
+        ] {
+            let e = build(bad).unwrap_err();
+            assert!(
+                e.message.contains("container app: image") && e.message.contains(bad),
+                "{bad}: {}",
+                e.message
+            );
+        }
     }
 
     /// The checks that need every module are made at the end, whatever the order: a mount

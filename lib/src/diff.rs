@@ -748,6 +748,7 @@ mod tests {
         let a = ContainerEntry {
             module: ModuleName::new("web").unwrap(),
             image: "web:1".into(),
+            digest: None,
             command: vec![],
             environment: [("A".into(), "1".into()), ("B".into(), "2".into())].into(),
             ports: vec![],

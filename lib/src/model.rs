@@ -806,8 +806,13 @@ impl ContainerState {
 pub struct ContainerEntry {
     /// The module that declares it.
     pub module: ModuleName,
-    /// The image reference.
+    /// The image reference, as declared.
     pub image: String,
+    /// The manifest digest the image is pinned by (`REPO[:TAG]@sha256:…`), so the id changes
+    /// when the digest does and never when a tag moves; not encoded when the image is named by
+    /// tag alone (a generation without digests keeps its id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<crate::image::ImageDigest>,
     /// The command, empty for the image's default.
     pub command: Vec<String>,
     /// Environment variables.
@@ -827,6 +832,28 @@ pub struct ContainerEntry {
 }
 
 impl ContainerEntry {
+    /// The digest held is the one the image reference is pinned by (none for a tag alone).
+    pub fn check_digest(&self) -> Result<(), String> {
+        let declared = if self.image.contains('@') {
+            crate::image::ImageRef::parse(&self.image)
+                .map_err(|e| e.to_string())?
+                .digest()
+                .cloned()
+        } else {
+            None
+        };
+        if declared != self.digest {
+            return Err(format!(
+                "image {} is held with digest {}",
+                self.image,
+                self.digest
+                    .as_ref()
+                    .map_or("none".to_owned(), ToString::to_string)
+            ));
+        }
+        Ok(())
+    }
+
     /// Every string `mesh show` prints on a line of its own is free of control characters (see
     /// [`check_printable`]).
     pub fn check_printable(&self) -> Result<(), String> {
@@ -1021,6 +1048,7 @@ impl Generation {
             let what = format!("container {name}");
             assigned(&c.module, &what)?;
             c.check_printable().map_err(|e| format!("{what}: {e}"))?;
+            c.check_digest().map_err(|e| format!("{what}: {e}"))?;
             if let ContainerState::Held { .. } = c.state {
                 holdable(&c.module, &what)?;
             }

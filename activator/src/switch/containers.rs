@@ -4,8 +4,10 @@
 //!
 //! The engine is asked only when the generation declares containers or this node's switches
 //! ever created one, and then before anything changes: an engine that does not answer, a found
-//! container the generation does not hold, or a missing image refuses the switch with nothing
-//! done.
+//! container the generation does not hold, or a missing image named by a tag alone refuses the
+//! switch with nothing done. The images pinned by digest that the engine lacks are fetched in
+//! the prepare phase, before anything changes ([`crate::images`]); one that cannot be fetched
+//! refuses the switch with nothing done. Dry run: the images it would fetch.
 //!
 //! The steps run concurrently across containers: every stop at once, then the creates and
 //! starts at most [`Node::with_container_jobs`] at a time (see [`Engine::apply`]); the engine
@@ -30,6 +32,9 @@ pub(crate) struct Containers {
     pub(crate) steps: Vec<Step>,
     /// The engine's listing the steps were planned from.
     pub(crate) present: BTreeMap<String, Present>,
+    /// The images pinned by digest that the steps need and the engine lacks: fetched before
+    /// anything changes.
+    pub(crate) fetch: Vec<crate::images::Wanted>,
 }
 
 impl Containers {
@@ -58,6 +63,7 @@ impl Node {
                 engine: None,
                 steps: Vec::new(),
                 present: BTreeMap::new(),
+                fetch: Vec::new(),
             });
         }
         let engine = Engine::connect()?;
@@ -80,15 +86,29 @@ impl Node {
                 });
             }
         }
-        let images = engine.missing_images(&target.containers, &steps)?;
-        if !images.is_empty() {
-            return Err(ActivateError::MissingImages { images });
+        let needed = crate::images::needed(&engine, &target.containers, &steps)?;
+        if !needed.missing.is_empty() {
+            return Err(ActivateError::MissingImages {
+                images: needed.missing,
+            });
         }
         Ok(Containers {
             engine: Some(engine),
             steps,
             present,
+            fetch: needed.fetch,
         })
+    }
+
+    /// Fetches the images the steps need and the engine lacks, before anything changes (see
+    /// [`crate::images`]). A failure refuses the switch with nothing changed.
+    pub(crate) fn fetch_images(&self, containers: &Containers) -> Result<(), ActivateError> {
+        let Some(engine) = &containers.engine else {
+            return Ok(());
+        };
+        crate::images::fetch(engine, &containers.fetch, self.progress.as_ref())
+            .map(drop)
+            .map_err(ActivateError::Images)
     }
 
     /// Carries out the steps. A failure here comes after the files of `target` were put in

@@ -150,12 +150,15 @@ pub enum ActivateError {
         /// Its name.
         name: String,
     },
-    /// Images a container to create needs are not on the engine.
-    #[error("image{} not on the Docker engine: {}; the mesh does not pull (docker pull or docker load them first); nothing was changed", if .images.len() == 1 { " is" } else { "s are" }, .images.join(", "))]
+    /// Images a container to create needs are not on the engine, and are named by a tag alone.
+    #[error("image{} not on the Docker engine: {}; the mesh fetches only images pinned by digest (REPO:TAG@sha256:…): pin {}, or docker pull or docker load {} first; nothing was changed", if .images.len() == 1 { " is" } else { "s are" }, .images.join(", "), if .images.len() == 1 { "it" } else { "them" }, if .images.len() == 1 { "it" } else { "them" })]
     MissingImages {
         /// The images.
         images: Vec<String>,
     },
+    /// An image the generation pins could not be fetched, before anything changed.
+    #[error("{0}; the switch is refused, nothing was changed")]
+    Images(crate::images::FetchFailed),
     /// Container steps failed after the files of the new generation were put in place.
     #[error("{}", unfinished(.target, .previous.as_ref(), .failed))]
     ContainersUnfinished {
@@ -236,6 +239,7 @@ impl ActivateError {
             ActivateError::FoundContainerNotHeld { .. } | ActivateError::MissingImages { .. } => {
                 Kind::Refused
             }
+            ActivateError::Images(failed) if failed.refused() => Kind::Refused,
             ActivateError::Firewall(crate::firewall::FirewallError::NotCovered(_)) => Kind::Refused,
             ActivateError::PrivateNetwork { .. } => Kind::Refused,
             ActivateError::Interfaces(e) if e.source.kind() == std::io::ErrorKind::NotFound => {

@@ -11,6 +11,8 @@
 //!    run stops here and prints them, with what a person reviews ([`review`]: each file's
 //!    content diff, the firewall's nft lines, the containers' fields);
 //! 3. **prepare**: every blob read and checked, space and writability checked ([`prepare`]);
+//!    the images pinned by digest that the containers need and the engine lacks fetched
+//!    ([`crate::images`]);
 //! 4. **apply**, in this order:
 //!    - the firewall, in one transaction ([`firewall`]): if nft refuses, nothing has changed;
 //!    - content the mesh did not write recorded, the journal written ([`prepare`]);
@@ -74,6 +76,10 @@ pub struct Switched {
     pub previous: Option<GenerationId>,
     /// The container steps.
     pub containers: Vec<crate::docker::Step>,
+    /// The images pinned by digest the engine lacked, fetched before anything changed (for a
+    /// dry run: those it would fetch).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<crate::images::Wanted>,
     /// How many Docker API calls the switch made.
     pub docker_calls: usize,
     /// How many systemd jobs the switch queued.
@@ -200,6 +206,7 @@ impl Node {
                 services,
                 failed: recovered.failed,
                 previous,
+                images: containers.fetch,
                 containers: containers.steps,
                 firewall: None,
                 restored: Vec::new(),
@@ -207,8 +214,10 @@ impl Node {
             });
         }
 
-        // Prepare: everything that will be written, read and checked before anything changes.
+        // Prepare: everything that will be written, read and checked before anything changes;
+        // the images the containers need and the engine lacks, fetched.
         let blobs = self.check(&plan, std::mem::take(&mut plaintexts))?;
+        self.fetch_images(&containers)?;
 
         // Apply: the firewall first, in one transaction; then what the mesh did not write is
         // recorded and the journal written; then the files, then the containers.
@@ -262,6 +271,7 @@ impl Node {
             services,
             failed,
             previous,
+            images: containers.fetch,
             containers: containers.steps,
             firewall: Some(firewall),
             restored: Vec::new(),

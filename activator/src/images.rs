@@ -1,0 +1,572 @@
+//! The images a generation needs, fetched through the engine before anything changes.
+//!
+//! Which ([`needed`]): the image of every container a switch creates (staged or run). One
+//! pinned by digest (`REPO[:TAG]@sha256:…`) that the engine has by that digest is used as it
+//! is, never fetched again; one it lacks is fetched. One named by a tag alone is never fetched:
+//! the bytes a tag names differ from node to node and from day to day, and the generation's id
+//! would not say what runs; missing, it refuses the switch as before (pin it, or pull it by
+//! hand).
+//!
+//! How ([`fetch`]): the engine's own pull (`POST /images/create`, bollard's `create_image`)
+//! of `REPO@sha256:…` — the tag is not asked, so a tag that moved at the registry changes
+//! nothing — with the credentials the docker config keeps for the registry, found as `mesh
+//! push` finds them ([`mesh_registry::docker_credentials`]); at most [`FETCH_JOBS`] images at a
+//! time, each reported to the [`Progress`] as its bytes come. After the pull each image is
+//! checked: the engine's `RepoDigests` must list its repository at its digest.
+//!
+//! Invariants: a fetch changes only the engine's image store, never a container, a file or
+//! the firewall, so a failed fetch leaves the node as it was; it can run on its own, before
+//! any switch (a stage). A failure names the image and why, and says whether another try can
+//! help ([`FetchFailed::refused`]: a digest the registry does not have, or credentials it
+//! denies) or not (a registry that does not answer, a full disk).
+
+use std::collections::BTreeMap;
+
+use bollard::auth::DockerCredentials;
+use bollard::query_parameters::CreateImageOptions;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use mesh_lib::image::{ImageDigest, ImageRef};
+use mesh_lib::model::{ContainerEntry, ContainerName};
+use serde::Serialize;
+
+use crate::docker::{DockerError, Engine, Progress, Step};
+
+/// How many images are fetched at once: the engine downloads each one's layers side by side
+/// already (three at a time), so a few images keep a link busy without flooding a registry.
+pub const FETCH_JOBS: usize = 4;
+
+/// An image a switch fetches (or, for a dry run, would fetch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Wanted {
+    /// The reference as declared.
+    pub image: String,
+    /// The digest it is pinned by.
+    pub digest: ImageDigest,
+    /// The containers that need it.
+    pub containers: Vec<String>,
+}
+
+/// The images of a switch's creates.
+#[derive(Debug, Default)]
+pub struct Needed {
+    /// Pinned by digest and not on the engine by it: fetched before anything changes.
+    pub fetch: Vec<Wanted>,
+    /// Named by a tag alone and not on the engine: the switch is refused.
+    pub missing: Vec<String>,
+}
+
+/// Why an image could not be fetched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// The registry has no manifest of that digest in the repository; `tagged` is what the
+    /// declared tag names there now, when it has one the registry knows.
+    NoSuchDigest {
+        /// The repository.
+        repository: String,
+        /// The tag's reference and its digest at the registry.
+        tagged: Option<(String, String)>,
+    },
+    /// The engine fetched it, but its `RepoDigests` does not list the pinned digest.
+    Mismatch {
+        /// What the engine lists for the image.
+        found: Vec<String>,
+    },
+    /// The registry refused the credentials, or asked for some and none were given.
+    Denied {
+        /// The registry's message, through the engine.
+        message: String,
+        /// Whether the docker config gave credentials for the registry.
+        had_credentials: bool,
+    },
+    /// The registry does not answer.
+    Unreachable(String),
+    /// The engine's disk is full.
+    NoSpace(String),
+    /// Another failure of the engine.
+    Engine(String),
+}
+
+/// An image that could not be fetched, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("image {image}: {}", describe(.digest, .registry, .why))]
+pub struct FetchError {
+    /// The reference as declared.
+    pub image: String,
+    /// The digest it is pinned by.
+    pub digest: ImageDigest,
+    /// The registry asked.
+    pub registry: String,
+    /// Why.
+    pub why: Why,
+}
+
+fn describe(digest: &ImageDigest, registry: &str, why: &Why) -> String {
+    match why {
+        Why::NoSuchDigest {
+            repository,
+            tagged: Some((tag, theirs)),
+        } => format!(
+            "the digest does not match: the declaration pins {digest}, the registry {registry} has {tag} at {theirs} and no manifest {digest} in {repository}"
+        ),
+        Why::NoSuchDigest {
+            repository,
+            tagged: None,
+        } => format!(
+            "the digest does not match: the registry {registry} has no manifest {digest} in {repository}"
+        ),
+        Why::Mismatch { found } => format!(
+            "the digest does not match: the declaration pins {digest}, the engine fetched {}",
+            if found.is_empty() {
+                "an image with no repository digest".to_owned()
+            } else {
+                found.join(", ")
+            }
+        ),
+        Why::Denied {
+            message,
+            had_credentials: true,
+        } => format!(
+            "the registry {registry} denied the docker config's credentials: {message}"
+        ),
+        Why::Denied {
+            message,
+            had_credentials: false,
+        } => format!(
+            "the registry {registry} denied access and the docker config has no credentials for it (docker login {registry}, or DOCKER_CONFIG): {message}"
+        ),
+        Why::Unreachable(m) => format!("the registry {registry} is not reachable: {m}"),
+        Why::NoSpace(m) => format!("the engine's disk is full: {m}"),
+        Why::Engine(m) => format!("the engine failed to fetch it: {m}"),
+    }
+}
+
+impl FetchError {
+    /// Whether trying again as it is cannot help: the digest is not there, or the credentials
+    /// are denied (exit 2); otherwise the registry, the network or the engine failed (exit 3).
+    pub fn refused(&self) -> bool {
+        matches!(
+            self.why,
+            Why::NoSuchDigest { .. } | Why::Mismatch { .. } | Why::Denied { .. }
+        )
+    }
+}
+
+/// The images that could not be fetched. When one failed no other fetch was started; those
+/// in flight were waited for, and what they fetched stays on the engine (it is used by the
+/// next switch, not fetched again).
+#[derive(Debug, thiserror::Error)]
+#[error("{}{}", .failed.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), if .fetched.is_empty() { String::new() } else { format!(" (fetched before it, kept on the engine for the next switch: {})", .fetched.join(", ")) })]
+pub struct FetchFailed {
+    /// Each failure.
+    pub failed: Vec<FetchError>,
+    /// The images fetched before the failure.
+    pub fetched: Vec<String>,
+}
+
+impl FetchFailed {
+    /// Whether one of the failures is a refusal another try cannot help (see
+    /// [`FetchError::refused`]).
+    pub fn refused(&self) -> bool {
+        self.failed.iter().any(FetchError::refused)
+    }
+}
+
+/// One image's fetch, as a person is shown it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetching {
+    /// Not started yet.
+    Waiting,
+    /// Its layers' bytes: how many came of how many are known so far.
+    Bytes {
+        /// Downloaded.
+        done: u64,
+        /// Known to come (grows as the engine learns each layer's size).
+        total: u64,
+    },
+    /// Fetched and checked.
+    Done,
+    /// Failed.
+    Failed,
+}
+
+/// The images of the creates among `steps` that the engine lacks: the pinned ones to fetch,
+/// the tag-only ones missing.
+pub fn needed(
+    engine: &Engine,
+    containers: &BTreeMap<ContainerName, ContainerEntry>,
+    steps: &[Step],
+) -> Result<Needed, DockerError> {
+    let mut users: BTreeMap<&str, (Option<&ImageDigest>, Vec<String>)> = BTreeMap::new();
+    for step in steps {
+        let (Step::Stage { name } | Step::Run { name, .. }) = step else {
+            continue;
+        };
+        let Some(entry) = containers
+            .iter()
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, e)| e)
+        else {
+            continue;
+        };
+        users
+            .entry(entry.image.as_str())
+            .or_insert_with(|| (entry.digest.as_ref(), Vec::new()))
+            .1
+            .push(name.clone());
+    }
+    let mut out = Needed::default();
+    for (image, (digest, names)) in users {
+        match digest {
+            Some(digest) => {
+                if !has_by_digest(engine, image)? {
+                    out.fetch.push(Wanted {
+                        image: image.to_owned(),
+                        digest: digest.clone(),
+                        containers: names,
+                    });
+                }
+            }
+            None => {
+                if !engine.has_image(image)? {
+                    out.missing.push(image.to_owned());
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the engine has the pinned `image` by its digest: its `RepoDigests` lists the
+/// repository at the digest (an image of the same tag and other bytes is not it).
+fn has_by_digest(engine: &Engine, image: &str) -> Result<bool, DockerError> {
+    let Ok(r) = ImageRef::parse(image) else {
+        return Ok(false);
+    };
+    let Some(by_digest) = r.by_digest() else {
+        return Ok(false);
+    };
+    Ok(engine
+        .image_repo_digests(&by_digest)?
+        .is_some_and(|found| found.iter().any(|d| r.matches_repo_digest(d))))
+}
+
+/// Fetches every image of `wanted` through the engine, at most [`FETCH_JOBS`] at a time, each
+/// checked against its digest after; after a failure no other fetch starts, and those in flight
+/// are waited for. Returns the images fetched.
+pub fn fetch(
+    engine: &Engine,
+    wanted: &[Wanted],
+    progress: &dyn Progress,
+) -> Result<Vec<String>, FetchFailed> {
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The credentials first, once per registry (a helper is a process to run, up to 10 s).
+    let mut plans = Vec::new();
+    let mut logins: BTreeMap<String, Option<DockerCredentials>> = BTreeMap::new();
+    for w in wanted {
+        let r = ImageRef::parse(&w.image).map_err(|e| FetchFailed {
+            failed: vec![FetchError {
+                image: w.image.clone(),
+                digest: w.digest.clone(),
+                registry: String::new(),
+                why: Why::Engine(e.to_string()),
+            }],
+            fetched: Vec::new(),
+        })?;
+        let login = logins
+            .entry(r.credentials_host().to_owned())
+            .or_insert_with(|| {
+                mesh_registry::docker_credentials(r.credentials_host()).map(|(user, password)| {
+                    DockerCredentials {
+                        username: Some(user),
+                        password: Some(password),
+                        serveraddress: Some(r.registry().to_owned()),
+                        ..Default::default()
+                    }
+                })
+            })
+            .clone();
+        plans.push((w, r, login));
+    }
+    let names: Vec<&str> = wanted.iter().map(|w| w.image.as_str()).collect();
+    progress.fetch_begin(&names);
+    let (fetched, failed) = engine.block_on(async {
+        let mut queue = plans.iter();
+        let mut running = FuturesUnordered::new();
+        let mut fetched = Vec::new();
+        let mut failed = Vec::new();
+        loop {
+            while failed.is_empty() && running.len() < FETCH_JOBS {
+                let Some((w, r, login)) = queue.next() else {
+                    break;
+                };
+                running.push(async move { (w, fetch_one(engine, w, r, login, progress).await) });
+            }
+            let Some((w, result)) = running.next().await else {
+                break;
+            };
+            match result {
+                Ok(()) => {
+                    progress.fetching(&w.image, Fetching::Done);
+                    fetched.push(w.image.clone());
+                }
+                Err(e) => {
+                    progress.fetching(&w.image, Fetching::Failed);
+                    failed.push(e);
+                }
+            }
+        }
+        (fetched, failed)
+    });
+    progress.fetch_end();
+    if failed.is_empty() {
+        Ok(fetched)
+    } else {
+        Err(FetchFailed { failed, fetched })
+    }
+}
+
+/// One image: pulled by its digest, then checked.
+async fn fetch_one(
+    engine: &Engine,
+    w: &Wanted,
+    r: &ImageRef,
+    login: &Option<DockerCredentials>,
+    progress: &dyn Progress,
+) -> Result<(), FetchError> {
+    let fail = |why| FetchError {
+        image: w.image.clone(),
+        digest: w.digest.clone(),
+        registry: r.registry().to_owned(),
+        why,
+    };
+    let options = CreateImageOptions {
+        from_image: Some(r.repository()),
+        tag: Some(w.digest.to_string()),
+        ..Default::default()
+    };
+    engine.counted();
+    let mut stream = engine
+        .api()
+        .create_image(Some(options), None, login.clone());
+    // Each layer's bytes, by the engine's id of it: a layer is counted once it says its size.
+    let mut layers: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    while let Some(item) = stream.next().await {
+        let info = match item {
+            Ok(info) => info,
+            Err(e) => {
+                let why = classify(&e, login.is_some());
+                let why = match why {
+                    Why::NoSuchDigest { .. } => Why::NoSuchDigest {
+                        repository: r.repository(),
+                        tagged: tagged_at_registry(engine, r, login).await,
+                    },
+                    other => other,
+                };
+                return Err(fail(why));
+            }
+        };
+        let (Some(id), Some(status)) = (info.id, info.status) else {
+            continue;
+        };
+        let detail = info.progress_detail.unwrap_or_default();
+        let (current, total) = (
+            detail.current.and_then(|c| u64::try_from(c).ok()),
+            detail.total.and_then(|t| u64::try_from(t).ok()),
+        );
+        match status.as_str() {
+            "Downloading" => {
+                if let (Some(c), Some(t)) = (current, total) {
+                    layers.insert(id, (c, t));
+                }
+            }
+            "Download complete" | "Pull complete" | "Already exists" => {
+                if let Some(l) = layers.get_mut(&id) {
+                    l.0 = l.1;
+                }
+            }
+            _ => continue,
+        }
+        let (done, total) = layers
+            .values()
+            .fold((0, 0), |(d, t), (ld, lt)| (d + ld, t + lt));
+        progress.fetching(&w.image, Fetching::Bytes { done, total });
+    }
+    // Checked, not trusted: the engine's record of the image must list the pinned digest.
+    let by_digest = r.by_digest().unwrap_or_default();
+    let found = engine
+        .image_repo_digests_async(&by_digest)
+        .await
+        .map_err(|e| fail(Why::Engine(e.to_string())))?;
+    match found {
+        Some(found) if found.iter().any(|d| r.matches_repo_digest(d)) => Ok(()),
+        Some(found) => Err(fail(Why::Mismatch { found })),
+        None => Err(fail(Why::Mismatch { found: Vec::new() })),
+    }
+}
+
+/// What the declared tag names at the registry, asked through the engine without fetching
+/// anything: a digest that does not match is then named beside the pinned one.
+async fn tagged_at_registry(
+    engine: &Engine,
+    r: &ImageRef,
+    login: &Option<DockerCredentials>,
+) -> Option<(String, String)> {
+    let by_tag = r.by_tag()?;
+    engine.counted();
+    let inspect = engine
+        .api()
+        .inspect_registry_image(&by_tag, login.clone())
+        .await
+        .ok()?;
+    let theirs = inspect.descriptor.digest?;
+    (Some(theirs.as_str()) != r.digest().map(ImageDigest::as_str)).then_some((by_tag, theirs))
+}
+
+/// Why a pull failed, from the engine's answer: its status and the registry's message it
+/// passes on.
+fn classify(e: &bollard::errors::Error, had_credentials: bool) -> Why {
+    let (status, message) = match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message,
+        } => (Some(*status_code), message.clone()),
+        bollard::errors::Error::DockerStreamError { error } => (None, error.clone()),
+        other => return Why::Engine(other.to_string()),
+    };
+    let lower = message.to_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    if has(&["no space left on device", "disk quota exceeded"]) {
+        Why::NoSpace(message)
+    } else if has(&[
+        "unauthorized",
+        "authentication required",
+        "denied",
+        "no basic auth credentials",
+        "forbidden",
+    ]) {
+        Why::Denied {
+            message,
+            had_credentials,
+        }
+    } else if status == Some(404) || has(&["manifest unknown", "not found: manifest"]) {
+        Why::NoSuchDigest {
+            repository: String::new(),
+            tagged: None,
+        }
+    } else if has(&[
+        "connection refused",
+        "dial tcp",
+        "no such host",
+        "i/o timeout",
+        "timeout",
+        "eof",
+        "connection reset",
+        "network is unreachable",
+        "no route to host",
+        "tls",
+        "server gave http response",
+        "service unavailable",
+        "bad gateway",
+    ]) {
+        Why::Unreachable(message)
+    } else {
+        Why::Engine(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(status: u16, message: &str) -> bollard::errors::Error {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: status,
+            message: message.to_owned(),
+        }
+    }
+
+    /// The engine's answers as dockerd gives them (taken from a real Distribution registry):
+    /// a digest it does not have, credentials missing or denied, a registry that does not
+    /// answer, a full disk, each read as what it is.
+    #[test]
+    fn the_engines_answers_are_read_as_what_they_are() {
+        let unknown = server(404, "manifest for 127.0.0.1:5391/t/busy@sha256:00 not found: manifest unknown: manifest unknown");
+        assert!(matches!(
+            classify(&unknown, false),
+            Why::NoSuchDigest { .. }
+        ));
+        let none = server(500, "Get \"http://127.0.0.1:5392/v2/t/busy/manifests/sha256:a7\": no basic auth credentials");
+        assert_eq!(
+            classify(&none, false),
+            Why::Denied {
+                message: "Get \"http://127.0.0.1:5392/v2/t/busy/manifests/sha256:a7\": no basic auth credentials".into(),
+                had_credentials: false
+            }
+        );
+        let wrong = server(500, "unauthorized: authentication required");
+        assert!(matches!(
+            classify(&wrong, true),
+            Why::Denied {
+                had_credentials: true,
+                ..
+            }
+        ));
+        let down = server(
+            500,
+            "Get \"http://127.0.0.1:5399/v2/\": dial tcp 127.0.0.1:5399: connect: connection refused",
+        );
+        assert!(matches!(classify(&down, false), Why::Unreachable(_)));
+        let mid = bollard::errors::Error::DockerStreamError {
+            error: "unexpected EOF".into(),
+        };
+        assert!(matches!(classify(&mid, false), Why::Unreachable(_)));
+        let full = bollard::errors::Error::DockerStreamError {
+            error: "write /var/lib/docker/tmp/x: no space left on device".into(),
+        };
+        assert!(matches!(classify(&full, false), Why::NoSpace(_)));
+    }
+
+    /// A digest mismatch and a denial refuse (another try cannot help); an unreachable
+    /// registry or a full disk is a failure of the system. The message names the image, the
+    /// pinned digest and what the registry has.
+    #[test]
+    fn refusals_and_failures_are_told_apart() {
+        let digest = ImageDigest::try_from(format!("sha256:{}", "a".repeat(64))).unwrap();
+        let e = |why| FetchError {
+            image: "r.example/app:1@sha256:aaaa".into(),
+            digest: digest.clone(),
+            registry: "r.example".into(),
+            why,
+        };
+        let theirs = format!("sha256:{}", "b".repeat(64));
+        let mismatch = e(Why::NoSuchDigest {
+            repository: "r.example/app".into(),
+            tagged: Some(("r.example/app:1".into(), theirs.clone())),
+        });
+        assert!(mismatch.refused());
+        let text = mismatch.to_string();
+        assert!(
+            text.contains(digest.as_str())
+                && text.contains(&theirs)
+                && text.contains("r.example/app:1"),
+            "{text}"
+        );
+        assert!(e(Why::Denied {
+            message: "denied".into(),
+            had_credentials: true
+        })
+        .refused());
+        assert!(!e(Why::Unreachable("refused".into())).refused());
+        assert!(!e(Why::NoSpace("full".into())).refused());
+        let failed = FetchFailed {
+            failed: vec![e(Why::Unreachable("x".into())), mismatch],
+            fetched: vec!["r.example/other@sha256:cccc".into()],
+        };
+        assert!(failed.refused());
+        assert!(failed
+            .to_string()
+            .contains("kept on the engine for the next switch: r.example/other@sha256:cccc"));
+    }
+}

@@ -1,0 +1,841 @@
+//! Images from a registry, through the real Docker engine and a real Distribution registry
+//! (Debian's `docker-registry`) each test starts on 127.0.0.1, on a port of its own: an image
+//! the test makes (`docker import` of the static busybox), pushes, then removes from the engine.
+//! A switch whose container names it by digest fetches it before anything changes; a registry
+//! that is down, a digest that does not match, credentials missing or denied refuse the switch
+//! with nothing changed. Every container and image a test makes is removed afterwards, also
+//! when it fails; the registries stop with their guards.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::containers::{docker, docker_here, take_turn};
+use crate::node_fixture::{Fixture, Snapshot};
+use crate::registry_lab::REGISTRY;
+use crate::rejections::{assert_says, module, node, rejected, PORTS};
+use crate::support::{have_root_tools, run, Ran};
+
+/// A Distribution registry on 127.0.0.1:`port`, its storage in a temp folder that outlives a
+/// restart; optionally with basic auth (`htpasswd`). Stopped when dropped.
+struct Registry {
+    dir: tempfile::TempDir,
+    port: u16,
+    auth: bool,
+    child: Option<Child>,
+}
+
+impl Registry {
+    fn start(auth: Option<(&str, &str)>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        // A port of its own (the pull tests' registries are in namespaces of their own).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if let Some((user, password)) = auth {
+            let out = Command::new("htpasswd")
+                .args(["-Bbn", user, password])
+                .output()
+                .expect("htpasswd (apache2-utils) runs");
+            assert!(out.status.success(), "htpasswd");
+            std::fs::write(dir.path().join("htpasswd"), out.stdout).unwrap();
+        }
+        let mut r = Self {
+            dir,
+            port,
+            auth: auth.is_some(),
+            child: None,
+        };
+        r.write_config();
+        r.up();
+        r
+    }
+
+    fn write_config(&self) {
+        let auth = if self.auth {
+            format!(
+                "auth:\n  htpasswd:\n    realm: mesh-test\n    path: {}\n",
+                self.dir.path().join("htpasswd").display()
+            )
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            self.dir.path().join("config.yml"),
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n{auth}http:\n  addr: 127.0.0.1:{}\n",
+                self.dir.path().join("storage").display(),
+                self.port
+            ),
+        )
+        .unwrap();
+    }
+
+    fn up(&mut self) {
+        let child = Command::new(REGISTRY)
+            .arg("serve")
+            .arg(self.dir.path().join("config.yml"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("registry.log")).unwrap())
+            .spawn()
+            .expect("the registry starts");
+        self.child = Some(child);
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            // 200 without auth, 401 with: either way it answers.
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "the registry does not answer: {}",
+            std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+        );
+    }
+
+    fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The same storage served with basic auth from now on.
+    fn with_auth(&mut self, user: &str, password: &str) {
+        self.down();
+        let out = Command::new("htpasswd")
+            .args(["-Bbn", user, password])
+            .output()
+            .expect("htpasswd (apache2-utils) runs");
+        std::fs::write(self.dir.path().join("htpasswd"), out.stdout).unwrap();
+        self.auth = true;
+        self.write_config();
+        self.up();
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// A registry's address that goes away mid-fetch: a TCP relay on 127.0.0.1 to the registry
+/// that, once `cut_after` bytes of answers have passed, closes every connection and stops
+/// listening (as a registry that stops, or a link that drops, looks to the engine).
+struct Relay {
+    port: u16,
+    gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(port: u16, to: u16, cut_after: Option<u64>) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let gone = Arc::new(AtomicBool::new(false));
+        let passed = Arc::new(AtomicU64::new(0));
+        let flag = gone.clone();
+        let thread = std::thread::spawn(move || {
+            let mut open: Vec<std::net::TcpStream> = Vec::new();
+            while !flag.load(Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let Ok(upstream) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                client.set_nonblocking(false).unwrap();
+                open.push(client.try_clone().unwrap());
+                open.push(upstream.try_clone().unwrap());
+                let (mut c_in, mut u_out) =
+                    (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut u_out);
+                    let _ = u_out.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut u_in, mut c_out) = (upstream, client);
+                let (passed, flag) = (passed.clone(), flag.clone());
+                std::thread::spawn(move || {
+                    use std::io::Read;
+                    let mut buf = [0u8; 16 * 1024];
+                    while let Ok(n) = u_in.read(&mut buf) {
+                        if n == 0 || c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        let total = passed.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
+                        if cut_after.is_some_and(|cut| total >= cut) {
+                            flag.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+            // Gone: every connection closed, the listener dropped (connections refused).
+            for s in open {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        });
+        Self {
+            port,
+            gone,
+            thread: Some(thread),
+        }
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn stop(&mut self) {
+        self.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What a test made on the engine: containers named `PREFIX…`, images of the registries it
+/// pushed to. All of it is removed when dropped.
+struct Made {
+    prefix: String,
+    hosts: Vec<String>,
+}
+
+impl Made {
+    fn new(tag: &str) -> Self {
+        Self {
+            prefix: format!("meshtest{}{tag}", std::process::id()),
+            hosts: Vec::new(),
+        }
+    }
+
+    /// Makes an image of the static busybox (and `extra`, a file that makes it other bytes),
+    /// pushes it to `registry` as `REPO:TAG`, removes it from the engine, and returns its
+    /// repository and digest.
+    fn pushed(
+        &mut self,
+        registry: &Registry,
+        repo: &str,
+        tag: &str,
+        extra: &str,
+    ) -> (String, String) {
+        self.hosts.push(registry.host());
+        let repository = format!("{}/{}/{repo}", registry.host(), self.prefix);
+        let reference = format!("{repository}:{tag}");
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("bin")).unwrap();
+        std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
+        std::fs::write(root.path().join("extra"), extra).unwrap();
+        let tar = Command::new("tar")
+            .arg("-C")
+            .arg(root.path())
+            .args(["-c", "."])
+            .output()
+            .unwrap();
+        assert!(tar.status.success());
+        let mut import = Command::new("docker")
+            .args(["import", "-", &reference])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
+        assert!(import.wait().unwrap().success(), "docker import");
+        docker(&["push", &reference]);
+        let repo_digest = docker(&[
+            "image",
+            "inspect",
+            "--format",
+            "{{index .RepoDigests 0}}",
+            &reference,
+        ]);
+        let digest = repo_digest
+            .split_once('@')
+            .map(|(_, d)| d.to_owned())
+            .expect("a repo digest after the push");
+        self.remove_images(&registry.host());
+        assert!(!has_image(&format!("{repository}@{digest}")));
+        (repository, digest)
+    }
+
+    /// Removes every image of `host`'s repositories from the engine.
+    fn remove_images(&self, host: &str) {
+        let Ok(out) = Command::new("docker")
+            .args([
+                "images",
+                "--digests",
+                "--no-trunc",
+                "--format",
+                "{{.Repository}} {{.Tag}} {{.Digest}} {{.ID}}",
+            ])
+            .output()
+        else {
+            return;
+        };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let [repo, tag, digest, id] = words[..] else {
+                continue;
+            };
+            if !repo.starts_with(&format!("{host}/")) {
+                continue;
+            }
+            for r in [
+                format!("{repo}:{tag}"),
+                format!("{repo}@{digest}"),
+                id.to_owned(),
+            ] {
+                let _ = Command::new("docker").args(["rmi", "-f", &r]).output();
+            }
+        }
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        if let Ok(names) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("name={}", self.prefix)])
+            .output()
+        {
+            for id in String::from_utf8_lossy(&names.stdout).split_whitespace() {
+                let _ = Command::new("docker").args(["rm", "-f", id]).output();
+            }
+        }
+        for host in &self.hosts {
+            self.remove_images(host);
+        }
+    }
+}
+
+fn has_image(reference: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", reference])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// (running, image id) of the container `name`, if there is one.
+fn container(name: &str) -> Option<(bool, String)> {
+    let out = Command::new("docker")
+        .args(["inspect", "-f", "{{.State.Running}} {{.Image}}", name])
+        .output()
+        .unwrap();
+    out.status.success().then(|| {
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let (running, image) = text.split_once(' ').unwrap_or_default();
+        (running == "true", image.to_owned())
+    })
+}
+
+/// Whether root, docker, the registry and (for the credentials) htpasswd are here; in CI
+/// their absence is a failure.
+fn lab_here(htpasswd: bool) -> bool {
+    let mut tools = vec!["docker", "tar", "docker-registry"];
+    if htpasswd {
+        tools.push("htpasswd");
+    }
+    have_root_tools(&tools) && docker_here()
+}
+
+/// A node with the file `/etc/motd` and one container per `(name, image)`, each sleeping.
+fn declaration(motd: &str, containers: &[(&str, &str)]) -> String {
+    let list: Vec<String> = containers
+        .iter()
+        .map(|(name, image)| {
+            format!(
+                r#"{{ name = "{name}", image = "{image}", command = ["/bin/busybox", "sleep", "1000"], stop_timeout = 0 }}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.5" }},
+  }},
+  modules = [
+    {{ name = "motd", config = fun s => {{ files = [{{ path = "/etc/motd", content = "{motd}" }}] }} }},
+    {{ name = "app", config = fun s => {{ containers = [{}] }} }},
+  ],
+}}
+"#,
+        list.join(", ")
+    )
+}
+
+/// `mesh ARGS` on the fixture's node, with `DOCKER_CONFIG` at `config` (a folder that may hold
+/// a `config.json`): never the machine's own.
+fn mesh_with(f: &Fixture, config: &Path, args: &[&str]) -> Ran {
+    let mut c = f.command(args);
+    c.env("DOCKER_CONFIG", config);
+    run(c)
+}
+
+/// The generations the node has (none before its first switch).
+fn generations(f: &Fixture) -> usize {
+    let ran = f.mesh(&["generations", "--json"]);
+    serde_json::from_str::<serde_json::Value>(&ran.stdout)
+        .ok()
+        .and_then(|v| v["generations"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+/// What a refused switch must leave: the files as they were, no container, no generation.
+fn nothing_changed(f: &Fixture, before: &Snapshot, names: &[&str], context: &str) {
+    assert_eq!(&f.snapshot(), before, "{context}: the files changed");
+    for name in names {
+        assert_eq!(container(name), None, "{context}: container {name} exists");
+    }
+    assert_eq!(generations(f), 0, "{context}: a generation was committed");
+}
+
+/// Standard base64, as a docker config's `auth` holds `USER:PASSWORD`.
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn empty_config() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// A container whose image is pinned by digest, absent from the engine, is fetched by the
+/// switch before anything changes (a dry run only says it would be), checked against its
+/// digest and run; the digest is fetched, not the tag, so a tag moved to other bytes at the
+/// registry changes nothing; an image the engine has by its digest is not fetched again.
+#[test]
+fn a_pinned_image_is_fetched_by_the_switch_and_runs() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let registry = Registry::start(None);
+    let mut made = Made::new("if");
+    let (repository, digest) = made.pushed(&registry, "busy", "1", "one");
+    // The tag moves on to other bytes after the declaration pinned the first.
+    let (_, moved) = made.pushed(&registry, "busy", "1", "two");
+    assert_ne!(digest, moved);
+    let image = format!("{repository}:1@{digest}");
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl("n.ncl", &declaration("one\\n", &[(&name, &image)]));
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+
+    let built = mesh_with(&f, config.path(), &["build", decl, "--json"]);
+    assert_eq!(built.code, 0, "{}", built.stderr);
+    let v: serde_json::Value = serde_json::from_str(&built.stdout).unwrap();
+    assert_eq!(v["unpinned"], serde_json::json!([]), "{}", built.stdout);
+    assert!(!built.stderr.contains("not pinned"), "{}", built.stderr);
+
+    let before = f.snapshot();
+    let dry = mesh_with(&f, config.path(), &["switch", decl, "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stdout.contains(&format!("fetch    image {image}"))
+            && dry.stdout.contains("would be fetched"),
+        "{}",
+        dry.stdout
+    );
+    let dry_json = mesh_with(&f, config.path(), &["switch", decl, "--dry-run", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&dry_json.stdout).unwrap();
+    assert_eq!(
+        v["images"][0]["image"],
+        image.as_str(),
+        "{}",
+        dry_json.stdout
+    );
+    assert_eq!(v["images"][0]["digest"], digest.as_str());
+    assert!(
+        !has_image(&format!("{repository}@{digest}")),
+        "a dry run fetched"
+    );
+    assert_eq!(f.snapshot(), before);
+
+    let ran = mesh_with(&f, config.path(), &["switch", decl, "--json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(v["images"][0]["image"], image.as_str(), "{}", ran.stdout);
+    assert!(
+        ran.stderr
+            .contains(&format!("fetched image {image}, digest checked")),
+        "{}",
+        ran.stderr
+    );
+    let pinned_id = docker(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Id}}",
+        &format!("{repository}@{digest}"),
+    ]);
+    let (running, id) = container(&name).expect("the container was created");
+    assert!(running, "the container runs");
+    assert_eq!(id, pinned_id, "the container runs the pinned bytes");
+    assert!(
+        !has_image(&format!("{repository}:1")),
+        "the tag was not fetched"
+    );
+    assert_eq!(f.read("/etc/motd").as_deref(), Some("one\n"));
+
+    // Another generation with the same image: the engine has it by its digest.
+    docker(&["rm", "-f", &name]);
+    f.write_decl("n.ncl", &declaration("two\\n", &[(&name, &image)]));
+    let again = mesh_with(&f, config.path(), &["switch", decl, "--json"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let v: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
+    assert!(v.get("images").is_none(), "fetched again: {}", again.stdout);
+    assert!(!again.stderr.contains("fetched image"), "{}", again.stderr);
+    assert_eq!(container(&name).map(|c| c.0), Some(true));
+}
+
+/// A registry that does not answer refuses the switch (exit 3), naming the image and the
+/// registry, with nothing changed: no file, no container, no generation. With two images,
+/// one fetched and the other's registry down, the fetched one stays on the engine and nothing
+/// else changes. The next switch, the registry back, fetches only what is still missing and
+/// finishes.
+#[test]
+fn a_registry_down_refuses_the_switch_and_the_next_one_finishes() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let up = Registry::start(None);
+    let mut down = Registry::start(None);
+    let mut made = Made::new("iu");
+    let (repo_a, digest_a) = made.pushed(&up, "a", "1", "a");
+    let (repo_b, digest_b) = made.pushed(&down, "b", "1", "b");
+    down.down();
+    let image_a = format!("{repo_a}@{digest_a}");
+    let image_b = format!("{repo_b}:1@{digest_b}");
+    let (name_a, name_b) = (format!("{}-a", made.prefix), format!("{}-b", made.prefix));
+    let f = Fixture::new();
+    let config = empty_config();
+    let before = f.snapshot();
+
+    // Only the image whose registry is down.
+    f.write_decl("one.ncl", &declaration("one\\n", &[(&name_b, &image_b)]));
+    let one = f.decl("one.ncl");
+    let ran = mesh_with(&f, config.path(), &["switch", one.to_str().unwrap()]);
+    assert_eq!(ran.code, 3, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image_b}"),
+            &format!("the registry {} is not reachable", down.host()),
+            "nothing was changed",
+        ],
+    );
+    nothing_changed(&f, &before, &[&name_b], "registry down");
+
+    // Both: the one whose registry answers is fetched, the switch is refused all the same.
+    f.write_decl(
+        "two.ncl",
+        &declaration("two\\n", &[(&name_a, &image_a), (&name_b, &image_b)]),
+    );
+    let two = f.decl("two.ncl");
+    let two = two.to_str().unwrap();
+    let ran = mesh_with(&f, config.path(), &["switch", two]);
+    assert_eq!(ran.code, 3, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image_b}"),
+            "not reachable",
+            &format!("kept on the engine for the next switch: {image_a}"),
+        ],
+    );
+    assert!(
+        has_image(&image_a),
+        "the image fetched before the failure stays"
+    );
+    nothing_changed(
+        &f,
+        &before,
+        &[&name_a, &name_b],
+        "one of two registries down",
+    );
+
+    down.up();
+    let ran = mesh_with(&f, config.path(), &["switch", two, "--json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    let fetched: Vec<&str> = v["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(fetched, [image_b.as_str()], "{}", ran.stdout);
+    assert_eq!(container(&name_a).map(|c| c.0), Some(true));
+    assert_eq!(container(&name_b).map(|c| c.0), Some(true));
+    assert_eq!(f.read("/etc/motd").as_deref(), Some("two\n"));
+}
+
+/// A registry that goes away in the middle of an image's layer (the engine has part of it,
+/// retries, and gives up) refuses the switch (exit 3) naming the image and the registry, with
+/// nothing changed: no file, no container, no generation, the image not on the engine. The next
+/// switch, the registry back, fetches it and finishes.
+#[test]
+fn a_registry_gone_mid_fetch_refuses_and_the_next_switch_finishes() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let registry = Registry::start(None);
+    let mut made = Made::new("im");
+    // A layer of 16 MiB that does not compress, cut after 4 MiB of it.
+    let noise: String = {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        (0..16 * 1024 * 1024 / 16)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                format!("{x:016x}")
+            })
+            .collect()
+    };
+    let (repository, digest) = made.pushed(&registry, "big", "1", &noise);
+    let mut relay = Relay::start(0, registry.port, Some(4 * 1024 * 1024));
+    let relayed = format!("127.0.0.1:{}", relay.port);
+    made.hosts.push(relayed.clone());
+    let image = format!(
+        "{}@{digest}",
+        repository.replacen(&registry.host(), &relayed, 1)
+    );
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl("n.ncl", &declaration("one\\n", &[(&name, &image)]));
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    let before = f.snapshot();
+
+    let ran = mesh_with(&f, config.path(), &["switch", decl]);
+    assert!(relay.is_gone(), "the registry went away mid-fetch");
+    assert_eq!(ran.code, 3, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image}"),
+            &format!("the registry {relayed} is not reachable"),
+            "nothing was changed",
+        ],
+    );
+    nothing_changed(&f, &before, &[&name], "registry gone mid-fetch");
+    assert!(!has_image(&image), "a part of an image is not an image");
+
+    let port = relay.port;
+    relay.stop();
+    let _back = Relay::start(port, registry.port, None);
+    let ran = mesh_with(&f, config.path(), &["switch", decl]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(container(&name).map(|c| c.0), Some(true));
+    assert_eq!(f.read("/etc/motd").as_deref(), Some("one\n"));
+}
+
+/// A digest the registry does not have refuses the switch (exit 2) naming both the pinned
+/// digest and the one the declared tag names at the registry; nothing changed, nothing
+/// fetched.
+#[test]
+fn a_digest_that_does_not_match_is_refused_naming_both() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let registry = Registry::start(None);
+    let mut made = Made::new("id");
+    let (repository, digest) = made.pushed(&registry, "busy", "1", "one");
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let image = format!("{repository}:1@{wrong}");
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl("n.ncl", &declaration("one\\n", &[(&name, &image)]));
+    let before = f.snapshot();
+    let ran = mesh_with(
+        &f,
+        config.path(),
+        &["switch", f.decl("n.ncl").to_str().unwrap()],
+    );
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image}"),
+            "the digest does not match",
+            &format!("the declaration pins {wrong}"),
+            &format!("{repository}:1 at {digest}"),
+            "nothing was changed",
+        ],
+    );
+    nothing_changed(&f, &before, &[&name], "wrong digest");
+    assert!(!has_image(&format!("{repository}@{digest}")));
+}
+
+/// A registry with basic auth: without credentials in the docker config the fetch is denied
+/// (exit 2, saying the config has none), with a wrong password denied (exit 2), each with
+/// nothing changed; with the right ones in `auths` (the docker config `DOCKER_CONFIG` points
+/// at, as `mesh push` reads it) the image is fetched and the container runs.
+#[test]
+fn credentials_come_from_the_docker_config() {
+    if !lab_here(true) {
+        return;
+    }
+    let _turn = take_turn();
+    let mut registry = Registry::start(None);
+    let mut made = Made::new("ic");
+    let (repository, digest) = made.pushed(&registry, "busy", "1", "one");
+    registry.with_auth("ci", "s3cret");
+    let image = format!("{repository}@{digest}");
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &declaration("one\\n", &[(&name, &image)]));
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    let before = f.snapshot();
+    let config_with = |user: &str, password: &str| -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let auth = base64(format!("{user}:{password}").as_bytes());
+        std::fs::write(
+            dir.path().join("config.json"),
+            serde_json::json!({ "auths": { registry.host(): { "auth": auth } } }).to_string(),
+        )
+        .unwrap();
+        dir
+    };
+
+    let none = empty_config();
+    let ran = mesh_with(&f, none.path(), &["switch", decl]);
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image}"),
+            "denied access and the docker config has no credentials for it",
+            "nothing was changed",
+        ],
+    );
+    nothing_changed(&f, &before, &[&name], "no credentials");
+
+    let wrong = config_with("ci", "wrong");
+    let ran = mesh_with(&f, wrong.path(), &["switch", decl]);
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image}"),
+            &format!(
+                "the registry {} denied the docker config's credentials",
+                registry.host()
+            ),
+        ],
+    );
+    nothing_changed(&f, &before, &[&name], "wrong password");
+
+    let right = config_with("ci", "s3cret");
+    let ran = mesh_with(&f, right.path(), &["switch", decl]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(container(&name).map(|c| c.0), Some(true));
+    assert!(has_image(&image));
+}
+
+/// `mesh build` names the images not pinned by digest: a warning on stderr, and in `--json` a
+/// list of container and image; a pinned one is not named.
+#[test]
+fn build_warns_about_images_not_pinned() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pinned = format!("reg.example/app:1@sha256:{}", "a".repeat(64));
+    std::fs::write(
+        dir.path().join("n.ncl"),
+        declaration("x", &[("web", "reg.example/web:2"), ("app", &pinned)]),
+    )
+    .unwrap();
+    let build = |json: bool| {
+        let mut c = crate::support::mesh(state.path());
+        c.current_dir(dir.path()).args(["build", "n.ncl"]);
+        if json {
+            c.arg("--json");
+        }
+        run(c)
+    };
+    let ran = build(true);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(
+        v["unpinned"],
+        serde_json::json!([{ "container": "web", "image": "reg.example/web:2" }])
+    );
+    let ran = build(false);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            "warning: 1 container image(s) not pinned by digest",
+            "container web: reg.example/web:2",
+        ],
+    );
+    assert!(!ran.stderr.contains("container app:"), "{}", ran.stderr);
+}
+
+/// A malformed digest is a rejection pointing at the image's value: exit 1, the container
+/// named, the file and line.
+#[test]
+fn a_malformed_digest_is_rejected_at_its_value() {
+    for (image, says) in [
+        ("reg.example/app:1@sha256:abc", "64 lowercase hex digits"),
+        ("reg.example/app@md5:00", "is not sha256:"),
+        ("reg.example/App:1@sha256:", "64 lowercase hex digits"),
+    ] {
+        let c = format!(r#"containers = [{{ name = "app", image = "{image}" }}]"#);
+        let ran = rejected(&node(PORTS, &module("app", &c)), None);
+        assert_says(
+            &ran,
+            &[
+                &format!("container app: image `{image}`"),
+                says,
+                "bad-node.ncl:9:",
+            ],
+        );
+    }
+}
