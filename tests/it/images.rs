@@ -779,6 +779,58 @@ fn credentials_come_from_the_docker_config() {
     assert!(has_image(&image));
 }
 
+/// The mesh's own registry client (push, pull, prune) says which credentials it tried and
+/// where it looked when a registry refuses them: that there was no docker config, or the user
+/// it sent and the file it came from — never the password.
+#[test]
+fn a_refused_login_says_which_credentials_were_tried_and_where() {
+    if !lab_here(true) {
+        return;
+    }
+    let registry = Registry::start(Some(("ci", "s3cret")));
+    let target = format!("{}/fleet/prod", registry.host());
+    let f = Fixture::new();
+    let prune = |config: &Path| {
+        mesh_with(
+            &f,
+            config,
+            &["prune", &target, "--insecure", "--dry-run", "--json"],
+        )
+    };
+    let none = empty_config();
+    let ran = prune(none.path());
+    assert_ne!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            "credentials tried: none (there is no docker config at",
+            &none.path().join("config.json").display().to_string(),
+        ],
+    );
+    let wrong = tempfile::tempdir().unwrap();
+    std::fs::write(
+        wrong.path().join("config.json"),
+        serde_json::json!({ "auths": { registry.host(): { "auth": base64(b"ci:wrong") } } })
+            .to_string(),
+    )
+    .unwrap();
+    let ran = prune(wrong.path());
+    assert_ne!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[&format!(
+            "credentials tried: the user ci for {} from {}",
+            registry.host(),
+            wrong.path().join("config.json").display()
+        )],
+    );
+    assert!(
+        !ran.stderr.contains("wrong"),
+        "never the password: {}",
+        ran.stderr
+    );
+}
+
 /// `mesh build` names the images not pinned by digest: a warning on stderr, and in `--json` a
 /// list of container and image; a pinned one is not named.
 #[test]
