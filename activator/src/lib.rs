@@ -21,6 +21,7 @@ pub mod deploy;
 pub mod docker;
 pub mod firewall;
 pub mod host;
+pub mod import;
 pub mod interfaces;
 pub mod lock;
 mod netlink;

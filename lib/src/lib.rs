@@ -15,6 +15,7 @@ pub mod crash;
 pub mod diff;
 pub mod firewall;
 pub mod id;
+pub mod import;
 pub mod model;
 pub mod pack;
 pub mod path;
