@@ -202,17 +202,12 @@ pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) 
                 .ports
                 .iter()
                 .filter(|p| p.host_port == *port)
-                .map(|p| {
-                    format!(
-                        "{}:{} -> {}/{}",
-                        p.host_ip, p.host_port, p.container_port, p.protocol
-                    )
-                })
+                .map(|p| format!("{} -> {}/{}", p.host_ip, p.container_port, p.protocol))
                 .collect();
             port_comments.insert(
                 name.clone(),
                 format!(
-                    "from docker inspect: {} publishes {}",
+                    "from docker inspect: {} publishes it on {}",
                     c.name,
                     published.join(", ")
                 ),

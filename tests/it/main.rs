@@ -16,6 +16,7 @@ mod flip_preview;
 mod genesis;
 mod hardening;
 mod held;
+mod import;
 mod incremental;
 mod netlab;
 mod node_fixture;

@@ -1,0 +1,331 @@
+//! `mesh import` on the real engine, with an image the test makes by `docker import` of the
+//! static busybox: a predecessor's containers started by `docker run` (published port,
+//! environment with a credential, a named volume and a bind mount, a command, labels, restart
+//! policies, a stop timeout) and a file tree under the node's root are imported; the written
+//! declaration builds once the credential is supplied, `mesh import --check` finds every item
+//! equal, `mesh adopt` holds them all, and `mesh take` of a container's module keeps the very
+//! container (same id, not restarted). Import itself changes nothing on the machine. Every
+//! container, volume and image the test makes carries its unique prefix and is removed
+//! afterwards, also when the test fails (the `Made` guard).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::containers::{docker, docker_here, take_turn, Made};
+use crate::node_fixture::Fixture;
+
+/// The body of `GET /hello` from 127.0.0.1:`port`, trying for 3 s.
+fn hello(port: u16) -> Option<String> {
+    for _ in 0..30 {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.write_all(b"GET /hello HTTP/1.0\r\n\r\n");
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if let Some(body) = out.split("\r\n\r\n").nth(1) {
+                return Some(body.to_owned());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// Each container's id, start time and state: what "not restarted, not recreated" means.
+fn engine_facts(names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| {
+            docker(&[
+                "inspect",
+                "-f",
+                "{{.Id}} {{.State.StartedAt}} {{.State.Running}} {{.RestartCount}}",
+                n,
+            ])
+        })
+        .collect()
+}
+
+/// Every written file's text under `dir`, by relative path.
+fn texts(dir: &Path) -> Vec<(String, String)> {
+    walkdir::WalkDir::new(dir)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            (
+                e.path().strip_prefix(dir).unwrap().display().to_string(),
+                std::fs::read_to_string(e.path()).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Import → build → `--check` equal → adopt holds all → take keeps the container (same id);
+/// the credential never written; the port number written once; the machine unchanged by import.
+#[test]
+fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("imp");
+    let port = 40000 + (std::process::id() % 20000) as u16;
+    let (web, worker) = (
+        format!("{}-web", made.prefix),
+        format!("{}-worker", made.prefix),
+    );
+    let f = Fixture::new();
+    // The file tree the predecessor wrote, owned by its user.
+    std::fs::create_dir_all(f.at("/etc/app/conf.d")).unwrap();
+    std::fs::write(
+        f.at("/etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/srv/app:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(f.at("/etc/group"), "root:x:0:\napp:x:1000:\n").unwrap();
+    std::fs::write(
+        f.at("/etc/app/app.conf"),
+        "listen = 8080\nname = \"%{not nickel}\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        f.at("/etc/app/app.conf"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(f.at("/etc/app/app.conf"), Some(1000), Some(1000)).unwrap();
+    std::fs::write(f.at("/etc/app/conf.d/extra.conf"), "extra\n").unwrap();
+
+    // The predecessor's containers, as `docker run` started them.
+    docker(&[
+        "run",
+        "--rm",
+        "-v",
+        &format!("{}-data:/data", made.prefix),
+        &made.image,
+        "/bin/busybox",
+        "sh",
+        "-c",
+        "echo hello > /data/hello",
+    ]);
+    let conf = format!("{}:/conf:ro", f.at("/etc/app").display());
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &web,
+        "--restart",
+        "unless-stopped",
+        "--stop-timeout",
+        "1",
+        "-p",
+        &format!("127.0.0.1:{port}:8080"),
+        "-e",
+        "MODE=prod",
+        "-e",
+        "DB_PASSWORD=hunter2-not-in-clear",
+        "-l",
+        "team=web",
+        "-v",
+        &format!("{}-data:/data", made.prefix),
+        "-v",
+        &conf,
+        &made.image,
+        "/bin/busybox",
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+        "-h",
+        "/data",
+    ]);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &worker,
+        "--restart",
+        "on-failure:3",
+        "-e",
+        "INTERVAL=5",
+        &made.image,
+        "/bin/busybox",
+        "sleep",
+        "100000",
+    ]);
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
+    let before = (engine_facts(&[&web, &worker]), f.snapshot());
+
+    // The import: read-only.
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let import_args = [
+        "import",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--node",
+        "n1",
+        "--container",
+        &web,
+        "--container",
+        &worker,
+        "--file",
+        "/etc/app/app.conf",
+        "--file",
+        "/etc/app/conf.d/extra.conf",
+        "--json",
+    ];
+    let imported = f.ok(&import_args);
+    let result: serde_json::Value = serde_json::from_str(imported.last_line()).unwrap();
+    assert_eq!(
+        (engine_facts(&[&web, &worker]), f.snapshot()),
+        before,
+        "import changed the machine"
+    );
+    // The credential is listed, on stderr and in --json, and written nowhere.
+    let credentials = result["credentials"].as_array().unwrap();
+    assert!(
+        credentials
+            .iter()
+            .any(|c| c["item"] == web.as_str() && c["variable"] == "DB_PASSWORD"),
+        "{result}"
+    );
+    assert!(
+        imported.stderr.contains("DB_PASSWORD"),
+        "{}",
+        imported.stderr
+    );
+    let written = texts(&out_dir);
+    assert!(written.iter().all(|(_, t)| !t.contains("hunter2")));
+    // The published port is one setting, its number written once: in the node's declaration.
+    let web_module = format!("{}_web", made.prefix);
+    assert_eq!(result["ports"][&web_module], port, "{result}");
+    let number = port.to_string();
+    let mentions: Vec<&String> = written
+        .iter()
+        .filter(|(p, _)| p.ends_with(".ncl"))
+        .flat_map(|(p, t)| t.matches(number.as_str()).map(move |_| p))
+        .collect();
+    assert_eq!(mentions, [&"nodes/n1.ncl".to_owned()], "{written:?}");
+    let module_text = &written
+        .iter()
+        .find(|(p, _)| *p == format!("catalogue/{web_module}.ncl"))
+        .unwrap()
+        .1;
+    assert!(
+        module_text.contains(&format!("s.ports.{web_module}")),
+        "{module_text}"
+    );
+    assert!(
+        module_text.contains("# from docker inspect:"),
+        "{module_text}"
+    );
+
+    // Written over nothing: a second import is refused and leaves the files as they are.
+    let again = f.mesh(&import_args);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert_eq!(texts(&out_dir), written);
+
+    // Until the credential is supplied, the declaration does not build.
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    let unsupplied = f.mesh(&["build", decl]);
+    assert_eq!(unsupplied.code, 1, "{}", unsupplied.stderr);
+    let creds_path = out_dir.join("nodes/n1.credentials.ncl");
+    let creds = std::fs::read_to_string(&creds_path).unwrap();
+    assert!(creds.contains("DB_PASSWORD | String,"), "{creds}");
+    std::fs::write(
+        &creds_path,
+        creds.replace(
+            "DB_PASSWORD | String,",
+            "DB_PASSWORD | String = \"hunter2-not-in-clear\",",
+        ),
+    )
+    .unwrap();
+    f.ok(&["build", decl]);
+
+    // Checked exact: every container and file equal.
+    let check = |f: &Fixture| -> serde_json::Value {
+        let ran = f.mesh(&["import", "--check", decl, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+        assert_eq!(ran.code, 0, "{v:#}\n{}", ran.stderr);
+        v
+    };
+    let checked = check(&f);
+    let items = checked["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4, "{checked:#}");
+    assert!(items.iter().all(|i| i["verdict"] == "equal"), "{checked:#}");
+    assert!(items
+        .iter()
+        .filter(|i| i["kind"] == "container")
+        .all(|i| i["declared"] == i["found"]));
+
+    // Adopt holds every imported item, in force, not restarted.
+    let adopted = f.ok(&["adopt", decl]);
+    for item in [
+        format!("hold     container {web}"),
+        format!("hold     container {worker}"),
+        "hold     /etc/app/app.conf".to_owned(),
+        "hold     /etc/app/conf.d/extra.conf".to_owned(),
+    ] {
+        assert!(
+            adopted.stdout.contains(&item),
+            "{item}:\n{}",
+            adopted.stdout
+        );
+    }
+    assert_eq!(engine_facts(&[&web, &worker]), before.0, "adopt restarted");
+    assert_eq!(f.snapshot(), before.1);
+    check(&f);
+
+    // The take of the web module recreates nothing: the spec hash is equal.
+    f.ok(&["take", &web_module, decl]);
+    assert_eq!(
+        engine_facts(&[&web]),
+        engine_facts_of(&before.0, 0),
+        "take recreated"
+    );
+    assert!(!std::process::Command::new("docker")
+        .args(["inspect", &format!("{web}.found")])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
+    let status: serde_json::Value =
+        serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        status["containers"],
+        serde_json::json!({"held": 1, "staged": 0, "managed": 1})
+    );
+    check(&f);
+
+    // A declaration that differs is told, field by field, and exits 2.
+    let module_path = out_dir.join(format!("catalogue/{web_module}.ncl"));
+    std::fs::write(
+        &module_path,
+        module_text.replace("MODE = \"prod\"", "MODE = \"staging\""),
+    )
+    .unwrap();
+    let differs = f.mesh(&["import", "--check", decl, "--json"]);
+    assert_eq!(differs.code, 2, "{}", differs.stderr);
+    let v: serde_json::Value = serde_json::from_str(differs.last_line()).unwrap();
+    let web_item = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == web.as_str())
+        .unwrap();
+    assert_eq!(web_item["verdict"], "differs");
+    assert_eq!(web_item["differences"][0]["field"], "environment MODE");
+    assert_ne!(web_item["declared"], web_item["found"]);
+}
+
+fn engine_facts_of(facts: &[String], i: usize) -> Vec<String> {
+    vec![facts[i].clone()]
+}
