@@ -318,6 +318,7 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
         use mesh_activator::docker::Step;
         let _ = match step {
             Step::Hold { name } => writeln!(o, "  hold     container {name}  (found, module not taken: not stopped, not restarted)"),
+            Step::Keep { name, start } => writeln!(o, "  keep     container {name}  (found, equal to the declared one: the module's as it is, not recreated{})", if *start { "; started" } else { "" }),
             Step::Stage { name } => writeln!(o, "  stage    container {name}  (created, not started)"),
             Step::Retire { name } => writeln!(o, "  retire   container {name}  (the found one stops, kept as {name}.found)"),
             Step::Run { name, replace } => writeln!(o, "  run      container {name}{}", if *replace { "  (recreated: its spec changed)" } else { "" }),
@@ -360,6 +361,7 @@ fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
     use mesh_activator::docker::Step;
     let words = [
         "held",
+        "kept",
         "staged",
         "retired",
         "run",
@@ -369,18 +371,19 @@ fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
         "stopped",
         "restarted",
     ];
-    let mut counts = [0usize; 9];
+    let mut counts = [0usize; 10];
     for step in steps {
         let at = match step {
             Step::Hold { .. } => 0,
-            Step::Stage { .. } => 1,
-            Step::Retire { .. } => 2,
-            Step::Run { .. } => 3,
-            Step::Start { .. } => 4,
-            Step::Restore { .. } => 5,
-            Step::Remove { .. } => 6,
-            Step::Stop { .. } => 7,
-            Step::Restart { .. } => 8,
+            Step::Keep { .. } => 1,
+            Step::Stage { .. } => 2,
+            Step::Retire { .. } => 3,
+            Step::Run { .. } => 4,
+            Step::Start { .. } => 5,
+            Step::Restore { .. } => 6,
+            Step::Remove { .. } => 7,
+            Step::Stop { .. } => 8,
+            Step::Restart { .. } => 9,
         };
         counts[at] += 1;
     }

@@ -637,6 +637,15 @@ pub enum Step {
         /// Its name.
         name: String,
     },
+    /// The found container already is the declared one (the same spec once created, nothing
+    /// a declaration cannot say): the module's as it is, not recreated; started if it does not
+    /// run.
+    Keep {
+        /// Its name.
+        name: String,
+        /// Whether it is started (it did not run).
+        start: bool,
+    },
     /// Create it, not started.
     Stage {
         /// Its name.
@@ -692,6 +701,7 @@ impl Step {
     pub fn name(&self) -> &str {
         match self {
             Step::Hold { name }
+            | Step::Keep { name, .. }
             | Step::Stage { name }
             | Step::Retire { name }
             | Step::Run { name, .. }
@@ -752,11 +762,10 @@ pub fn plan(
                 // The found container already is the declared one (the same spec once
                 // created, nothing a declaration cannot say): it is the module's as it is,
                 // not recreated.
-                Some(p) if !p.is_ours() && equal.contains(&name) => {
-                    if !p.running {
-                        steps.push(Step::Start { name });
-                    }
-                }
+                Some(p) if !p.is_ours() && equal.contains(&name) => steps.push(Step::Keep {
+                    name,
+                    start: !p.running,
+                }),
                 Some(p) if !p.is_ours() => {
                     steps.push(Step::Retire { name: name.clone() });
                     steps.push(Step::Run {
@@ -827,7 +836,8 @@ fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> Vec<Calls> {
         };
         let c = &mut out[at];
         match step {
-            Step::Hold { .. } => {}
+            Step::Hold { .. } | Step::Keep { start: false, .. } => {}
+            Step::Keep { start: true, .. } => c.acquire.push(Call::Start(name)),
             Step::Stage { .. } => c.acquire.push(Call::Create(name)),
             Step::Retire { .. } => {
                 c.release.push(Call::Stop(name.clone()));
@@ -1105,14 +1115,21 @@ mod tests {
         let equal = BTreeSet::from(["c".to_string()]);
         let running = BTreeMap::from([("c".to_string(), present(None, true))]);
         let managed = one(ContainerState::Managed);
-        assert_eq!(
-            plan(&managed, &running, &none, true, "me", &equal).unwrap(),
-            vec![]
-        );
+        let keep = |start| {
+            vec![Step::Keep {
+                name: "c".into(),
+                start,
+            }]
+        };
+        let steps = plan(&managed, &running, &none, true, "me", &equal).unwrap();
+        assert_eq!(steps, keep(false));
+        assert_eq!(calls_of(&steps, &running), vec![]);
         let stopped = BTreeMap::from([("c".to_string(), present(None, false))]);
+        let steps = plan(&managed, &stopped, &none, true, "me", &equal).unwrap();
+        assert_eq!(steps, keep(true));
         assert_eq!(
-            plan(&managed, &stopped, &none, true, "me", &equal).unwrap(),
-            vec![Step::Start { name: "c".into() }]
+            calls_of(&steps, &stopped)[0].acquire,
+            [Call::Start("c".into())]
         );
         assert_eq!(
             plan(&managed, &running, &none, true, "me", &BTreeSet::new()).unwrap()[0],

@@ -284,7 +284,12 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
     check(&f);
 
     // The take of the web module recreates nothing: the spec hash is equal.
-    f.ok(&["take", &web_module, decl]);
+    let taken = f.ok(&["take", &web_module, decl]);
+    assert!(
+        taken.stdout.contains(&format!("keep     container {web}")),
+        "{}",
+        taken.stdout
+    );
     assert_eq!(
         engine_facts(&[&web]),
         engine_facts_of(&before.0, 0),

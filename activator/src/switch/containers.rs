@@ -35,7 +35,9 @@ pub(crate) struct Containers {
 impl Containers {
     /// Whether a step changes the engine.
     pub(crate) fn busy(&self) -> bool {
-        self.steps.iter().any(|s| !matches!(s, Step::Hold { .. }))
+        self.steps
+            .iter()
+            .any(|s| !matches!(s, Step::Hold { .. } | Step::Keep { start: false, .. }))
     }
 
     /// How many API calls were made.
