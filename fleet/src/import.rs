@@ -217,6 +217,8 @@ pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) 
         }
     }
     let found_ports: BTreeSet<u16> = out.ports.values().copied().collect();
+    // A bind mount of a declared file, or of its folder, needs no `host_access`.
+    let declared_files: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let mut module_refs: Vec<String> = Vec::new();
     let mut credential_fields: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for g in &groups {
@@ -237,7 +239,14 @@ pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) 
         );
         let mut body = String::new();
         for c in &g.containers {
-            render_container(c, &setting_of, &mut body, &mut creds, &mut out.gaps);
+            render_container(
+                c,
+                &setting_of,
+                &mut body,
+                &mut creds,
+                &mut out.gaps,
+                &declared_files,
+            );
         }
         let uses_credentials = !creds.is_empty();
         if uses_credentials {
@@ -462,6 +471,7 @@ fn render_container(
     body: &mut String,
     creds: &mut Vec<(String, String, String)>,
     gaps: &mut BTreeMap<String, Vec<Gap>>,
+    declared_files: &BTreeSet<&str>,
 ) {
     let mesh_lib::import::DeclaredPart {
         command,
@@ -563,8 +573,31 @@ fn render_container(
             if m.read_only {
                 e.push_str(", read_only = true");
             }
-            if m.kind == "bind" && hands_over_the_host(&m.source) {
-                e.push_str(", host_access = true");
+            if m.kind == "bind" {
+                match mesh_lib::path::host_mount(&m.source, declared_files) {
+                    Some(mesh_lib::path::HostMount::Host(what)) => {
+                        let _ = writeln!(
+                            body,
+                            "          # host_access: it hands the container {what}, as the found one has it"
+                        );
+                        e.push_str(", host_access = true");
+                    }
+                    Some(mesh_lib::path::HostMount::StateDir) => {
+                        let _ = writeln!(
+                            body,
+                            "          # NOT DECLARED (bind mount): {} — the mesh's state directory is never mounted into a container",
+                            m.source
+                        );
+                        gaps.entry(c.name.clone()).or_default().push(Gap {
+                            what: "bind mount".into(),
+                            found: format!("{}:{}", m.source, m.target),
+                            why: "the mesh's state directory is never mounted into a container"
+                                .into(),
+                        });
+                        continue;
+                    }
+                    None => {}
+                }
             }
             let _ = writeln!(body, "{e} }},");
         }
@@ -595,32 +628,6 @@ fn render_container(
         );
     }
     body.push_str("      },\n");
-}
-
-/// Whether a bind mount's host path is one the compiler refuses without `host_access` (the
-/// found container has it already: the import says so rather than change it).
-fn hands_over_the_host(source: &str) -> bool {
-    const HOST: [&str; 15] = [
-        "/etc",
-        "/root",
-        "/boot",
-        "/proc",
-        "/sys",
-        "/dev",
-        "/run",
-        "/var/run",
-        "/usr",
-        "/bin",
-        "/sbin",
-        "/lib",
-        "/lib64",
-        "/var/lib/docker",
-        "/var/lib/mesh",
-    ];
-    source == "/"
-        || HOST
-            .iter()
-            .any(|h| source == *h || source.starts_with(&format!("{h}/")))
 }
 
 /// A refusal to write over what is there.
@@ -671,6 +678,91 @@ pub fn write(out: &Path, imported: &Imported, force: bool) -> Result<Vec<PathBuf
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mesh_lib::import::LivePort;
+
+    fn container(name: &str, project: Option<&str>, ports: &[(u16, u16)]) -> LiveContainer {
+        let mut labels = BTreeMap::from([("team".to_owned(), "web".to_owned())]);
+        if let Some(p) = project {
+            labels.insert("com.docker.compose.project".into(), p.into());
+        }
+        LiveContainer {
+            name: name.into(),
+            id: "0123456789abcdef".into(),
+            running: true,
+            image: "app:1".into(),
+            image_id: "sha256:aa".into(),
+            command: vec!["serve".into()],
+            entrypoint: vec![],
+            environment: BTreeMap::from([
+                ("MODE".to_owned(), "prod".to_owned()),
+                ("DB_PASSWORD".to_owned(), "hunter2".to_owned()),
+                ("UPSTREAM".to_owned(), "aK8s9Qz2LmP4xR7vT1wB".to_owned()),
+            ]),
+            labels,
+            ports: ports
+                .iter()
+                .map(|(h, c)| LivePort {
+                    host_port: *h,
+                    container_port: *c,
+                    protocol: Protocol::Tcp,
+                    host_ip: "0.0.0.0".into(),
+                })
+                .collect(),
+            mounts: vec![],
+            stop_timeout: None,
+            restart: Some("always".into()),
+            image_defaults: Some(mesh_lib::import::ImageDefaults::default()),
+            gaps: vec![],
+        }
+    }
+
+    /// A compose project is one module; every host port is one setting whose number is
+    /// written once, in the node's declaration, and read by the module; no credential's value
+    /// is written anywhere (an environment's, by name or by entropy, or a file's line).
+    #[test]
+    fn ports_once_credentials_never_compose_projects_one_module() {
+        let containers = [
+            container("shop-web-1", Some("shop"), &[(18080, 80), (18443, 443)]),
+            container("shop-db-1", Some("shop"), &[]),
+            container("cache", None, &[(16379, 6379)]),
+        ];
+        let files = [FileToImport {
+            path: "/etc/app/app.env".into(),
+            content: b"MODE=prod\nAPI_TOKEN=s3cr3t-t0ken\n".to_vec(),
+            mode: "0600".into(),
+            owner: "root".into(),
+            group: "root".into(),
+        }];
+        let out = render("web-1", &containers, &files);
+        assert_eq!(out.modules, ["shop", "cache", "files"]);
+        let all: String = out
+            .files
+            .iter()
+            .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        for secret in ["hunter2", "aK8s9Qz2LmP4xR7vT1wB", "s3cr3t-t0ken"] {
+            assert!(!all.contains(secret), "{secret} written");
+        }
+        assert_eq!(out.credentials.len(), 7, "{:?}", out.credentials);
+        for port in ["18080", "18443", "16379"] {
+            assert_eq!(all.matches(port).count(), 1, "{port}");
+        }
+        let shop = String::from_utf8_lossy(&out.files[0].1).into_owned();
+        assert!(shop.contains("host_port = s.ports.shop_web_1_80"), "{shop}");
+        assert!(shop.contains("name = \"shop-db-1\""), "{shop}");
+        assert!(shop.starts_with("# Imported by `mesh import` from the compose project shop"));
+        let node = out
+            .files
+            .iter()
+            .find(|(p, _)| p == Path::new("nodes/web-1.ncl"))
+            .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+            .unwrap();
+        assert!(
+            node.contains("(import \"../catalogue/shop.ncl\") credentials.shop"),
+            "{node}"
+        );
+        assert!(node.contains("cache = 16379,"), "{node}");
+    }
 
     /// A string with quotes, a backslash, a newline and an interpolation stays the same text.
     #[test]
