@@ -334,3 +334,110 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
 fn engine_facts_of(facts: &[String], i: usize) -> Vec<String> {
     vec![facts[i].clone()]
 }
+
+/// Removes a Docker network when dropped (also when the test fails), after the containers on
+/// it: dropped before the test's `Made`, it removes them first (a network with a container
+/// attached is not removed).
+struct Network(String);
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| std::process::Command::new("docker").args(args).output();
+        if let Ok(ids) = docker(&["ps", "-aq", "--filter", &format!("network={}", self.0)]) {
+            for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+                let _ = docker(&["rm", "-f", id]);
+            }
+        }
+        let _ = docker(&["network", "rm", &self.0]);
+    }
+}
+
+/// What a declaration cannot say is never dropped silently: a container on a network of its
+/// own with a working folder of its own is imported with each gap named (a `NOT DECLARED` comment,
+/// stderr, `--json`), `--check` says it differs and why (exit 2), and a take does not keep it
+/// as if it were the declared one.
+#[test]
+fn what_cannot_be_declared_is_named_and_never_equal() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("gap");
+    let name = format!("{}-odd", made.prefix);
+    let network = Network(format!("{}-net", made.prefix));
+    docker(&["network", "create", &network.0]);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        &network.0,
+        "--workdir",
+        "/tmp",
+        &made.image,
+        "/bin/busybox",
+        "sleep",
+        "100000",
+    ]);
+    let before = engine_facts(&[&name]);
+    let f = Fixture::new();
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let imported = f.ok(&[
+        "import",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--node",
+        "n1",
+        "--container",
+        &name,
+        "--json",
+    ]);
+    let result: serde_json::Value = serde_json::from_str(imported.last_line()).unwrap();
+    let gaps: Vec<&str> = result["gaps"][&name]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["what"].as_str().unwrap())
+        .collect();
+    assert_eq!(gaps, ["network", "working_dir"], "{result}");
+    assert!(
+        imported.stderr.contains("not declared"),
+        "{}",
+        imported.stderr
+    );
+    let module = format!("{}_odd", made.prefix);
+    let text = std::fs::read_to_string(out_dir.join(format!("catalogue/{module}.ncl"))).unwrap();
+    assert!(text.contains("# NOT DECLARED (network)"), "{text}");
+    assert!(text.contains("# NOT DECLARED (working_dir)"), "{text}");
+
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    let checked = f.mesh(&["import", "--check", decl, "--json"]);
+    assert_eq!(checked.code, 2, "{}", checked.stderr);
+    let v: serde_json::Value = serde_json::from_str(checked.last_line()).unwrap();
+    assert_eq!(v["equal"], false);
+    assert_eq!(v["items"][0]["verdict"], "differs", "{v:#}");
+    assert_eq!(v["items"][0]["gaps"].as_array().unwrap().len(), 2, "{v:#}");
+    let text_check = f.mesh(&["import", "--check", decl]);
+    assert!(
+        text_check.stdout.contains("not declared (network)"),
+        "{}",
+        text_check.stdout
+    );
+    assert_eq!(engine_facts(&[&name]), before, "import or check changed it");
+
+    // Adopted and taken, it is not kept as if equal: retired as NAME.found.
+    f.ok(&["adopt", decl]);
+    let taken = f.ok(&["take", &module, decl]);
+    assert!(
+        taken.stdout.contains(&format!("retire   container {name}")),
+        "{}",
+        taken.stdout
+    );
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.Id}}", &format!("{name}.found")]),
+        before[0].split(' ').next().unwrap()
+    );
+}
