@@ -584,6 +584,13 @@ pub fn status(s: &mesh_activator::Status) -> String {
             r.module, r.container, r.container
         );
     }
+    for r in &s.take_would_keep {
+        let _ = writeln!(
+            o,
+            "  take {}: container {} is kept as it is (equal to the declared one)",
+            r.module, r.container
+        );
+    }
     if s.units != Default::default() {
         let _ = writeln!(o, "units: {}", counts(&s.units));
     }

@@ -280,6 +280,18 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
         );
     }
     assert_eq!(engine_facts(&[&web, &worker]), before.0, "adopt restarted");
+    let status: serde_json::Value =
+        serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        status["take_would_retire"],
+        serde_json::json!([]),
+        "{status:#}"
+    );
+    assert_eq!(
+        status["take_would_keep"].as_array().unwrap().len(),
+        2,
+        "{status:#}"
+    );
     assert_eq!(f.snapshot(), before.1);
     check(&f);
 
