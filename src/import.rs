@@ -36,16 +36,43 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
                 Failure::user("the node's name: give --node NAME (the root has no /etc/hostname)")
             })?,
     };
+    let (live_files, not_files) = node.live_files(&paths)?;
+    if !not_files.is_empty() {
+        return Err(Failure::user(format!(
+            "--file: no regular file at {} (under the root {}); nothing was written",
+            not_files
+                .iter()
+                .map(|p| mesh_lib::text::escape(p.as_str()).into_owned())
+                .collect::<Vec<_>>()
+                .join(", "),
+            machine.root.display()
+        )));
+    }
     let containers = if args.no_containers {
         Vec::new()
     } else {
-        let engine = mesh_activator::docker::Engine::connect()
-            .map_err(mesh_activator::ActivateError::from)?;
+        let docker = |e| Failure::from(mesh_activator::ActivateError::from(e));
+        let engine = mesh_activator::docker::Engine::connect().map_err(docker)?;
+        let present = engine.containers().map_err(docker)?;
+        let unknown: Vec<&String> = args
+            .container
+            .iter()
+            .filter(|n| !present.contains_key(n.as_str()))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Failure::user(format!(
+                "--container: no container {} on the engine; nothing was written",
+                unknown
+                    .iter()
+                    .map(|n| mesh_lib::text::escape(n).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         mesh_activator::import::live_containers(&engine, &args.container, &machine.root)
-            .map_err(mesh_activator::ActivateError::from)?
+            .map_err(docker)?
     };
-    let files: Vec<FileToImport> = node
-        .live_files(&paths)?
+    let files: Vec<FileToImport> = live_files
         .into_iter()
         .map(|f| FileToImport {
             path: f.path.to_string(),

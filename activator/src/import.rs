@@ -85,11 +85,15 @@ impl Checked {
 }
 
 impl Node {
-    /// The files at `paths` as they are. A path with nothing at it, or something other than a
-    /// regular file, is an error naming it.
-    pub fn live_files(&self, paths: &[TargetPath]) -> Result<Vec<LiveFile>, ActivateError> {
+    /// The files at `paths` as they are, and the paths with no regular file at them (nothing,
+    /// a folder, a link: an import reads files only).
+    pub fn live_files(
+        &self,
+        paths: &[TargetPath],
+    ) -> Result<(Vec<LiveFile>, Vec<TargetPath>), ActivateError> {
         self.check_reach(paths)?;
         let mut out = Vec::new();
+        let mut not_files = Vec::new();
         for path in paths {
             match self.root.observe(path)? {
                 (Observed::File(f), Some(content)) => out.push(LiveFile {
@@ -100,16 +104,10 @@ impl Node {
                     owner: self.ids.user_name(f.uid),
                     group: self.ids.group_name(f.gid),
                 }),
-                _ => {
-                    return Err(ActivateError::Io {
-                        what: "importing",
-                        path: self.root.path().join(path.as_str().trim_start_matches('/')),
-                        source: std::io::Error::other("not a regular file"),
-                    })
-                }
+                _ => not_files.push(path.clone()),
             }
         }
-        Ok(out)
+        Ok((out, not_files))
     }
 
     /// Every container and file `generation` declares, compared with what is on the machine.

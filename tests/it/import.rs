@@ -226,6 +226,28 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
         "{module_text}"
     );
 
+    // A path with no file, a container not on the engine: refused (exit 1), nothing written.
+    let elsewhere = out.path().join("elsewhere");
+    for (flag, value) in [
+        ("--file", "/etc/app/none"),
+        ("--container", "no-such-container"),
+    ] {
+        let ran = f.mesh(&[
+            "import",
+            "--out",
+            elsewhere.to_str().unwrap(),
+            "--node",
+            "n1",
+            "--container",
+            &web,
+            flag,
+            value,
+        ]);
+        assert_eq!(ran.code, 1, "{flag}: {}", ran.stderr);
+        assert!(ran.stderr.contains(value), "{}", ran.stderr);
+        assert!(!elsewhere.exists());
+    }
+
     // Written over nothing: a second import is refused and leaves the files as they are.
     let again = f.mesh(&import_args);
     assert_eq!(again.code, 2, "{}", again.stderr);
