@@ -475,3 +475,63 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
         before[0].split(' ').next().unwrap()
     );
 }
+
+/// Containers a compose project grouped (its `com.docker.compose.project` label) are one
+/// module: imported, checked equal, and taken together, each kept as it is (same ids).
+#[test]
+fn a_compose_project_is_one_module_taken_in_place() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("cmp");
+    let project = format!("{}proj", made.prefix);
+    let names: Vec<String> = ["api", "db"]
+        .iter()
+        .map(|s| format!("{}-{s}", made.prefix))
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "-l",
+            &format!("com.docker.compose.project={project}"),
+            "-l",
+            &format!("com.docker.compose.service=s{i}"),
+            "-e",
+            &format!("ROLE=r{i}"),
+            &made.image,
+            "/bin/busybox",
+            "sleep",
+            "100000",
+        ]);
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let before = engine_facts(&refs);
+    let f = Fixture::new();
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let mut args = vec!["import", "--out", out_dir.to_str().unwrap(), "--node", "n1"];
+    for n in &refs {
+        args.extend(["--container", n]);
+    }
+    args.push("--json");
+    let result: serde_json::Value = serde_json::from_str(f.ok(&args).last_line()).unwrap();
+    assert_eq!(result["modules"], serde_json::json!([project]), "{result}");
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    f.ok(&["import", "--check", decl]);
+    f.ok(&["adopt", decl]);
+    let taken = f.ok(&["take", &project, decl]);
+    for n in &refs {
+        assert!(
+            taken.stdout.contains(&format!("keep     container {n}")),
+            "{}",
+            taken.stdout
+        );
+    }
+    assert_eq!(engine_facts(&refs), before, "the take recreated");
+    f.ok(&["import", "--check", decl]);
+}
