@@ -110,6 +110,9 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
         if let Some(t) = c.stop_timeout {
             let _ = writeln!(o, "             stops   within {t} s of SIGTERM");
         }
+        if let Some(r) = &c.restart {
+            let _ = writeln!(o, "             restart {r}");
+        }
     }
 
     if !g.units.is_empty() {

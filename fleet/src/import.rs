@@ -101,9 +101,32 @@ pub fn field(name: &str) -> String {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    const KEYWORDS: [&str; 14] = [
-        "let", "in", "fun", "if", "then", "else", "match", "import", "true", "false", "null",
-        "rec", "forall", "default",
+    // Nickel's keywords and type names: quoted, always valid, rather than guessed right.
+    const KEYWORDS: [&str; 24] = [
+        "let",
+        "in",
+        "fun",
+        "if",
+        "then",
+        "else",
+        "match",
+        "import",
+        "true",
+        "false",
+        "null",
+        "rec",
+        "forall",
+        "default",
+        "optional",
+        "force",
+        "priority",
+        "doc",
+        "not_exported",
+        "Dyn",
+        "Number",
+        "String",
+        "Bool",
+        "Array",
     ];
     if ident && !KEYWORDS.contains(&name) {
         name.to_owned()
