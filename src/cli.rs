@@ -576,7 +576,11 @@ pub struct ImportArgs {
     pub force: bool,
     /// Compare the declaration's every container and file with what runs, each `equal` or what
     /// differs and why; exit 2 unless all are equal. Writes nothing.
-    #[arg(long, value_name = "NODE.ncl", conflicts_with_all = ["out", "force"])]
+    #[arg(
+        long,
+        value_name = "NODE.ncl",
+        conflicts_with_all = ["out", "force", "node", "container", "no_containers", "file"]
+    )]
     pub check: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
