@@ -112,10 +112,12 @@ impl Sixty {
             docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
         });
         let stop = stop.map_or(String::new(), |s| format!(", stop_timeout = {s}"));
+        // The declared containers differ from the found ones (a label): a found container
+        // that already is the declared one is kept by a take, and this measures a take.
         let modules: String = (0..N)
             .map(|i| {
                 format!(
-                    "{{ name = \"app{i}\", config = fun s => {{ containers = [{{ name = \"{}\", image = \"{image}\", command = [\"/bin/busybox\", \"sleep\", \"100000\"], volumes = [{{ source = \"{prefix}-vol{i}\", target = \"/data\" }}]{stop} }}] }} }},\n",
+                    "{{ name = \"app{i}\", config = fun s => {{ containers = [{{ name = \"{}\", image = \"{image}\", command = [\"/bin/busybox\", \"sleep\", \"100000\"], volumes = [{{ source = \"{prefix}-vol{i}\", target = \"/data\" }}], labels = {{ bench = \"taken\" }}{stop} }}] }} }},\n",
                     name(i)
                 )
             })

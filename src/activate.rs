@@ -51,7 +51,11 @@ impl Machine {
 }
 
 /// Builds `decl` with `record` (kept in memory: the caller saves it).
-fn build_with(state: &Path, decl: &Path, record: Option<&NodeRecord>) -> Result<Built, Failure> {
+pub(crate) fn build_with(
+    state: &Path,
+    decl: &Path,
+    record: Option<&NodeRecord>,
+) -> Result<Built, Failure> {
     let path = record_path(state);
     Ok(build(&BuildRequest {
         node: decl,

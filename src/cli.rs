@@ -125,6 +125,10 @@ pub enum Command {
     /// Start adopting this node: record every found file of the assigned modules, hold them, and
     /// switch.
     Adopt(AdoptArgs),
+    /// Write the declaration of what this node runs (its containers, files at given paths) into
+    /// a fleet's catalogue and a node declaration, changing nothing on the machine; or, with
+    /// --check, compare a declaration's every container and file with what runs.
+    Import(ImportArgs),
     /// The cutover of one module or several, in one generation: their held files are replaced
     /// by the declared ones (the originals stay in the store), their found containers stop and
     /// are kept as NAME.found, the declared ones run.
@@ -543,6 +547,41 @@ pub struct DiffArgs {
 pub struct AdoptArgs {
     /// The node declaration.
     pub node: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// The folder the catalogue (catalogue/NAME.ncl) and the node's declaration
+    /// (nodes/NODE.ncl) are written into: a fleet's tree.
+    #[arg(long, value_name = "DIR", required_unless_present = "check")]
+    pub out: Option<PathBuf>,
+    /// The node's name (default: the root's /etc/hostname).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// A container to import (repeat it); default: every container on the engine but the
+    /// mesh's own.
+    #[arg(long, value_name = "NAME")]
+    pub container: Vec<String>,
+    /// Import no container (files only).
+    #[arg(long, conflicts_with = "container")]
+    pub no_containers: bool,
+    /// A file to import, by its absolute path on the node (repeat it).
+    #[arg(long, value_name = "PATH")]
+    pub file: Vec<String>,
+    /// Write over files that are already there.
+    #[arg(long)]
+    pub force: bool,
+    /// Compare the declaration's every container and file with what runs, each `equal` or what
+    /// differs and why; exit 2 unless all are equal. Writes nothing.
+    #[arg(
+        long,
+        value_name = "NODE.ncl",
+        conflicts_with_all = ["out", "force", "node", "container", "no_containers", "file"]
+    )]
+    pub check: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

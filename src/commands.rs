@@ -122,6 +122,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Generations(flag) => activate::generations(&machine, flag.json),
         Command::Diff(args) => activate::diff(&machine, args),
         Command::Adopt(args) => activate::adopt(&machine, args),
+        Command::Import(args) => crate::import::import(&machine, args),
         Command::Take(args) => activate::take(&machine, args),
         Command::Status(flag) => activate::status(&machine, flag.json),
         Command::Gc(args) => activate::gc(&machine, args),

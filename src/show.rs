@@ -110,6 +110,9 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
         if let Some(t) = c.stop_timeout {
             let _ = writeln!(o, "             stops   within {t} s of SIGTERM");
         }
+        if let Some(r) = &c.restart {
+            let _ = writeln!(o, "             restart {r}");
+        }
     }
 
     if !g.units.is_empty() {
@@ -332,6 +335,7 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
         use mesh_activator::docker::Step;
         let _ = match step {
             Step::Hold { name } => writeln!(o, "  hold     container {name}  (found, module not taken: not stopped, not restarted)"),
+            Step::Keep { name, start } => writeln!(o, "  keep     container {name}  (found, equal to the declared one: the module's as it is, not recreated{})", if *start { "; started" } else { "" }),
             Step::Stage { name } => writeln!(o, "  stage    container {name}  (created, not started)"),
             Step::Retire { name } => writeln!(o, "  retire   container {name}  (the found one stops, kept as {name}.found)"),
             Step::Run { name, replace } => writeln!(o, "  run      container {name}{}", if *replace { "  (recreated: its spec changed)" } else { "" }),
@@ -374,6 +378,7 @@ fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
     use mesh_activator::docker::Step;
     let words = [
         "held",
+        "kept",
         "staged",
         "retired",
         "run",
@@ -383,18 +388,19 @@ fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
         "stopped",
         "restarted",
     ];
-    let mut counts = [0usize; 9];
+    let mut counts = [0usize; 10];
     for step in steps {
         let at = match step {
             Step::Hold { .. } => 0,
-            Step::Stage { .. } => 1,
-            Step::Retire { .. } => 2,
-            Step::Run { .. } => 3,
-            Step::Start { .. } => 4,
-            Step::Restore { .. } => 5,
-            Step::Remove { .. } => 6,
-            Step::Stop { .. } => 7,
-            Step::Restart { .. } => 8,
+            Step::Keep { .. } => 1,
+            Step::Stage { .. } => 2,
+            Step::Retire { .. } => 3,
+            Step::Run { .. } => 4,
+            Step::Start { .. } => 5,
+            Step::Restore { .. } => 6,
+            Step::Remove { .. } => 7,
+            Step::Stop { .. } => 8,
+            Step::Restart { .. } => 9,
         };
         counts[at] += 1;
     }
@@ -593,6 +599,13 @@ pub fn status(s: &mesh_activator::Status) -> String {
             o,
             "  take {}: container {} stops and is kept as {}.found; the declared one runs",
             r.module, r.container, r.container
+        );
+    }
+    for r in &s.take_would_keep {
+        let _ = writeln!(
+            o,
+            "  take {}: container {} is kept as it is (equal to the declared one)",
+            r.module, r.container
         );
     }
     if s.units != Default::default() {

@@ -14,7 +14,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
     RenameContainerOptionsBuilder,
@@ -350,6 +352,33 @@ impl Engine {
         Ok(mesh_lib::canonical::to_canonical_pretty(&spec).unwrap_or_default())
     }
 
+    /// The container under `name` as it is, with its image's defaults (when the engine still
+    /// has the image): what `mesh import` writes and checks, and what tells a take that the
+    /// found container already is the declared one. Reads only.
+    pub fn live(
+        &self,
+        name: &str,
+        root: &std::path::Path,
+    ) -> Result<mesh_lib::import::LiveContainer, DockerError> {
+        let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
+        let inspect = serde_json::to_value(&inspect).unwrap_or_default();
+        let image_ref = inspect["Config"]["Image"].as_str().unwrap_or_default();
+        let image = match self.call(
+            "inspect image",
+            image_ref,
+            self.docker.inspect_image(image_ref),
+        ) {
+            Ok(i) => Some(serde_json::to_value(&i).unwrap_or_default()),
+            Err(e) if status(&e) == Some(404) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(mesh_lib::import::LiveContainer::from_inspect(
+            &inspect,
+            image.as_ref(),
+            root,
+        ))
+    }
+
     /// When the container last started (Docker's `State.StartedAt`) and its id.
     pub fn started(&self, name: &str) -> Result<(String, String), DockerError> {
         let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
@@ -574,9 +603,26 @@ fn create_body(
                     })
                     .collect(),
             ),
+            restart_policy: entry.restart.as_deref().map(restart_policy),
             ..HostConfig::default()
         }),
         ..ContainerCreateBody::default()
+    }
+}
+
+/// The engine's restart policy for a declared one (`always`, `unless-stopped`, `on-failure`,
+/// `on-failure:N`; the compiler let no other through).
+fn restart_policy(declared: &str) -> RestartPolicy {
+    let (name, retries) = declared.split_once(':').unwrap_or((declared, ""));
+    let name = match name {
+        "always" => RestartPolicyNameEnum::ALWAYS,
+        "unless-stopped" => RestartPolicyNameEnum::UNLESS_STOPPED,
+        "on-failure" => RestartPolicyNameEnum::ON_FAILURE,
+        _ => RestartPolicyNameEnum::NO,
+    };
+    RestartPolicy {
+        name: Some(name),
+        maximum_retry_count: retries.parse().ok(),
     }
 }
 
@@ -613,6 +659,15 @@ pub enum Step {
     Hold {
         /// Its name.
         name: String,
+    },
+    /// The found container already is the declared one (the same spec once created, nothing
+    /// a declaration cannot say): the module's as it is, not recreated; started if it does not
+    /// run.
+    Keep {
+        /// Its name.
+        name: String,
+        /// Whether it is started (it did not run).
+        start: bool,
     },
     /// Create it, not started.
     Stage {
@@ -669,6 +724,7 @@ impl Step {
     pub fn name(&self) -> &str {
         match self {
             Step::Hold { name }
+            | Step::Keep { name, .. }
             | Step::Stage { name }
             | Step::Retire { name }
             | Step::Run { name, .. }
@@ -689,6 +745,7 @@ pub fn plan(
     found: &BTreeMap<ContainerName, mesh_lib::record::FoundContainer>,
     adopted: bool,
     owner: &str,
+    equal: &std::collections::BTreeSet<String>,
 ) -> Result<Vec<Step>, String> {
     let mut steps = Vec::new();
     for (name, entry) in containers {
@@ -725,6 +782,13 @@ pub fn plan(
                 None => steps.push(Step::Stage { name }),
             },
             ContainerState::Managed => match here {
+                // The found container already is the declared one (the same spec once
+                // created, nothing a declaration cannot say): it is the module's as it is,
+                // not recreated.
+                Some(p) if !p.is_ours() && equal.contains(&name) => steps.push(Step::Keep {
+                    name,
+                    start: !p.running,
+                }),
                 Some(p) if !p.is_ours() => {
                     steps.push(Step::Retire { name: name.clone() });
                     steps.push(Step::Run {
@@ -795,7 +859,8 @@ fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> Vec<Calls> {
         };
         let c = &mut out[at];
         match step {
-            Step::Hold { .. } => {}
+            Step::Hold { .. } | Step::Keep { start: false, .. } => {}
+            Step::Keep { start: true, .. } => c.acquire.push(Call::Start(name)),
             Step::Stage { .. } => c.acquire.push(Call::Create(name)),
             Step::Retire { .. } => {
                 c.release.push(Call::Stop(name.clone()));
@@ -1018,7 +1083,7 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use mesh_lib::model::{ContainerEntry, ContainerName, ContainerState, ModuleName};
     use mesh_lib::record::FoundContainer;
@@ -1037,6 +1102,7 @@ mod tests {
             volumes: vec![],
             labels: BTreeMap::new(),
             stop_timeout: None,
+            restart: None,
             state,
         }
     }
@@ -1065,6 +1131,36 @@ mod tests {
         }
     }
 
+    /// A take keeps a found container that already is the declared one (the spec hash
+    /// decides): no step when it runs, a start when it does not; one that differs is retired.
+    #[test]
+    fn a_found_container_equal_to_the_declared_one_is_kept() {
+        let none = BTreeMap::new();
+        let equal = BTreeSet::from(["c".to_string()]);
+        let running = BTreeMap::from([("c".to_string(), present(None, true))]);
+        let managed = one(ContainerState::Managed);
+        let keep = |start| {
+            vec![Step::Keep {
+                name: "c".into(),
+                start,
+            }]
+        };
+        let steps = plan(&managed, &running, &none, true, "me", &equal).unwrap();
+        assert_eq!(steps, keep(false));
+        assert_eq!(calls_of(&steps, &running), vec![]);
+        let stopped = BTreeMap::from([("c".to_string(), present(None, false))]);
+        let steps = plan(&managed, &stopped, &none, true, "me", &equal).unwrap();
+        assert_eq!(steps, keep(true));
+        assert_eq!(
+            calls_of(&steps, &stopped)[0].acquire,
+            [Call::Start("c".into())]
+        );
+        assert_eq!(
+            plan(&managed, &running, &none, true, "me", &BTreeSet::new()).unwrap()[0],
+            Step::Retire { name: "c".into() }
+        );
+    }
+
     /// Held is held; a found one the generation does not hold is refused on an adopted node; the
     /// take retires the found one; an equal running container of ours is left alone; ours not
     /// declared goes, if this state made it.
@@ -1073,11 +1169,19 @@ mod tests {
         let none = BTreeMap::new();
         let found = BTreeMap::from([("c".to_string(), present(None, true))]);
         assert_eq!(
-            plan(&one(held()), &found, &none, true, "me").unwrap(),
+            plan(&one(held()), &found, &none, true, "me", &BTreeSet::new()).unwrap(),
             vec![Step::Hold { name: "c".into() }]
         );
         assert_eq!(
-            plan(&one(ContainerState::Staged), &found, &none, true, "me").unwrap_err(),
+            plan(
+                &one(ContainerState::Staged),
+                &found,
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap_err(),
             "c"
         );
         assert_eq!(
@@ -1086,13 +1190,22 @@ mod tests {
                 &BTreeMap::new(),
                 &none,
                 true,
-                "me"
+                "me",
+                &BTreeSet::new()
             )
             .unwrap(),
             vec![Step::Stage { name: "c".into() }]
         );
         assert_eq!(
-            plan(&one(ContainerState::Managed), &found, &none, true, "me").unwrap(),
+            plan(
+                &one(ContainerState::Managed),
+                &found,
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
             vec![
                 Step::Retire { name: "c".into() },
                 Step::Run {
@@ -1104,17 +1217,41 @@ mod tests {
         let managed = entry(ContainerState::Managed);
         let ours = BTreeMap::from([("c".to_string(), present(Some(&managed), true))]);
         assert_eq!(
-            plan(&one(ContainerState::Managed), &ours, &none, false, "me").unwrap(),
+            plan(
+                &one(ContainerState::Managed),
+                &ours,
+                &none,
+                false,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
             vec![]
         );
         let stale = BTreeMap::from([("old".to_string(), present(Some(&managed), true))]);
         assert_eq!(
-            plan(&BTreeMap::new(), &stale, &none, false, "me").unwrap(),
+            plan(
+                &BTreeMap::new(),
+                &stale,
+                &none,
+                false,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
             vec![Step::Remove { name: "old".into() }]
         );
         // Another state's container is not this node's to remove.
         assert_eq!(
-            plan(&BTreeMap::new(), &stale, &none, false, "someone else").unwrap(),
+            plan(
+                &BTreeMap::new(),
+                &stale,
+                &none,
+                false,
+                "someone else",
+                &BTreeSet::new()
+            )
+            .unwrap(),
             vec![]
         );
     }
@@ -1135,14 +1272,30 @@ mod tests {
             },
         )]);
         assert_eq!(
-            plan(&one(held()), &after_take, &stopped, true, "me").unwrap(),
+            plan(
+                &one(held()),
+                &after_take,
+                &stopped,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
             vec![Step::Restore {
                 name: "c".into(),
                 start: false
             }]
         );
         assert_eq!(
-            plan(&one(held()), &after_take, &BTreeMap::new(), true, "me").unwrap(),
+            plan(
+                &one(held()),
+                &after_take,
+                &BTreeMap::new(),
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
             vec![Step::Restore {
                 name: "c".into(),
                 start: true
@@ -1159,12 +1312,28 @@ mod tests {
         let staged = entry(ContainerState::Staged);
         let running = BTreeMap::from([("c".to_string(), present(Some(&staged), true))]);
         assert_eq!(
-            plan(&one(ContainerState::Staged), &running, &none, true, "me").unwrap(),
+            plan(
+                &one(ContainerState::Staged),
+                &running,
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
             vec![Step::Stop { name: "c".into() }]
         );
         let created = BTreeMap::from([("c".to_string(), present(Some(&staged), false))]);
         assert_eq!(
-            plan(&one(ContainerState::Staged), &created, &none, true, "me").unwrap(),
+            plan(
+                &one(ContainerState::Staged),
+                &created,
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
             vec![]
         );
     }

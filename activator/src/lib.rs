@@ -22,6 +22,7 @@ pub mod docker;
 pub mod firewall;
 pub mod host;
 pub mod images;
+pub mod import;
 pub mod interfaces;
 pub mod lock;
 mod netlink;

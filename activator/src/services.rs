@@ -1257,6 +1257,7 @@ mod tests {
             }],
             labels: BTreeMap::new(),
             stop_timeout: None,
+            restart: None,
             state: ContainerState::Managed,
         };
         g.containers.insert(

@@ -35,6 +35,9 @@ pub struct Status {
     pub interrupted: bool,
     /// What a take would do to each held container.
     pub take_would_retire: Vec<Retire>,
+    /// The held containers a take would keep as they are: each already is the declared one
+    /// (asked of the engine when it answers; otherwise every held container is listed above).
+    pub take_would_keep: Vec<Retire>,
     /// The firewall against the generation in force (`None` without one).
     pub firewall: Option<FirewallDrift>,
     /// The newest deploy on this node (`mesh switch --confirm-within`): how it ended, and why.
@@ -288,6 +291,7 @@ impl Node {
             drift: Vec::new(),
             interrupted: journal_path(&self.state).exists(),
             take_would_retire: Vec::new(),
+            take_would_keep: Vec::new(),
             firewall: None,
             last_deploy: crate::deploy::Deploy::all(&self.state)
                 .ok()
@@ -318,14 +322,32 @@ impl Node {
                     }
                 }
             }
+            // A held container that already is the declared one is kept by its take: asked of
+            // the engine only when a container is held, and only if it answers.
+            let held = g
+                .containers
+                .values()
+                .any(|c| matches!(c.state, mesh_lib::model::ContainerState::Held { .. }));
+            let engine = held
+                .then(crate::docker::Engine::connect)
+                .and_then(Result::ok);
             for (name, c) in &g.containers {
                 match c.state {
                     mesh_lib::model::ContainerState::Held { .. } => {
                         status.containers.held += 1;
-                        status.take_would_retire.push(Retire {
+                        let kept = engine.as_ref().is_some_and(|e| {
+                            e.live(name.as_str(), self.root.path())
+                                .is_ok_and(|live| mesh_lib::import::is_equal(c, &live))
+                        });
+                        let what = Retire {
                             module: c.module.to_string(),
                             container: name.to_string(),
-                        });
+                        };
+                        if kept {
+                            status.take_would_keep.push(what);
+                        } else {
+                            status.take_would_retire.push(what);
+                        }
                     }
                     mesh_lib::model::ContainerState::Staged => status.containers.staged += 1,
                     mesh_lib::model::ContainerState::Managed => status.containers.managed += 1,

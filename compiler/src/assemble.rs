@@ -96,6 +96,8 @@ struct ContainerOut {
     labels: BTreeMap<String, String>,
     #[serde(default)]
     stop_timeout: Option<i64>,
+    #[serde(default)]
+    restart: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -657,6 +659,7 @@ impl<'a> Assembly<'a> {
                 volumes,
                 labels: c.labels.clone(),
                 stop_timeout,
+                restart: c.restart.clone().filter(|r| r != "no"),
                 state,
             };
             if let Some((first, first_at)) = containers.get(&name) {

@@ -20,6 +20,7 @@
 pub mod build;
 pub mod deploy;
 pub mod file;
+pub mod import;
 pub mod init;
 pub mod progress;
 pub mod publish;

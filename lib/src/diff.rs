@@ -335,6 +335,7 @@ fn container_fields(a: &ContainerEntry, b: &ContainerEntry) -> Vec<FieldChange> 
         a.stop_timeout.map(|t| t.to_string()),
         b.stop_timeout.map(|t| t.to_string()),
     );
+    field("restart".into(), a.restart.clone(), b.restart.clone());
     field(
         "module".into(),
         Some(a.module.to_string()),
@@ -755,6 +756,7 @@ mod tests {
             volumes: vec![],
             labels: BTreeMap::new(),
             stop_timeout: None,
+            restart: None,
             state: ContainerState::Staged,
         };
         let mut b = a.clone();

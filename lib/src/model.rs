@@ -827,6 +827,10 @@ pub struct ContainerEntry {
     /// not declared (and then not encoded: a generation without one keeps its id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_timeout: Option<u32>,
+    /// The engine's restart policy (`always`, `unless-stopped`, `on-failure`, `on-failure:N`);
+    /// none when not declared (and then not encoded: a generation without one keeps its id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<String>,
     /// What the mesh does with it here.
     pub state: ContainerState,
 }

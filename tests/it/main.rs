@@ -17,6 +17,7 @@ mod genesis;
 mod hardening;
 mod held;
 mod images;
+mod import;
 mod incremental;
 mod netlab;
 mod node_fixture;

@@ -40,7 +40,9 @@ pub(crate) struct Containers {
 impl Containers {
     /// Whether a step changes the engine.
     pub(crate) fn busy(&self) -> bool {
-        self.steps.iter().any(|s| !matches!(s, Step::Hold { .. }))
+        self.steps
+            .iter()
+            .any(|s| !matches!(s, Step::Hold { .. } | Step::Keep { start: false, .. }))
     }
 
     /// How many API calls were made.
@@ -68,12 +70,25 @@ impl Node {
         }
         let engine = Engine::connect()?;
         let present = engine.containers()?;
+        // A found container the generation says is the module's (taken, or a managed node's)
+        // is kept in place when it already is the declared one: the spec hash decides.
+        let mut equal = std::collections::BTreeSet::new();
+        for (name, entry) in &target.containers {
+            let found = present.get(name.as_str()).is_some_and(|p| !p.is_ours());
+            if entry.state == mesh_lib::model::ContainerState::Managed
+                && found
+                && mesh_lib::import::is_equal(entry, &engine.live(name.as_str(), self.root.path())?)
+            {
+                equal.insert(name.to_string());
+            }
+        }
         let mut steps = crate::docker::plan(
             &target.containers,
             &present,
             &record.found.containers,
             record.mode == Mode::Adopted,
             &self.owner(),
+            &equal,
         )
         .map_err(|name| ActivateError::FoundContainerNotHeld { name })?;
         for r in remounts {

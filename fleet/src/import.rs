@@ -1,0 +1,801 @@
+//! `mesh import`'s writing side: from what a node runs (its containers as `docker inspect`
+//! says, its files at given paths) to the Nickel of a fleet — a catalogue module per container
+//! (or per compose project), a files module, and the node's declaration assigning them, with
+//! every published host port a setting written once, in the node's declaration.
+//!
+//! Pure: it returns the files to write; [`write`] writes them, refusing to write over one that
+//! is there unless forced. Invariants: a value that looks like a credential is never written
+//! (its module reads it from the node's credentials file, which holds only its name and
+//! contract); every choice made is a comment (`# from docker inspect: …`); nothing that a
+//! declaration cannot say is dropped silently — it is a comment in the module and a gap in the
+//! result.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use mesh_lib::import::{looks_like_credential, Gap, LiveContainer};
+use mesh_lib::model::Protocol;
+use serde::Serialize;
+
+/// A file read at a path given to `mesh import`.
+#[derive(Debug, Clone)]
+pub struct FileToImport {
+    /// Its absolute path on the node.
+    pub path: String,
+    /// Its content.
+    pub content: Vec<u8>,
+    /// Its mode, four octal digits.
+    pub mode: String,
+    /// Owner's name.
+    pub owner: String,
+    /// Group's name.
+    pub group: String,
+}
+
+/// A value not written in clear: to be supplied (`mesh secret edit`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Credential {
+    /// The container, or the file's path.
+    pub item: String,
+    /// The environment variable (none for a whole file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variable: Option<String>,
+    /// `by name` or `by entropy` (or `a line of the file` for a file).
+    pub why: String,
+    /// Where its value is to be supplied.
+    pub supply_in: String,
+}
+
+/// What an import writes, and what it could not.
+#[derive(Debug, Default, Serialize)]
+pub struct Imported {
+    /// Each file to write, relative to the output folder, and its text.
+    #[serde(skip)]
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+    /// The modules written, by name.
+    pub modules: Vec<String>,
+    /// The port settings, by name.
+    pub ports: BTreeMap<String, u16>,
+    /// The credentials not written.
+    pub credentials: Vec<Credential>,
+    /// What a declaration cannot say, per container.
+    pub gaps: BTreeMap<String, Vec<Gap>>,
+}
+
+/// The foundation's ports, as `mesh init` writes them: no import finds them.
+const FOUNDATION: [(&str, u16); 5] = [
+    ("store", 5432),
+    ("bus", 4222),
+    ("registry", 5000),
+    ("broker_management", 15672),
+    ("hub", 51820),
+];
+
+/// A Nickel string literal of `s`.
+pub fn string(s: &str) -> String {
+    let mut out = String::from("\"");
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '%' if chars.peek() == Some(&'{') => out.push_str("\\%"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A record field's name: bare when it is a Nickel identifier, quoted otherwise.
+pub fn field(name: &str) -> String {
+    let mut chars = name.chars();
+    let ident = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    // Nickel's keywords and type names: quoted, always valid, rather than guessed right.
+    const KEYWORDS: [&str; 24] = [
+        "let",
+        "in",
+        "fun",
+        "if",
+        "then",
+        "else",
+        "match",
+        "import",
+        "true",
+        "false",
+        "null",
+        "rec",
+        "forall",
+        "default",
+        "optional",
+        "force",
+        "priority",
+        "doc",
+        "not_exported",
+        "Dyn",
+        "Number",
+        "String",
+        "Bool",
+        "Array",
+    ];
+    if ident && !KEYWORDS.contains(&name) {
+        name.to_owned()
+    } else {
+        string(name)
+    }
+}
+
+/// A name made of lowercase letters, digits and `_`, starting with a letter.
+fn slug(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        out.insert_str(0, "c_");
+    }
+    out
+}
+
+fn list(items: &[String]) -> String {
+    format!(
+        "[{}]",
+        items
+            .iter()
+            .map(|s| string(s))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// A group of containers written as one module: a compose project, or one container.
+struct Group<'a> {
+    module: String,
+    project: Option<String>,
+    containers: Vec<&'a LiveContainer>,
+}
+
+/// The Nickel for `node`: its containers and files.
+pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) -> Imported {
+    let mut out = Imported::default();
+    let credentials_file = format!("nodes/{node}.credentials.ncl");
+    // One module per compose project, else per container.
+    let mut groups: Vec<Group> = Vec::new();
+    for c in containers {
+        let project = c.labels.get("com.docker.compose.project").cloned();
+        match project
+            .as_ref()
+            .and_then(|p| groups.iter_mut().find(|g| g.project.as_ref() == Some(p)))
+        {
+            Some(g) => g.containers.push(c),
+            None => groups.push(Group {
+                module: slug(project.as_deref().unwrap_or(&c.name)),
+                project,
+                containers: vec![c],
+            }),
+        }
+    }
+    // The port settings: one per published host port, named after its container.
+    let mut taken: BTreeSet<String> = FOUNDATION.iter().map(|(n, _)| (*n).to_owned()).collect();
+    taken.insert("files".into());
+    let mut setting_of: BTreeMap<(String, u16), String> = BTreeMap::new();
+    let mut port_comments: BTreeMap<String, String> = BTreeMap::new();
+    for c in containers {
+        let host_ports: BTreeSet<u16> = c.ports.iter().map(|p| p.host_port).collect();
+        for port in &host_ports {
+            if let Some(existing) = out.ports.iter().find(|(_, v)| *v == port) {
+                // The same number published twice (two containers, or tcp and udp): one setting.
+                setting_of.insert((c.name.clone(), *port), existing.0.clone());
+                continue;
+            }
+            let base = if host_ports.len() == 1 {
+                slug(&c.name)
+            } else {
+                let inside = c
+                    .ports
+                    .iter()
+                    .find(|p| p.host_port == *port)
+                    .map_or(*port, |p| p.container_port);
+                format!("{}_{inside}", slug(&c.name))
+            };
+            let mut name = base.clone();
+            let mut n = 2;
+            while taken.contains(&name) {
+                name = format!("{base}_{n}");
+                n += 1;
+            }
+            taken.insert(name.clone());
+            let published: Vec<String> = c
+                .ports
+                .iter()
+                .filter(|p| p.host_port == *port)
+                .map(|p| format!("{} -> {}/{}", p.host_ip, p.container_port, p.protocol))
+                .collect();
+            port_comments.insert(
+                name.clone(),
+                format!(
+                    "from docker inspect: {} publishes it on {}",
+                    c.name,
+                    published.join(", ")
+                ),
+            );
+            out.ports.insert(name.clone(), *port);
+            setting_of.insert((c.name.clone(), *port), name);
+        }
+    }
+    let found_ports: BTreeSet<u16> = out.ports.values().copied().collect();
+    // A bind mount of a declared file, or of its folder, needs no `host_access`.
+    let declared_files: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let mut module_refs: Vec<String> = Vec::new();
+    let mut credential_fields: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for g in &groups {
+        let mut text = String::new();
+        let mut creds: Vec<(String, String, String)> = Vec::new();
+        let _ = writeln!(
+            text,
+            "# Imported by `mesh import` from {}: the declaration of what runs, checked by",
+            match &g.project {
+                Some(p) =>
+                    format!("the compose project {p} (label com.docker.compose.project) on {node}"),
+                None => format!("the container {} on {node}", g.containers[0].name),
+            }
+        );
+        let _ = writeln!(
+            text,
+            "# `mesh import --check`. Each host port is a setting of the node (settings.ports)."
+        );
+        let mut body = String::new();
+        for c in &g.containers {
+            render_container(
+                c,
+                &setting_of,
+                &mut body,
+                &mut creds,
+                &mut out.gaps,
+                &declared_files,
+            );
+        }
+        let uses_credentials = !creds.is_empty();
+        if uses_credentials {
+            let _ = writeln!(
+                text,
+                "# Credentials are not written here: this module reads them from `credentials`,\n\
+                 # which the node's declaration passes from {credentials_file}."
+            );
+            text.push_str("fun credentials =>\n");
+        }
+        let _ = writeln!(text, "{{\n  name = {},", string(&g.module));
+        text.push_str("  config = fun s => {\n    containers = [\n");
+        text.push_str(&body);
+        text.push_str("    ],\n  },\n}\n");
+        let path = format!("catalogue/{}.ncl", g.module);
+        if uses_credentials {
+            module_refs.push(format!(
+                "(import \"../{path}\") credentials.{}",
+                field(&g.module)
+            ));
+        } else {
+            module_refs.push(format!("import \"../{path}\""));
+        }
+        for (container, var, why) in creds {
+            out.credentials.push(Credential {
+                item: container,
+                variable: Some(var.clone()),
+                why: why.clone(),
+                supply_in: credential_file_field(&credentials_file, &g.module, &var),
+            });
+            credential_fields
+                .entry(g.module.clone())
+                .or_default()
+                .push((var, why));
+        }
+        out.modules.push(g.module.clone());
+        out.files.push((PathBuf::from(path), text.into_bytes()));
+    }
+    if !files.is_empty() {
+        let module = "files".to_owned();
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "# Imported by `mesh import` from the files of {node} at the paths it was given: each\n\
+             # file's content is beside this module (files/), its mode and owner as found."
+        );
+        let _ = writeln!(
+            text,
+            "{{\n  name = {},\n  config = fun s => {{\n    files = [",
+            string(&module)
+        );
+        for f in files {
+            let mode_bits = u32::from_str_radix(&f.mode, 8).unwrap_or(0o644);
+            let special = mode_bits & 0o7000 != 0 || mode_bits & 0o002 != 0;
+            let secret_line = std::str::from_utf8(&f.content).ok().and_then(|t| {
+                t.lines().find_map(|l| {
+                    let (k, v) = l.trim_start_matches("export ").split_once('=')?;
+                    looks_like_credential(k.trim(), v.trim().trim_matches('"'))
+                        .map(|why| (k.trim().to_owned(), why))
+                })
+            });
+            let _ = writeln!(
+                text,
+                "      # from {}: mode {}, owner {}:{}",
+                f.path, f.mode, f.owner, f.group
+            );
+            let mut entry = format!("      {{ path = {}", string(&f.path));
+            match (std::str::from_utf8(&f.content), secret_line) {
+                (Ok(_), None) => {
+                    let rel = format!("files{}", f.path);
+                    let _ = write!(entry, ", content = import {} as 'Text", string(&rel));
+                    out.files
+                        .push((PathBuf::from("catalogue").join(&rel[..]), f.content.clone()));
+                }
+                (text_or_not, why) => {
+                    let secret = format!("secrets/{node}{}.age", f.path);
+                    let reason = match (text_or_not, why) {
+                        (Ok(_), Some((var, why))) => {
+                            format!("its line {var}= looks like a credential ({why})")
+                        }
+                        _ => "it is not text (a Nickel file's content is text)".to_owned(),
+                    };
+                    let _ = writeln!(
+                        text,
+                        "      # Not written in clear: {reason}. Its content goes into {secret}\n\
+                         \x20     # (`mesh secret edit {secret}`, its recipients in secrets.ncl)."
+                    );
+                    let _ = write!(entry, ", secret = {}", string(&secret));
+                    out.credentials.push(Credential {
+                        item: f.path.clone(),
+                        variable: None,
+                        why: reason,
+                        supply_in: secret,
+                    });
+                }
+            }
+            let _ = write!(entry, ", mode = {}", string(&f.mode));
+            if f.owner != "root" {
+                let _ = write!(entry, ", owner = {}", string(&f.owner));
+            }
+            if f.group != "root" {
+                let _ = write!(entry, ", group = {}", string(&f.group));
+            }
+            if special {
+                entry.push_str(", special_mode = true");
+            }
+            entry.push_str(" },");
+            let _ = writeln!(text, "{entry}");
+        }
+        text.push_str("    ],\n  },\n}\n");
+        module_refs.push("import \"../catalogue/files.ncl\"".to_owned());
+        out.modules.push(module);
+        out.files
+            .push((PathBuf::from("catalogue/files.ncl"), text.into_bytes()));
+    }
+    // The node's declaration.
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "# The node {node}, as `mesh import` found it: its settings and the modules of what it runs.\n\
+         # Check it against the machine with `mesh import --check nodes/{node}.ncl`; adopt it\n\
+         # with `mesh adopt nodes/{node}.ncl` (every imported item is then held, in force)."
+    );
+    text.push_str("let mesh = import \"mesh.ncl\" in\n");
+    if !credential_fields.is_empty() {
+        let _ = writeln!(
+            text,
+            "let credentials = import {} in",
+            string(&format!("{node}.credentials.ncl"))
+        );
+    }
+    let _ = writeln!(
+        text,
+        "mesh.node {{\n  name = {},\n  settings = {{\n    ports = {{",
+        string(node)
+    );
+    text.push_str(
+        "      # The foundation's: not found by an import, mesh init's defaults (a number a\n\
+         \x20     # container publishes is passed over); `mesh genesis` checks them free and pins them.\n",
+    );
+    for (name, default) in FOUNDATION {
+        let mut port = default;
+        while found_ports.contains(&port) {
+            port += 1;
+        }
+        let _ = writeln!(text, "      {name} = {port},");
+    }
+    for (name, port) in &out.ports {
+        let _ = writeln!(
+            text,
+            "      # {}\n      {} = {port},",
+            port_comments[name],
+            field(name)
+        );
+    }
+    text.push_str(
+        "    },\n    # Not found by an import: mesh init's defaults for the fleet's private network.\n\
+         \x20   private_network = { range = \"10.77.0.0/24\", address = \"10.77.0.1\", hub = true },\n  },\n  modules = [\n",
+    );
+    for m in &module_refs {
+        let _ = writeln!(text, "    {m},");
+    }
+    text.push_str("  ],\n}\n");
+    out.files.push((
+        PathBuf::from(format!("nodes/{node}.ncl")),
+        text.into_bytes(),
+    ));
+    if !credential_fields.is_empty() {
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "# The credentials `mesh import` found in the environments of {node}'s containers. Their\n\
+             # values are not written: supply each (`NAME | String = \"…\"`), and keep the values\n\
+             # out of the fleet's repository. A build fails, naming the field, while one is missing."
+        );
+        text.push_str("{\n");
+        for (module, vars) in &credential_fields {
+            let _ = writeln!(text, "  {} = {{", field(module));
+            for (var, why) in vars {
+                let _ = writeln!(
+                    text,
+                    "    # from docker inspect: the environment of {module}'s container ({why})\n    {} | String,",
+                    field(var)
+                );
+            }
+            text.push_str("  },\n");
+        }
+        text.push_str("}\n");
+        out.files
+            .push((PathBuf::from(&credentials_file), text.into_bytes()));
+    }
+    out
+}
+
+/// A fleet file naming the node, for an output folder that has none: the folder is then the
+/// fleet's tree (the node's declaration imports the catalogue beside it).
+pub fn fleet_file(node: &str) -> (PathBuf, Vec<u8>) {
+    let text = format!(
+        "# Written by `mesh import`: this folder is the fleet's tree. How `mesh deploy` reaches the\n\
+         # node is not something an import finds: the destination below is its name, to check.\n\
+         let mesh = import \"mesh.ncl\" in\n\
+         mesh.fleet {{\n\
+         \x20 nodes = {{\n\
+         \x20   {} = {{ declaration = {}, ssh = {{ destination = {} }} }},\n\
+         \x20 }},\n\
+         }}\n",
+        field(node),
+        string(&format!("nodes/{node}.ncl")),
+        string(&format!("root@{node}")),
+    );
+    (PathBuf::from("fleet.ncl"), text.into_bytes())
+}
+
+fn credential_file_field(file: &str, module: &str, var: &str) -> String {
+    format!("{file}: {module}.{var}")
+}
+
+/// One container's record, into `body`.
+fn render_container(
+    c: &LiveContainer,
+    setting_of: &BTreeMap<(String, u16), String>,
+    body: &mut String,
+    creds: &mut Vec<(String, String, String)>,
+    gaps: &mut BTreeMap<String, Vec<Gap>>,
+    declared_files: &BTreeSet<&str>,
+) {
+    let mesh_lib::import::DeclaredPart {
+        command,
+        environment,
+        labels,
+    } = c.declared_part();
+    let short = &c.id[..c.id.len().min(12)];
+    let _ = writeln!(
+        body,
+        "      # from docker inspect: container {} ({short})",
+        c.name
+    );
+    for g in &c.gaps {
+        let _ = writeln!(
+            body,
+            "      # NOT DECLARED ({}): {} — {}",
+            g.what, g.found, g.why
+        );
+    }
+    if !c.gaps.is_empty() {
+        gaps.insert(c.name.clone(), c.gaps.clone());
+    }
+    let _ = writeln!(body, "      {{\n        name = {},", string(&c.name));
+    let _ = writeln!(
+        body,
+        "        # from docker inspect: Config.Image (it runs {})",
+        &c.image_id
+    );
+    let _ = writeln!(body, "        image = {},", string(&c.image));
+    if let Some(command) = command {
+        let _ = writeln!(
+            body,
+            "        # from docker inspect: Config.Cmd (not the image's own)"
+        );
+        let _ = writeln!(body, "        command = {},", list(&command));
+    }
+    if !environment.is_empty() {
+        let _ = writeln!(
+            body,
+            "        # from docker inspect: Config.Env, less what the image gives itself"
+        );
+        body.push_str("        environment = {\n");
+        for (k, v) in &environment {
+            match looks_like_credential(k, v) {
+                Some(why) => {
+                    let _ = writeln!(
+                        body,
+                        "          # a credential ({why}): not written here, read from the node's credentials"
+                    );
+                    let _ = writeln!(body, "          {} = credentials.{},", field(k), field(k));
+                    creds.push((c.name.clone(), k.clone(), why.to_owned()));
+                }
+                None => {
+                    let _ = writeln!(body, "          {} = {},", field(k), string(v));
+                }
+            }
+        }
+        body.push_str("        },\n");
+    }
+    if !c.ports.is_empty() {
+        let _ = writeln!(
+            body,
+            "        # from docker inspect: HostConfig.PortBindings; each host port is the node's setting"
+        );
+        body.push_str("        publish = [\n");
+        for p in &c.ports {
+            let setting = &setting_of[&(c.name.clone(), p.host_port)];
+            let mut e = format!(
+                "          {{ host_port = s.ports.{}, container_port = {}",
+                field(setting),
+                p.container_port
+            );
+            if p.protocol == Protocol::Udp {
+                e.push_str(", protocol = 'udp");
+            }
+            if p.host_ip != "0.0.0.0" {
+                let _ = write!(e, ", host_ip = {}", string(&p.host_ip));
+            }
+            let _ = writeln!(body, "{e} }},");
+        }
+        body.push_str("        ],\n");
+    }
+    if !c.mounts.is_empty() {
+        let _ = writeln!(body, "        # from docker inspect: Mounts");
+        body.push_str("        volumes = [\n");
+        for m in &c.mounts {
+            if m.anonymous {
+                let _ = writeln!(
+                    body,
+                    "          # an anonymous volume (docker run -v {}): named by the engine's id",
+                    m.target
+                );
+            }
+            let mut e = format!(
+                "          {{ source = {}, target = {}",
+                string(&m.source),
+                string(&m.target)
+            );
+            if m.read_only {
+                e.push_str(", read_only = true");
+            }
+            if m.kind == "bind" {
+                match mesh_lib::path::host_mount(&m.source, declared_files) {
+                    Some(mesh_lib::path::HostMount::Host(what)) => {
+                        let _ = writeln!(
+                            body,
+                            "          # host_access: it hands the container {what}, as the found one has it"
+                        );
+                        e.push_str(", host_access = true");
+                    }
+                    Some(mesh_lib::path::HostMount::StateDir) => {
+                        let _ = writeln!(
+                            body,
+                            "          # NOT DECLARED (bind mount): {} — the mesh's state directory is never mounted into a container",
+                            m.source
+                        );
+                        gaps.entry(c.name.clone()).or_default().push(Gap {
+                            what: "bind mount".into(),
+                            found: format!("{}:{}", m.source, m.target),
+                            why: "the mesh's state directory is never mounted into a container"
+                                .into(),
+                        });
+                        continue;
+                    }
+                    None => {}
+                }
+            }
+            let _ = writeln!(body, "{e} }},");
+        }
+        body.push_str("        ],\n");
+    }
+    if !labels.is_empty() {
+        let _ = writeln!(
+            body,
+            "        # from docker inspect: Config.Labels, less what the image gives itself"
+        );
+        body.push_str("        labels = {\n");
+        for (k, v) in &labels {
+            let _ = writeln!(body, "          {} = {},", field(k), string(v));
+        }
+        body.push_str("        },\n");
+    }
+    if let Some(t) = c.stop_timeout {
+        let _ = writeln!(
+            body,
+            "        # from docker inspect: Config.StopTimeout\n        stop_timeout = {t},"
+        );
+    }
+    if let Some(r) = &c.restart {
+        let _ = writeln!(
+            body,
+            "        # from docker inspect: HostConfig.RestartPolicy\n        restart = {},",
+            string(r)
+        );
+    }
+    body.push_str("      },\n");
+}
+
+/// A refusal to write over what is there.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// Files that are there already.
+    #[error("{} already there: {}", if .0.len() == 1 { "a file is" } else { "files are" }, .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    Exists(Vec<PathBuf>),
+    /// Writing failed.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// Where.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Writes `imported`'s files under `out` (folders made as needed): none is written when one is
+/// there already, unless `force`.
+pub fn write(out: &Path, imported: &Imported, force: bool) -> Result<Vec<PathBuf>, WriteError> {
+    let there: Vec<PathBuf> = imported
+        .files
+        .iter()
+        .map(|(p, _)| out.join(p))
+        .filter(|p| p.symlink_metadata().is_ok())
+        .collect();
+    if !there.is_empty() && !force {
+        return Err(WriteError::Exists(there));
+    }
+    let mut written = Vec::new();
+    for (rel, bytes) in &imported.files {
+        let path = out.join(rel);
+        let io = |source| WriteError::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        mesh_lib::atomic::write_file(&path, bytes, 0o644).map_err(io)?;
+        written.push(rel.clone());
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_lib::import::LivePort;
+
+    fn container(name: &str, project: Option<&str>, ports: &[(u16, u16)]) -> LiveContainer {
+        let mut labels = BTreeMap::from([("team".to_owned(), "web".to_owned())]);
+        if let Some(p) = project {
+            labels.insert("com.docker.compose.project".into(), p.into());
+        }
+        LiveContainer {
+            name: name.into(),
+            id: "0123456789abcdef".into(),
+            running: true,
+            image: "app:1".into(),
+            image_id: "sha256:aa".into(),
+            command: vec!["serve".into()],
+            entrypoint: vec![],
+            environment: BTreeMap::from([
+                ("MODE".to_owned(), "prod".to_owned()),
+                ("DB_PASSWORD".to_owned(), "hunter2".to_owned()),
+                ("UPSTREAM".to_owned(), "aK8s9Qz2LmP4xR7vT1wB".to_owned()),
+            ]),
+            labels,
+            ports: ports
+                .iter()
+                .map(|(h, c)| LivePort {
+                    host_port: *h,
+                    container_port: *c,
+                    protocol: Protocol::Tcp,
+                    host_ip: "0.0.0.0".into(),
+                })
+                .collect(),
+            mounts: vec![],
+            stop_timeout: None,
+            restart: Some("always".into()),
+            image_defaults: Some(mesh_lib::import::ImageDefaults::default()),
+            gaps: vec![],
+        }
+    }
+
+    /// A compose project is one module; every host port is one setting whose number is
+    /// written once, in the node's declaration, and read by the module; no credential's value
+    /// is written anywhere (an environment's, by name or by entropy, or a file's line).
+    #[test]
+    fn ports_once_credentials_never_compose_projects_one_module() {
+        let containers = [
+            container("shop-web-1", Some("shop"), &[(18080, 80), (18443, 443)]),
+            container("shop-db-1", Some("shop"), &[]),
+            container("cache", None, &[(16379, 6379)]),
+        ];
+        let files = [FileToImport {
+            path: "/etc/app/app.env".into(),
+            content: b"MODE=prod\nAPI_TOKEN=s3cr3t-t0ken\n".to_vec(),
+            mode: "0600".into(),
+            owner: "root".into(),
+            group: "root".into(),
+        }];
+        let out = render("web-1", &containers, &files);
+        assert_eq!(out.modules, ["shop", "cache", "files"]);
+        let all: String = out
+            .files
+            .iter()
+            .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        for secret in ["hunter2", "aK8s9Qz2LmP4xR7vT1wB", "s3cr3t-t0ken"] {
+            assert!(!all.contains(secret), "{secret} written");
+        }
+        assert_eq!(out.credentials.len(), 7, "{:?}", out.credentials);
+        for port in ["18080", "18443", "16379"] {
+            assert_eq!(all.matches(port).count(), 1, "{port}");
+        }
+        let shop = String::from_utf8_lossy(&out.files[0].1).into_owned();
+        assert!(shop.contains("host_port = s.ports.shop_web_1_80"), "{shop}");
+        assert!(shop.contains("name = \"shop-db-1\""), "{shop}");
+        assert!(shop.starts_with("# Imported by `mesh import` from the compose project shop"));
+        let node = out
+            .files
+            .iter()
+            .find(|(p, _)| p == Path::new("nodes/web-1.ncl"))
+            .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+            .unwrap();
+        assert!(
+            node.contains("(import \"../catalogue/shop.ncl\") credentials.shop"),
+            "{node}"
+        );
+        assert!(node.contains("cache = 16379,"), "{node}");
+    }
+
+    /// A string with quotes, a backslash, a newline and an interpolation stays the same text.
+    #[test]
+    fn strings_are_escaped_for_nickel() {
+        assert_eq!(string("a\"b\\c\n%{x}"), r#""a\"b\\c\n\%{x}""#);
+        assert_eq!(
+            field("com.docker.compose.project"),
+            "\"com.docker.compose.project\""
+        );
+        assert_eq!(field("MODE"), "MODE");
+        assert_eq!(field("in"), "\"in\"");
+    }
+}

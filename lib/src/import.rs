@@ -1,0 +1,789 @@
+//! What `mesh import` reads of a live machine, and how a declared item is checked against it:
+//! pure data and pure comparisons, no effect on the machine (the activator reads the engine and
+//! the files; the fleet writes the Nickel).
+//!
+//! A container is compared by what it *is* once created: its declared spec merged with its
+//! image's defaults (the engine adds the image's environment, labels, command and entrypoint
+//! to what a create gives), against the live container's inspect data. Both sides become an
+//! [`Effective`] spec, and its digest is the container's *spec hash* here: equal digests, equal
+//! containers — a take keeps the found container in place instead of recreating it.
+//!
+//! Invariants: a credential's value is never in a [`Difference`] or a [`Gap`] (both name the
+//! variable only); nothing here reads the machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{ContainerEntry, Protocol};
+
+/// The labels the mesh puts on the containers it creates: never part of a compared spec.
+const MESH_LABELS: [&str; 4] = ["mesh.module", "mesh.generation", "mesh.spec", "mesh.owner"];
+
+/// What a container's image gives a container created from it, unless the create says otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageDefaults {
+    /// The image's id (`sha256:…`) the reference names now.
+    pub id: String,
+    /// `Config.Cmd`.
+    pub command: Vec<String>,
+    /// `Config.Entrypoint`.
+    pub entrypoint: Vec<String>,
+    /// `Config.Env`.
+    pub environment: BTreeMap<String, String>,
+    /// `Config.Labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `Config.WorkingDir`.
+    pub working_dir: String,
+    /// `Config.User`.
+    pub user: String,
+}
+
+impl ImageDefaults {
+    /// From `docker image inspect` data.
+    pub fn from_inspect(image: &Value) -> Self {
+        let c = &image["Config"];
+        Self {
+            id: str_of(&image["Id"]),
+            command: strings(&c["Cmd"]),
+            entrypoint: strings(&c["Entrypoint"]),
+            environment: env_map(&c["Env"]),
+            labels: string_map(&c["Labels"]),
+            working_dir: str_of(&c["WorkingDir"]),
+            user: str_of(&c["User"]),
+        }
+    }
+}
+
+/// A published port of a live container.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LivePort {
+    /// The host port.
+    pub host_port: u16,
+    /// The port inside the container.
+    pub container_port: u16,
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// The host address (`0.0.0.0` when the engine says every one).
+    pub host_ip: String,
+}
+
+/// A mount of a live container.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LiveMount {
+    /// `volume` or `bind` (another kind is a [`Gap`]).
+    pub kind: String,
+    /// The volume's name, or the host path as a declared path names it (under the root).
+    pub source: String,
+    /// The path inside the container.
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// A volume the engine named (`docker run -v /data`): its name is the engine's id.
+    pub anonymous: bool,
+}
+
+/// Something of a live container that a declaration cannot say: it is named, never dropped
+/// silently.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Gap {
+    /// What it is (`networks`, `entrypoint`, …).
+    pub what: String,
+    /// What the container has.
+    pub found: String,
+    /// Why the declaration cannot carry it.
+    pub why: String,
+}
+
+/// A container as `docker inspect` says it is, read for `mesh import`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveContainer {
+    /// Its name (without the engine's leading `/`).
+    pub name: String,
+    /// Its id.
+    pub id: String,
+    /// Whether it runs.
+    pub running: bool,
+    /// The image reference it was created from (`Config.Image`).
+    pub image: String,
+    /// The image it runs (`Image`, an id).
+    pub image_id: String,
+    /// `Config.Cmd`.
+    pub command: Vec<String>,
+    /// `Config.Entrypoint`.
+    pub entrypoint: Vec<String>,
+    /// `Config.Env`.
+    pub environment: BTreeMap<String, String>,
+    /// `Config.Labels`, the mesh's own aside.
+    pub labels: BTreeMap<String, String>,
+    /// Published ports, sorted.
+    pub ports: Vec<LivePort>,
+    /// Mounts, sorted.
+    pub mounts: Vec<LiveMount>,
+    /// `Config.StopTimeout`.
+    pub stop_timeout: Option<u32>,
+    /// The restart policy (`always`, `unless-stopped`, `on-failure[:N]`), `None` for `no`.
+    pub restart: Option<String>,
+    /// What its image gives, when the engine still has it.
+    pub image_defaults: Option<ImageDefaults>,
+    /// What a declaration cannot say about it.
+    pub gaps: Vec<Gap>,
+}
+
+fn str_of(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn string_map(v: &Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn env_map(v: &Value) -> BTreeMap<String, String> {
+    strings(v)
+        .into_iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv, String::new()),
+        })
+        .collect()
+}
+
+/// A host path as a declared path under `root` names it, or `None` when it is not under it.
+fn under_root(path: &str, root: &Path) -> Option<String> {
+    if root == Path::new("/") {
+        return Some(path.to_owned());
+    }
+    let rel = Path::new(path).strip_prefix(root).ok()?;
+    Some(format!("/{}", rel.display()))
+}
+
+impl LiveContainer {
+    /// From `docker inspect` data, its image's (`None` when the engine no longer has it), and
+    /// the root declared paths are under (a bind mount's source is named as a declared path).
+    pub fn from_inspect(inspect: &Value, image: Option<&Value>, root: &Path) -> Self {
+        let c = &inspect["Config"];
+        let h = &inspect["HostConfig"];
+        let mut gaps = Vec::new();
+        let mut ports = Vec::new();
+        if let Some(bindings) = h["PortBindings"].as_object() {
+            for (key, list) in bindings {
+                let (port, proto) = key.split_once('/').unwrap_or((key, "tcp"));
+                let protocol = if proto == "udp" {
+                    Protocol::Udp
+                } else {
+                    Protocol::Tcp
+                };
+                for b in list.as_array().into_iter().flatten() {
+                    let host_port = str_of(&b["HostPort"]).parse().unwrap_or(0);
+                    let Ok(container_port) = port.parse::<u16>() else {
+                        continue;
+                    };
+                    if host_port == 0 {
+                        gaps.push(Gap {
+                            what: "published port".into(),
+                            found: format!("{key} on a port the engine chose"),
+                            why: "a declaration publishes on a port setting, a number".into(),
+                        });
+                        continue;
+                    }
+                    let ip = str_of(&b["HostIp"]);
+                    ports.push(LivePort {
+                        host_port,
+                        container_port,
+                        protocol,
+                        host_ip: if ip.is_empty() { "0.0.0.0".into() } else { ip },
+                    });
+                }
+            }
+        }
+        ports.sort();
+        ports.dedup();
+        let mut mounts = Vec::new();
+        for m in inspect["Mounts"].as_array().into_iter().flatten() {
+            let kind = str_of(&m["Type"]);
+            let target = str_of(&m["Destination"]);
+            let read_only = !m["RW"].as_bool().unwrap_or(true);
+            match kind.as_str() {
+                "volume" => {
+                    let name = str_of(&m["Name"]);
+                    let anonymous = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
+                    mounts.push(LiveMount {
+                        kind,
+                        source: name,
+                        target,
+                        read_only,
+                        anonymous,
+                    });
+                }
+                "bind" => {
+                    let source = str_of(&m["Source"]);
+                    match under_root(&source, root) {
+                        Some(source) => mounts.push(LiveMount {
+                            kind,
+                            source,
+                            target,
+                            read_only,
+                            anonymous: false,
+                        }),
+                        None => gaps.push(Gap {
+                            what: "bind mount".into(),
+                            found: format!("{source}:{target}"),
+                            why: format!(
+                                "its source is not under the root {}, where a declared path is",
+                                root.display()
+                            ),
+                        }),
+                    }
+                }
+                other => gaps.push(Gap {
+                    what: format!("{other} mount"),
+                    found: target,
+                    why: "a declaration mounts named volumes and host paths only".into(),
+                }),
+            }
+        }
+        mounts.sort();
+        let restart = {
+            let name = str_of(&h["RestartPolicy"]["Name"]);
+            let retries = h["RestartPolicy"]["MaximumRetryCount"]
+                .as_u64()
+                .unwrap_or(0);
+            match name.as_str() {
+                "" | "no" => None,
+                "on-failure" if retries > 0 => Some(format!("on-failure:{retries}")),
+                _ => Some(name),
+            }
+        };
+        let image_defaults = image.map(ImageDefaults::from_inspect);
+        let labels = string_map(&c["Labels"])
+            .into_iter()
+            .filter(|(k, _)| !MESH_LABELS.contains(&k.as_str()))
+            .collect();
+        let network = str_of(&h["NetworkMode"]);
+        if !matches!(network.as_str(), "" | "default" | "bridge") {
+            gaps.push(Gap {
+                what: "network".into(),
+                found: network,
+                why: "a declared container is on the engine's default bridge".into(),
+            });
+        }
+        let defaults = image_defaults.clone().unwrap_or_default();
+        let mut unsaid = |what: &str, found: String, default: &str| {
+            if found != default && !found.is_empty() {
+                gaps.push(Gap {
+                    what: what.into(),
+                    found,
+                    why: format!("the Container contract has no {what}"),
+                });
+            }
+        };
+        unsaid("user", str_of(&c["User"]), &defaults.user);
+        unsaid(
+            "working_dir",
+            str_of(&c["WorkingDir"]),
+            &defaults.working_dir,
+        );
+        if h["Privileged"].as_bool() == Some(true) {
+            unsaid("privileged", "true".into(), "");
+        }
+        if !strings(&h["CapAdd"]).is_empty() {
+            unsaid("cap_add", strings(&h["CapAdd"]).join(","), "");
+        }
+        if c["Healthcheck"].is_object() && !c["Healthcheck"]["Test"].is_null() {
+            unsaid(
+                "healthcheck",
+                strings(&c["Healthcheck"]["Test"]).join(" "),
+                "",
+            );
+        }
+        let entrypoint = strings(&c["Entrypoint"]);
+        if image.is_some() && entrypoint != defaults.entrypoint {
+            gaps.push(Gap {
+                what: "entrypoint".into(),
+                found: entrypoint.join(" "),
+                why:
+                    "the Container contract has no entrypoint: a created container gets its image's"
+                        .into(),
+            });
+        }
+        if image.is_none() {
+            gaps.push(Gap {
+                what: "image".into(),
+                found: str_of(&c["Image"]),
+                why: "the engine no longer has the image: its defaults (environment, command, labels) cannot be told from what was given".into(),
+            });
+        }
+        gaps.sort();
+        Self {
+            name: str_of(&inspect["Name"]).trim_start_matches('/').to_owned(),
+            id: str_of(&inspect["Id"]),
+            running: inspect["State"]["Running"].as_bool().unwrap_or(false),
+            image: str_of(&c["Image"]),
+            image_id: str_of(&inspect["Image"]),
+            command: strings(&c["Cmd"]),
+            entrypoint,
+            environment: env_map(&c["Env"]),
+            labels,
+            ports,
+            mounts,
+            stop_timeout: c["StopTimeout"]
+                .as_u64()
+                .and_then(|t| u32::try_from(t).ok()),
+            restart,
+            image_defaults,
+            gaps,
+        }
+    }
+
+    /// What a declaration needs to say: the environment and labels its image does not give
+    /// already, the command unless it is the image's.
+    pub fn declared_part(&self) -> DeclaredPart {
+        let d = self.image_defaults.clone().unwrap_or_default();
+        let command = (self.command != d.command).then(|| self.command.clone());
+        let environment = self
+            .environment
+            .iter()
+            .filter(|(k, v)| d.environment.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let labels = self
+            .labels
+            .iter()
+            .filter(|(k, v)| d.labels.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        DeclaredPart {
+            command,
+            environment,
+            labels,
+        }
+    }
+
+    /// Its spec as it is.
+    pub fn effective(&self) -> Effective {
+        Effective {
+            image: self.image.clone(),
+            command: self.command.clone(),
+            environment: self.environment.clone(),
+            labels: self.labels.clone(),
+            ports: self.ports.clone(),
+            volumes: self
+                .mounts
+                .iter()
+                .map(|m| (m.source.clone(), m.target.clone(), m.read_only))
+                .collect(),
+            stop_timeout: self.stop_timeout,
+            restart: self.restart.clone(),
+        }
+    }
+}
+
+/// What a declaration of a live container says: what it was given beyond its image's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredPart {
+    /// The command, unless it is the image's.
+    pub command: Option<Vec<String>>,
+    /// The environment the image does not give.
+    pub environment: BTreeMap<String, String>,
+    /// The labels the image does not give.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A container's spec once created: what a create gives merged with its image's defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Effective {
+    /// The image reference.
+    pub image: String,
+    /// The command it runs (the image's when none is given).
+    pub command: Vec<String>,
+    /// Its environment.
+    pub environment: BTreeMap<String, String>,
+    /// Its labels, the mesh's own aside.
+    pub labels: BTreeMap<String, String>,
+    /// Published ports, sorted.
+    pub ports: Vec<LivePort>,
+    /// (source, target, read-only), sorted.
+    pub volumes: BTreeSet<(String, String, bool)>,
+    /// Seconds to stop.
+    pub stop_timeout: Option<u32>,
+    /// Restart policy.
+    pub restart: Option<String>,
+}
+
+impl Effective {
+    /// The declared container's, created from an image with `defaults`.
+    pub fn of_declared(entry: &ContainerEntry, defaults: &ImageDefaults) -> Self {
+        let mut environment = defaults.environment.clone();
+        environment.extend(entry.environment.clone());
+        let mut labels = defaults.labels.clone();
+        labels.extend(entry.labels.clone());
+        Effective {
+            image: entry.image.clone(),
+            command: if entry.command.is_empty() {
+                defaults.command.clone()
+            } else {
+                entry.command.clone()
+            },
+            environment,
+            labels,
+            ports: entry
+                .ports
+                .iter()
+                .map(|p| LivePort {
+                    host_port: p.host_port.get(),
+                    container_port: p.container_port.get(),
+                    protocol: p.protocol,
+                    host_ip: p.host_ip.to_string(),
+                })
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            volumes: entry
+                .volumes
+                .iter()
+                .map(|v| (v.source.clone(), v.target.clone(), v.read_only))
+                .collect(),
+            stop_timeout: entry.stop_timeout,
+            restart: entry.restart.clone(),
+        }
+    }
+
+    /// Its digest: the spec hash `mesh import --check` compares (`b3:…`).
+    pub fn digest(&self) -> String {
+        let bytes = crate::canonical::to_canonical_json(self).unwrap_or_default();
+        format!("b3:{}", blake3::hash(&bytes).to_hex())
+    }
+}
+
+/// One field in which a declared container differs from the live one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    /// The field (`image`, `environment NAME`, `ports`, …).
+    pub field: String,
+    /// What the declaration gives (a credential's value never: `(a credential)`).
+    pub declared: String,
+    /// What runs.
+    pub found: String,
+}
+
+/// Every field in which the declared container (created from the live one's image) differs
+/// from the live one, and the image: a reference that names another image now than the one
+/// the container runs is a difference, since a create would run the other. Values of variables
+/// that look like credentials are not shown.
+pub fn compare(entry: &ContainerEntry, live: &LiveContainer) -> Vec<Difference> {
+    let defaults = live.image_defaults.clone().unwrap_or_default();
+    let d = Effective::of_declared(entry, &defaults);
+    let l = live.effective();
+    let mut out = Vec::new();
+    let mut differ = |field: String, declared: String, found: String| {
+        if declared != found {
+            out.push(Difference {
+                field,
+                declared,
+                found,
+            });
+        }
+    };
+    differ("image".into(), d.image.clone(), l.image.clone());
+    if d.image == l.image && !defaults.id.is_empty() && defaults.id != live.image_id {
+        differ(
+            "image id".into(),
+            format!("{} (what {} names now)", short(&defaults.id), d.image),
+            short(&live.image_id),
+        );
+    }
+    differ(
+        "command".into(),
+        format!("{:?}", d.command),
+        format!("{:?}", l.command),
+    );
+    let keys: BTreeSet<&String> = d.environment.keys().chain(l.environment.keys()).collect();
+    for k in keys {
+        let hide = |v: Option<&String>| match v {
+            None => "(unset)".to_owned(),
+            Some(v) if looks_like_credential(k, v).is_some() => "(a credential)".to_owned(),
+            Some(v) => format!("{v:?}"),
+        };
+        if d.environment.get(k) != l.environment.get(k) {
+            out.push(Difference {
+                field: format!("environment {k}"),
+                declared: hide(d.environment.get(k)),
+                found: hide(l.environment.get(k)),
+            });
+        }
+    }
+    let mut differ = |field: String, declared: String, found: String| {
+        if declared != found {
+            out.push(Difference {
+                field,
+                declared,
+                found,
+            });
+        }
+    };
+    let keys: BTreeSet<&String> = d.labels.keys().chain(l.labels.keys()).collect();
+    for k in keys {
+        let show = |v: Option<&String>| v.map_or("(unset)".to_owned(), |v| format!("{v:?}"));
+        differ(
+            format!("label {k}"),
+            show(d.labels.get(k)),
+            show(l.labels.get(k)),
+        );
+    }
+    let ports = |p: &[LivePort]| {
+        p.iter()
+            .map(|p| {
+                format!(
+                    "{}:{}->{}/{}",
+                    p.host_ip, p.host_port, p.container_port, p.protocol
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    differ("ports".into(), ports(&d.ports), ports(&l.ports));
+    let volumes = |v: &BTreeSet<(String, String, bool)>| {
+        v.iter()
+            .map(|(s, t, ro)| format!("{s}:{t}{}", if *ro { ":ro" } else { "" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    differ("volumes".into(), volumes(&d.volumes), volumes(&l.volumes));
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "(unset)".into());
+    differ(
+        "stop_timeout".into(),
+        opt(d.stop_timeout.map(|t| t.to_string())),
+        opt(l.stop_timeout.map(|t| t.to_string())),
+    );
+    differ("restart".into(), opt(d.restart), opt(l.restart));
+    out
+}
+
+/// Whether the declared container is the live one as it is: no difference and nothing the
+/// declaration cannot say. A take keeps such a container in place.
+pub fn is_equal(entry: &ContainerEntry, live: &LiveContainer) -> bool {
+    live.gaps.is_empty() && compare(entry, live).is_empty()
+}
+
+fn short(id: &str) -> String {
+    let hex = id.trim_start_matches("sha256:");
+    format!("sha256:{}", &hex[..hex.len().min(12)])
+}
+
+/// Why an environment variable looks like a credential (`by name`, `by entropy`), if it does:
+/// its value is then never written in clear.
+pub fn looks_like_credential(name: &str, value: &str) -> Option<&'static str> {
+    let upper = name.to_ascii_uppercase();
+    const WORDS: [&str; 9] = [
+        "PASSWORD",
+        "PASSWD",
+        "SECRET",
+        "TOKEN",
+        "CREDENTIAL",
+        "PRIVATE",
+        "APIKEY",
+        "ACCESSKEY",
+        "PASSPHRASE",
+    ];
+    const SEGMENTS: [&str; 6] = ["KEY", "PASS", "PWD", "SALT", "AUTH", "DSN"];
+    let squashed: String = upper.chars().filter(|c| *c != '_' && *c != '-').collect();
+    if WORDS.iter().any(|w| squashed.contains(w))
+        || upper.split(['_', '-', '.']).any(|s| SEGMENTS.contains(&s))
+    {
+        return Some("by name");
+    }
+    // A URL with a password in it (`postgres://u:p@db/x`).
+    if let Some((_, rest)) = value.split_once("://") {
+        let authority = rest.split('/').next().unwrap_or_default();
+        if authority
+            .split_once('@')
+            .is_some_and(|(user, _)| user.contains(':'))
+        {
+            return Some("by entropy");
+        }
+        return None;
+    }
+    if high_entropy(value) {
+        return Some("by entropy");
+    }
+    None
+}
+
+/// A value long, varied and random enough to be a key or a token: at least 16 characters, no
+/// space, not a path, of at least two kinds of character, and over 3.5 bits of entropy per
+/// character.
+fn high_entropy(value: &str) -> bool {
+    if value.len() < 16 || value.contains(char::is_whitespace) || value.starts_with('/') {
+        return false;
+    }
+    let kinds = [
+        value.bytes().any(|b| b.is_ascii_lowercase()),
+        value.bytes().any(|b| b.is_ascii_uppercase()),
+        value.bytes().any(|b| b.is_ascii_digit()),
+        value.bytes().any(|b| !b.is_ascii_alphanumeric()),
+    ]
+    .iter()
+    .filter(|k| **k)
+    .count();
+    if kinds < 2 {
+        return false;
+    }
+    let mut counts: BTreeMap<u8, usize> = BTreeMap::new();
+    for b in value.bytes() {
+        *counts.entry(b).or_default() += 1;
+    }
+    let n = value.len() as f64;
+    let entropy: f64 = counts
+        .values()
+        .map(|c| {
+            let p = *c as f64 / n;
+            -p * p.log2()
+        })
+        .sum();
+    entropy > 3.5
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn inspect() -> Value {
+        json!({
+            "Name": "/web",
+            "Id": "c0ffee",
+            "Image": "sha256:aaaa",
+            "State": {"Running": true},
+            "Config": {
+                "Image": "busy:1",
+                "Cmd": ["httpd", "-f"],
+                "Entrypoint": null,
+                "Env": ["MODE=prod", "PATH=/bin", "DB_PASSWORD=hunter2"],
+                "Labels": {"team": "web", "from.image": "x"},
+                "StopTimeout": 3,
+            },
+            "HostConfig": {
+                "PortBindings": {"80/tcp": [{"HostIp": "", "HostPort": "8080"}]},
+                "RestartPolicy": {"Name": "unless-stopped", "MaximumRetryCount": 0},
+                "NetworkMode": "bridge",
+            },
+            "Mounts": [{"Type": "volume", "Name": "data", "Destination": "/data", "RW": true}],
+        })
+    }
+
+    fn image() -> Value {
+        json!({"Id": "sha256:aaaa", "Config": {"Env": ["PATH=/bin"], "Labels": {"from.image": "x"}, "Cmd": ["sh"]}})
+    }
+
+    fn declared() -> ContainerEntry {
+        serde_json::from_value(json!({
+            "module": "web",
+            "image": "busy:1",
+            "command": ["httpd", "-f"],
+            "environment": {"MODE": "prod", "DB_PASSWORD": "hunter2"},
+            "ports": [{"host_ip": "0.0.0.0", "host_port": 8080, "container_port": 80, "protocol": "tcp"}],
+            "volumes": [{"source": "data", "target": "/data", "read_only": false}],
+            "labels": {"team": "web"},
+            "stop_timeout": 3,
+            "restart": "unless-stopped",
+            "state": {"kind": "managed"},
+        }))
+        .unwrap()
+    }
+
+    /// A declaration that says what the container was given (not what its image gives) is
+    /// equal to it: same spec hash.
+    #[test]
+    fn declared_part_merged_with_the_image_is_the_live_container() {
+        let live = LiveContainer::from_inspect(&inspect(), Some(&image()), Path::new("/"));
+        assert!(live.gaps.is_empty(), "{:?}", live.gaps);
+        let part = live.declared_part();
+        assert_eq!(part.command, Some(vec!["httpd".into(), "-f".into()]));
+        assert!(!part.environment.contains_key("PATH"));
+        assert!(!part.labels.contains_key("from.image"));
+        assert_eq!(compare(&declared(), &live), vec![]);
+        assert!(is_equal(&declared(), &live));
+        assert_eq!(
+            Effective::of_declared(&declared(), live.image_defaults.as_ref().unwrap()).digest(),
+            live.effective().digest()
+        );
+    }
+
+    /// A difference is named by its field, and a credential's value is never shown.
+    #[test]
+    fn a_difference_is_named_and_a_credential_hidden() {
+        let live = LiveContainer::from_inspect(&inspect(), Some(&image()), Path::new("/"));
+        let mut d = declared();
+        d.environment.insert("DB_PASSWORD".into(), "other".into());
+        d.restart = None;
+        let diffs = compare(&d, &live);
+        let fields: Vec<&str> = diffs.iter().map(|d| d.field.as_str()).collect();
+        assert_eq!(fields, ["environment DB_PASSWORD", "restart"]);
+        assert!(!format!("{diffs:?}").contains("hunter2"));
+    }
+
+    /// A tag that names another image now than the one the container runs is a difference.
+    #[test]
+    fn a_moved_tag_is_a_difference() {
+        let mut img = image();
+        img["Id"] = json!("sha256:bbbb");
+        let live = LiveContainer::from_inspect(&inspect(), Some(&img), Path::new("/"));
+        assert_eq!(compare(&declared(), &live)[0].field, "image id");
+    }
+
+    /// What a declaration cannot say (a network, an entrypoint of its own) is a gap, named.
+    #[test]
+    fn what_cannot_be_declared_is_a_gap() {
+        let mut i = inspect();
+        i["HostConfig"]["NetworkMode"] = json!("backend");
+        i["Config"]["Entrypoint"] = json!(["/init"]);
+        let live = LiveContainer::from_inspect(&i, Some(&image()), Path::new("/"));
+        let what: Vec<&str> = live.gaps.iter().map(|g| g.what.as_str()).collect();
+        assert_eq!(what, ["entrypoint", "network"]);
+        assert!(!is_equal(&declared(), &live));
+    }
+
+    /// Credentials are told by name and by entropy; plain settings are not.
+    #[test]
+    fn credentials_by_name_and_by_entropy() {
+        assert_eq!(looks_like_credential("DB_PASSWORD", "x"), Some("by name"));
+        assert_eq!(looks_like_credential("API_KEY", "x"), Some("by name"));
+        assert_eq!(looks_like_credential("GITHUB_TOKEN", ""), Some("by name"));
+        assert_eq!(
+            looks_like_credential("UPSTREAM", "aK8s9Qz2LmP4xR7vT1wB"),
+            Some("by entropy")
+        );
+        assert_eq!(
+            looks_like_credential("DATABASE_URL", "postgres://app:s3cret@db/app"),
+            Some("by entropy")
+        );
+        assert_eq!(looks_like_credential("MODE", "production"), None);
+        assert_eq!(looks_like_credential("KEYBOARD", "us"), None);
+        assert_eq!(
+            looks_like_credential("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin"),
+            None
+        );
+        assert_eq!(
+            looks_like_credential("URL", "https://example.org/a/b"),
+            None
+        );
+    }
+}

@@ -1,0 +1,537 @@
+//! `mesh import` on the real engine, with an image the test makes by `docker import` of the
+//! static busybox: a predecessor's containers started by `docker run` (published port,
+//! environment with a credential, a named volume and a bind mount, a command, labels, restart
+//! policies, a stop timeout) and a file tree under the node's root are imported; the written
+//! declaration builds once the credential is supplied, `mesh import --check` finds every item
+//! equal, `mesh adopt` holds them all, and `mesh take` of a container's module keeps the very
+//! container (same id, not restarted). Import itself changes nothing on the machine. Every
+//! container, volume and image the test makes carries its unique prefix and is removed
+//! afterwards, also when the test fails (the `Made` guard).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::containers::{docker, docker_here, take_turn, Made};
+use crate::node_fixture::Fixture;
+
+/// The body of `GET /hello` from 127.0.0.1:`port`, trying for 3 s.
+fn hello(port: u16) -> Option<String> {
+    for _ in 0..30 {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.write_all(b"GET /hello HTTP/1.0\r\n\r\n");
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if let Some(body) = out.split("\r\n\r\n").nth(1) {
+                return Some(body.to_owned());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// Each container's id, start time and state: what "not restarted, not recreated" means.
+fn engine_facts(names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| {
+            docker(&[
+                "inspect",
+                "-f",
+                "{{.Id}} {{.State.StartedAt}} {{.State.Running}} {{.RestartCount}}",
+                n,
+            ])
+        })
+        .collect()
+}
+
+/// Every written file's text under `dir`, by relative path.
+fn texts(dir: &Path) -> Vec<(String, String)> {
+    walkdir::WalkDir::new(dir)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            (
+                e.path().strip_prefix(dir).unwrap().display().to_string(),
+                std::fs::read_to_string(e.path()).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Import → build → `--check` equal → adopt holds all → take keeps the container (same id);
+/// the credential never written; the port number written once; the machine unchanged by import.
+#[test]
+fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("imp");
+    let port = 40000 + (std::process::id() % 20000) as u16;
+    let (web, worker) = (
+        format!("{}-web", made.prefix),
+        format!("{}-worker", made.prefix),
+    );
+    let f = Fixture::new();
+    // The file tree the predecessor wrote, owned by its user.
+    std::fs::create_dir_all(f.at("/etc/app/conf.d")).unwrap();
+    std::fs::write(
+        f.at("/etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/srv/app:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(f.at("/etc/group"), "root:x:0:\napp:x:1000:\n").unwrap();
+    std::fs::write(
+        f.at("/etc/app/app.conf"),
+        "listen = 8080\nname = \"%{not nickel}\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        f.at("/etc/app/app.conf"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(f.at("/etc/app/app.conf"), Some(1000), Some(1000)).unwrap();
+    std::fs::write(f.at("/etc/app/conf.d/extra.conf"), "extra\n").unwrap();
+
+    // The predecessor's containers, as `docker run` started them.
+    docker(&[
+        "run",
+        "--rm",
+        "-v",
+        &format!("{}-data:/data", made.prefix),
+        &made.image,
+        "/bin/busybox",
+        "sh",
+        "-c",
+        "echo hello > /data/hello",
+    ]);
+    let conf = format!("{}:/conf:ro", f.at("/etc/app").display());
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &web,
+        "--restart",
+        "unless-stopped",
+        "--stop-timeout",
+        "1",
+        "-p",
+        &format!("127.0.0.1:{port}:8080"),
+        "-e",
+        "MODE=prod",
+        "-e",
+        "DB_PASSWORD=hunter2-not-in-clear",
+        "-l",
+        "team=web",
+        "-v",
+        &format!("{}-data:/data", made.prefix),
+        "-v",
+        &conf,
+        &made.image,
+        "/bin/busybox",
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+        "-h",
+        "/data",
+    ]);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &worker,
+        "--restart",
+        "on-failure:3",
+        "-e",
+        "INTERVAL=5",
+        &made.image,
+        "/bin/busybox",
+        "sleep",
+        "100000",
+    ]);
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
+    let before = (engine_facts(&[&web, &worker]), f.snapshot());
+
+    // The import: read-only.
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let import_args = [
+        "import",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--node",
+        "n1",
+        "--container",
+        &web,
+        "--container",
+        &worker,
+        "--file",
+        "/etc/app/app.conf",
+        "--file",
+        "/etc/app/conf.d/extra.conf",
+        "--json",
+    ];
+    let imported = f.ok(&import_args);
+    let result: serde_json::Value = serde_json::from_str(imported.last_line()).unwrap();
+    assert_eq!(
+        (engine_facts(&[&web, &worker]), f.snapshot()),
+        before,
+        "import changed the machine"
+    );
+    // The credential is listed, on stderr and in --json, and written nowhere.
+    let credentials = result["credentials"].as_array().unwrap();
+    assert!(
+        credentials
+            .iter()
+            .any(|c| c["item"] == web.as_str() && c["variable"] == "DB_PASSWORD"),
+        "{result}"
+    );
+    assert!(
+        imported.stderr.contains("DB_PASSWORD"),
+        "{}",
+        imported.stderr
+    );
+    let written = texts(&out_dir);
+    assert!(written.iter().all(|(_, t)| !t.contains("hunter2")));
+    // The published port is one setting, its number written once: in the node's declaration.
+    let web_module = format!("{}_web", made.prefix);
+    assert_eq!(result["ports"][&web_module], port, "{result}");
+    let number = port.to_string();
+    let mentions: Vec<&String> = written
+        .iter()
+        .filter(|(p, _)| p.ends_with(".ncl"))
+        .flat_map(|(p, t)| t.matches(number.as_str()).map(move |_| p))
+        .collect();
+    assert_eq!(mentions, [&"nodes/n1.ncl".to_owned()], "{written:?}");
+    let module_text = &written
+        .iter()
+        .find(|(p, _)| *p == format!("catalogue/{web_module}.ncl"))
+        .unwrap()
+        .1;
+    assert!(
+        module_text.contains(&format!("s.ports.{web_module}")),
+        "{module_text}"
+    );
+    assert!(
+        module_text.contains("# from docker inspect:"),
+        "{module_text}"
+    );
+
+    // A path with no file, a container not on the engine: refused (exit 1), nothing written.
+    let elsewhere = out.path().join("elsewhere");
+    for (flag, value) in [
+        ("--file", "/etc/app/none"),
+        ("--container", "no-such-container"),
+    ] {
+        let ran = f.mesh(&[
+            "import",
+            "--out",
+            elsewhere.to_str().unwrap(),
+            "--node",
+            "n1",
+            "--container",
+            &web,
+            flag,
+            value,
+        ]);
+        assert_eq!(ran.code, 1, "{flag}: {}", ran.stderr);
+        assert!(ran.stderr.contains(value), "{}", ran.stderr);
+        assert!(!elsewhere.exists());
+    }
+
+    // Written over nothing: a second import is refused and leaves the files as they are.
+    let again = f.mesh(&import_args);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert_eq!(texts(&out_dir), written);
+
+    // Until the credential is supplied, the declaration does not build.
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    let unsupplied = f.mesh(&["build", decl]);
+    assert_eq!(unsupplied.code, 1, "{}", unsupplied.stderr);
+    let creds_path = out_dir.join("nodes/n1.credentials.ncl");
+    let creds = std::fs::read_to_string(&creds_path).unwrap();
+    assert!(creds.contains("DB_PASSWORD | String,"), "{creds}");
+    std::fs::write(
+        &creds_path,
+        creds.replace(
+            "DB_PASSWORD | String,",
+            "DB_PASSWORD | String = \"hunter2-not-in-clear\",",
+        ),
+    )
+    .unwrap();
+    f.ok(&["build", decl]);
+
+    // Checked exact: every container and file equal.
+    let check = |f: &Fixture| -> serde_json::Value {
+        let ran = f.mesh(&["import", "--check", decl, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+        assert_eq!(ran.code, 0, "{v:#}\n{}", ran.stderr);
+        v
+    };
+    let checked = check(&f);
+    let items = checked["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4, "{checked:#}");
+    assert!(items.iter().all(|i| i["verdict"] == "equal"), "{checked:#}");
+    assert!(items
+        .iter()
+        .filter(|i| i["kind"] == "container")
+        .all(|i| i["declared"] == i["found"]));
+
+    // Adopt holds every imported item, in force, not restarted.
+    let adopted = f.ok(&["adopt", decl]);
+    for item in [
+        format!("hold     container {web}"),
+        format!("hold     container {worker}"),
+        "hold     /etc/app/app.conf".to_owned(),
+        "hold     /etc/app/conf.d/extra.conf".to_owned(),
+    ] {
+        assert!(
+            adopted.stdout.contains(&item),
+            "{item}:\n{}",
+            adopted.stdout
+        );
+    }
+    assert_eq!(engine_facts(&[&web, &worker]), before.0, "adopt restarted");
+    let status: serde_json::Value =
+        serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        status["take_would_retire"],
+        serde_json::json!([]),
+        "{status:#}"
+    );
+    assert_eq!(
+        status["take_would_keep"].as_array().unwrap().len(),
+        2,
+        "{status:#}"
+    );
+    assert_eq!(f.snapshot(), before.1);
+    check(&f);
+
+    // The take of the web module recreates nothing: the spec hash is equal.
+    let taken = f.ok(&["take", &web_module, decl]);
+    assert!(
+        taken.stdout.contains(&format!("keep     container {web}")),
+        "{}",
+        taken.stdout
+    );
+    assert_eq!(
+        engine_facts(&[&web]),
+        engine_facts_of(&before.0, 0),
+        "take recreated"
+    );
+    assert!(!std::process::Command::new("docker")
+        .args(["inspect", &format!("{web}.found")])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
+    let status: serde_json::Value =
+        serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        status["containers"],
+        serde_json::json!({"held": 1, "staged": 0, "managed": 1})
+    );
+    check(&f);
+
+    // A declaration that differs is told, field by field, and exits 2.
+    let module_path = out_dir.join(format!("catalogue/{web_module}.ncl"));
+    std::fs::write(
+        &module_path,
+        module_text.replace("MODE = \"prod\"", "MODE = \"staging\""),
+    )
+    .unwrap();
+    let differs = f.mesh(&["import", "--check", decl, "--json"]);
+    assert_eq!(differs.code, 2, "{}", differs.stderr);
+    let v: serde_json::Value = serde_json::from_str(differs.last_line()).unwrap();
+    let web_item = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == web.as_str())
+        .unwrap();
+    assert_eq!(web_item["verdict"], "differs");
+    assert_eq!(web_item["differences"][0]["field"], "environment MODE");
+    assert_ne!(web_item["declared"], web_item["found"]);
+}
+
+fn engine_facts_of(facts: &[String], i: usize) -> Vec<String> {
+    vec![facts[i].clone()]
+}
+
+/// Removes a Docker network when dropped (also when the test fails), after the containers on
+/// it: dropped before the test's `Made`, it removes them first (a network with a container
+/// attached is not removed).
+struct Network(String);
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| std::process::Command::new("docker").args(args).output();
+        if let Ok(ids) = docker(&["ps", "-aq", "--filter", &format!("network={}", self.0)]) {
+            for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+                let _ = docker(&["rm", "-f", id]);
+            }
+        }
+        let _ = docker(&["network", "rm", &self.0]);
+    }
+}
+
+/// What a declaration cannot say is never dropped silently: a container on a network of its
+/// own with a working folder of its own is imported with each gap named (a `NOT DECLARED` comment,
+/// stderr, `--json`), `--check` says it differs and why (exit 2), and a take does not keep it
+/// as if it were the declared one.
+#[test]
+fn what_cannot_be_declared_is_named_and_never_equal() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("gap");
+    let name = format!("{}-odd", made.prefix);
+    let network = Network(format!("{}-net", made.prefix));
+    docker(&["network", "create", &network.0]);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        &network.0,
+        "--workdir",
+        "/tmp",
+        &made.image,
+        "/bin/busybox",
+        "sleep",
+        "100000",
+    ]);
+    let before = engine_facts(&[&name]);
+    let f = Fixture::new();
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let imported = f.ok(&[
+        "import",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--node",
+        "n1",
+        "--container",
+        &name,
+        "--json",
+    ]);
+    let result: serde_json::Value = serde_json::from_str(imported.last_line()).unwrap();
+    let gaps: Vec<&str> = result["gaps"][&name]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["what"].as_str().unwrap())
+        .collect();
+    assert_eq!(gaps, ["network", "working_dir"], "{result}");
+    assert!(
+        imported.stderr.contains("not declared"),
+        "{}",
+        imported.stderr
+    );
+    let module = format!("{}_odd", made.prefix);
+    let text = std::fs::read_to_string(out_dir.join(format!("catalogue/{module}.ncl"))).unwrap();
+    assert!(text.contains("# NOT DECLARED (network)"), "{text}");
+    assert!(text.contains("# NOT DECLARED (working_dir)"), "{text}");
+
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    let checked = f.mesh(&["import", "--check", decl, "--json"]);
+    assert_eq!(checked.code, 2, "{}", checked.stderr);
+    let v: serde_json::Value = serde_json::from_str(checked.last_line()).unwrap();
+    assert_eq!(v["equal"], false);
+    assert_eq!(v["items"][0]["verdict"], "differs", "{v:#}");
+    assert_eq!(v["items"][0]["gaps"].as_array().unwrap().len(), 2, "{v:#}");
+    let text_check = f.mesh(&["import", "--check", decl]);
+    assert!(
+        text_check.stdout.contains("not declared (network)"),
+        "{}",
+        text_check.stdout
+    );
+    assert_eq!(engine_facts(&[&name]), before, "import or check changed it");
+
+    // Adopted and taken, it is not kept as if equal: retired as NAME.found.
+    f.ok(&["adopt", decl]);
+    let taken = f.ok(&["take", &module, decl]);
+    assert!(
+        taken.stdout.contains(&format!("retire   container {name}")),
+        "{}",
+        taken.stdout
+    );
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.Id}}", &format!("{name}.found")]),
+        before[0].split(' ').next().unwrap()
+    );
+}
+
+/// Containers a compose project grouped (its `com.docker.compose.project` label) are one
+/// module: imported, checked equal, and taken together, each kept as it is (same ids).
+#[test]
+fn a_compose_project_is_one_module_taken_in_place() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("cmp");
+    let project = format!("{}proj", made.prefix);
+    let names: Vec<String> = ["api", "db"]
+        .iter()
+        .map(|s| format!("{}-{s}", made.prefix))
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "-l",
+            &format!("com.docker.compose.project={project}"),
+            "-l",
+            &format!("com.docker.compose.service=s{i}"),
+            "-e",
+            &format!("ROLE=r{i}"),
+            &made.image,
+            "/bin/busybox",
+            "sleep",
+            "100000",
+        ]);
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let before = engine_facts(&refs);
+    let f = Fixture::new();
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let mut args = vec!["import", "--out", out_dir.to_str().unwrap(), "--node", "n1"];
+    for n in &refs {
+        args.extend(["--container", n]);
+    }
+    args.push("--json");
+    let result: serde_json::Value = serde_json::from_str(f.ok(&args).last_line()).unwrap();
+    assert_eq!(result["modules"], serde_json::json!([project]), "{result}");
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    f.ok(&["import", "--check", decl]);
+    f.ok(&["adopt", decl]);
+    let taken = f.ok(&["take", &project, decl]);
+    for n in &refs {
+        assert!(
+            taken.stdout.contains(&format!("keep     container {n}")),
+            "{}",
+            taken.stdout
+        );
+    }
+    assert_eq!(engine_facts(&refs), before, "the take recreated");
+    f.ok(&["import", "--check", decl]);
+}
