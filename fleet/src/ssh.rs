@@ -33,6 +33,78 @@ pub fn config_file(fleet: &Fleet) -> Option<std::path::PathBuf> {
     }
 }
 
+/// The ssh_config file `node`'s connections read: [`config_file`], except that a node whose
+/// connection the operator's own configuration already routes — a `ProxyCommand` or a
+/// `ProxyJump` of theirs, which ssh takes before the mesh's — reads the operator's configuration
+/// alone. The wrapper's `ProxyUseFdpass` belongs to the mesh's proxy only: under a proxy that
+/// relays bytes (`nc`, `ssh -W`, `docker exec -i`) ssh would wait for a descriptor that never
+/// comes. Whose proxy applies is what ssh itself says (`ssh -G`, with the node's port and user),
+/// asked once per node and process; when ssh cannot say, the operator's configuration alone.
+pub fn config_for(fleet: &Fleet, node: &Node) -> Option<std::path::PathBuf> {
+    let config = config_file(fleet);
+    if config.is_none() || config == fleet.ssh_config {
+        return config;
+    }
+    let wrapper = config.as_deref()?;
+    let key = (
+        wrapper.to_path_buf(),
+        node.ssh.destination.clone(),
+        node.ssh.port,
+        node.ssh.user.clone(),
+    );
+    type Key = (std::path::PathBuf, String, Option<u16>, Option<String>);
+    static ASKED: std::sync::Mutex<Vec<(Key, bool)>> = std::sync::Mutex::new(Vec::new());
+    let known = ASKED
+        .lock()
+        .ok()
+        .and_then(|a| a.iter().find(|(k, _)| *k == key).map(|(_, own)| *own));
+    let own = known.unwrap_or_else(|| {
+        let own = own_proxy_applies(wrapper, node);
+        if let Ok(mut asked) = ASKED.lock() {
+            asked.push((key, own));
+        }
+        own
+    });
+    if own {
+        config
+    } else {
+        fleet.ssh_config.clone()
+    }
+}
+
+/// Whether ssh, reading `wrapper` for `node`, would connect through the mesh's own proxy.
+fn own_proxy_applies(wrapper: &std::path::Path, node: &Node) -> bool {
+    let mut c = std::process::Command::new("ssh");
+    c.arg("-F").arg(wrapper).arg("-G");
+    if let Some(port) = node.ssh.port {
+        c.arg("-p").arg(port.to_string());
+    }
+    if let Some(user) = &node.ssh.user {
+        c.arg("-l").arg(user);
+    }
+    c.arg("--").arg(&node.ssh.destination);
+    let Ok(out) = c
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return false;
+    };
+    out.status.success() && routed_by_mesh(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Whether `ssh -G`'s output names the mesh's proxy as the connection's, and no jump host.
+fn routed_by_mesh(effective: &str) -> bool {
+    let value = |name: &str| {
+        effective.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    };
+    value("proxyjump").is_none_or(|v| v == "none")
+        && value("proxycommand").is_some_and(|v| v.contains(&format!(" {PROXY_ARG} ")))
+}
+
 /// The wrapper's text, or `None` when a path cannot be written in it as it is.
 fn wrapper_text(fleet: &Fleet) -> Option<String> {
     let quoted = |p: &std::path::Path| {
@@ -342,7 +414,7 @@ fn quoted(word: &str) -> String {
 /// exchange is [`CONFIRM_KEX`].
 pub fn once(fleet: &Fleet, node: &Node, args: &[&str]) -> Result<Ran, SshError> {
     let mut c = std::process::Command::new("ssh");
-    if let Some(config) = config_file(fleet) {
+    if let Some(config) = config_for(fleet, node) {
         c.arg("-F").arg(config);
     }
     c.args([
@@ -419,7 +491,7 @@ impl Link {
             .control_persist(ControlPersist::IdleFor(
                 std::num::NonZeroUsize::new(30).expect("not zero"),
             ));
-        if let Some(config) = config_file(fleet) {
+        if let Some(config) = config_for(fleet, node) {
             builder.config_file(config);
         }
         if let Some(port) = node.ssh.port {
@@ -804,5 +876,23 @@ impl Serve<'_> {
             .runtime
             .block_on(async { tokio::time::timeout(bound, child.wait()).await });
         self.sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_mesh_s_own_proxy_counts_as_its_route() {
+        let own =
+            format!("user root\nproxycommand '/x/mesh' {PROXY_ARG} %h %p\nproxyusefdpass yes\n");
+        assert!(routed_by_mesh(&own));
+        assert!(!routed_by_mesh(
+            "proxycommand nc %h %p\nproxyusefdpass yes\n"
+        ));
+        assert!(!routed_by_mesh(&format!("proxyjump bastion\n{own}")));
+        assert!(routed_by_mesh(&format!("proxyjump none\n{own}")));
+        assert!(!routed_by_mesh("user root\n"), "no proxy at all: ssh's own");
     }
 }

@@ -464,6 +464,44 @@ fn connections_read_the_operator_s_config_first_then_open_without_nagle() {
     );
 }
 
+/// An operator's `ProxyCommand` that relays bytes (here bash's `/dev/tcp`, as `nc` or `ssh -W`
+/// would) never passes a descriptor: the mesh's `ProxyUseFdpass` must not reach it. It did, as
+/// the mesh's own configuration names it under `Host *`, and ssh waited for a descriptor
+/// ("proxy dialer did not pass back a connection") on every connection of such a node.
+#[test]
+fn an_operator_s_relaying_proxy_is_used_as_it_is() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("relay", 1, |n| node_decl(n, "one\n", true));
+    let marker = lab.dir.path().join("relayed");
+    lab.ssh_option(&format!(
+        "ProxyCommand bash -c 'echo %h >> {}; exec 3<>/dev/tcp/%h/%p; cat <&3 & exec cat >&3'",
+        marker.display()
+    ));
+    assert_eq!(row(&deployed(&lab), "node0")["result"], "confirmed");
+    let relayed = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(
+        relayed.lines().count(),
+        2,
+        "the deploy's connection and the confirmation's, through the operator's relay: {relayed:?}"
+    );
+    let status = lab
+        .command(&["fleet", "status", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap().lines().count(),
+        3,
+        "status reached the node through the relay too"
+    );
+}
+
 /// The deployer keeps the record each node said last and builds with it while ssh connects;
 /// that build is used only when the node says the same record: one that differs (here, a
 /// cached record the node never had, which does not even parse) is set aside, and the node
