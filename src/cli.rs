@@ -571,11 +571,17 @@ pub struct ImportArgs {
     /// A file to import, by its absolute path on the node (repeat it).
     #[arg(long, value_name = "PATH")]
     pub file: Vec<String>,
+    /// Read no firewall: write no openings (with --check: compare none). By default every port
+    /// published on the node that someone outside reaches through the firewall in force gets an
+    /// opening from whom it is reached now, so the flip leaves it so.
+    #[arg(long)]
+    pub no_firewall: bool,
     /// Write over files that are already there.
     #[arg(long)]
     pub force: bool,
-    /// Compare the declaration's every container and file with what runs, each `equal` or what
-    /// differs and why; exit 2 unless all are equal. Writes nothing.
+    /// Compare the declaration's every container, file and opening with what runs, each
+    /// `equal` or what differs and why (an opening: who reaches the port now against who would
+    /// after the flip); exit 2 unless all are equal. Writes nothing.
     #[arg(
         long,
         value_name = "NODE.ncl",

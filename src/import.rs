@@ -18,7 +18,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         .map(|p| TargetPath::new(p).map_err(|e| Failure::user(format!("--file {p}: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(decl) = &args.check {
-        return check(machine, decl, args.json);
+        return check(machine, decl, !args.no_firewall, args.json);
     }
     let Some(out) = &args.out else {
         return Err(Failure::user(
@@ -82,7 +82,18 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
             group: f.group,
         })
         .collect();
-    let mut imported = render(&name, &containers, &files);
+    let openings = if args.no_firewall {
+        Vec::new()
+    } else {
+        let (range, address) = mesh_fleet::import::PRIVATE_NETWORK;
+        let private = mesh_lib::model::PrivateNetwork {
+            range: range.parse().map_err(Failure::system)?,
+            address: address.parse().map_err(Failure::system)?,
+            hub: true,
+        };
+        node.found_openings(engine_published(), &private)?
+    };
+    let mut imported = render(&name, &containers, &files, &openings);
     // A folder that is no fleet yet becomes one: its declaration imports the catalogue beside it.
     if !out.join("fleet.ncl").exists() {
         imported.files.push(mesh_fleet::import::fleet_file(&name));
@@ -139,11 +150,34 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn check(machine: &Machine, decl: &std::path::Path, json_out: bool) -> Result<(), Failure> {
+/// The ports an engine says its containers publish, to name them; none without an engine.
+fn engine_published() -> Vec<mesh_activator::docker::Published> {
+    match mesh_activator::docker::Engine::connect() {
+        Ok(engine) => engine.published().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn check(
+    machine: &Machine,
+    decl: &std::path::Path,
+    firewall: bool,
+    json_out: bool,
+) -> Result<(), Failure> {
     let node = Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
     let record = node.record()?;
     let built = crate::activate::build_with(&machine.state, decl, record.as_ref())?;
-    let checked = node.check_import(built.generation()?)?;
+    let mut checked = node.check_import(built.generation()?)?;
+    if firewall {
+        // The openings are judged as the flip will judge them: the declaration built managed.
+        let name = built.generation()?.node.clone();
+        let mut managed = record
+            .clone()
+            .unwrap_or_else(|| mesh_lib::record::NodeRecord::managed(name));
+        managed.mode = mesh_lib::model::Mode::Managed;
+        let flipped = crate::activate::build_with(&machine.state, decl, Some(&managed))?;
+        checked.extend(node.check_openings(flipped.generation()?, engine_published())?);
+    }
     let all_equal = checked.iter().all(|c| c.equal());
     if json_out {
         say!(

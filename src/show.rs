@@ -717,55 +717,6 @@ pub fn status(s: &mesh_activator::Status) -> String {
     o
 }
 
-/// Who reaches a port over one family, in words.
-fn who(w: &mesh_activator::reach::Who) -> String {
-    use mesh_activator::reach::Who;
-    match w {
-        Who::Anywhere => "anywhere".into(),
-        Who::Only(ranges) => format!(
-            "{} only",
-            ranges
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Who::Closed => "closed".into(),
-        Who::Uncertain => "uncertain".into(),
-    }
-}
-
-/// One verdict on a port, in words: from anywhere, from ranges only, or closed, each family
-/// named where they differ, and loopback where it is all that is left (or missing).
-pub fn reach(r: &mesh_activator::reach::Reach) -> String {
-    use mesh_activator::reach::Who;
-    let mut text = if r.ipv4 == r.ipv6 {
-        match &r.ipv4 {
-            Who::Closed => "closed".to_owned(),
-            Who::Uncertain => "uncertain".to_owned(),
-            w => format!("reachable from {}", who(w)),
-        }
-    } else {
-        let part = |w: &Who, family: &str| match w {
-            Who::Closed => format!("closed over {family}"),
-            Who::Uncertain => format!("uncertain over {family}"),
-            w => format!("from {} over {family}", who(w)),
-        };
-        format!(
-            "reachable {}, {}",
-            part(&r.ipv4, "IPv4"),
-            part(&r.ipv6, "IPv6")
-        )
-    };
-    let closed = r.ipv4 == Who::Closed && r.ipv6 == Who::Closed;
-    if closed && r.loopback {
-        text.push_str(" (from loopback only)");
-    } else if !closed && !r.loopback {
-        text.push_str(" (not from loopback)");
-    }
-    text
-}
-
 /// `mesh flip --preview`, readable: each published port, what publishes it, who reaches it now
 /// and after the flip, and what the flip does to it.
 pub fn flip_preview(
@@ -774,7 +725,7 @@ pub fn flip_preview(
     p: &mesh_activator::reach::Preview,
     not_taken: &[String],
 ) -> String {
-    use mesh_activator::reach::{Change, Holder};
+    use mesh_activator::reach::Change;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -816,41 +767,13 @@ pub fn flip_preview(
         let _ = writeln!(
             o,
             "  {number:>11}  now {}  ->  after {}   [{what}]",
-            reach(&port.now),
-            reach(&port.after)
+            port.now.in_words(),
+            port.after.in_words()
         );
         let held: Vec<String> = port
             .held_by
             .iter()
-            .map(|h| match h {
-                Holder::Socket { address, owner } => format!(
-                    "socket {}{}",
-                    match address {
-                        std::net::IpAddr::V6(a) => format!("[{a}]"),
-                        a => a.to_string(),
-                    },
-                    owner
-                        .as_deref()
-                        .map(|o| format!(" {o}"))
-                        .unwrap_or_default()
-                ),
-                Holder::Dnat { table, chain, to } => format!(
-                    "DNAT to {to} ({}, chain {})",
-                    mesh_lib::text::escape(table),
-                    mesh_lib::text::escape(chain)
-                ),
-                Holder::Redirect { table, chain, port } => format!(
-                    "redirect to this node{} ({}, chain {})",
-                    port.map(|p| format!(", port {p}")).unwrap_or_default(),
-                    mesh_lib::text::escape(table),
-                    mesh_lib::text::escape(chain)
-                ),
-                Holder::Container { name, address } => format!(
-                    "container {} (published on {})",
-                    mesh_lib::text::escape(name),
-                    mesh_lib::text::escape(address)
-                ),
-            })
+            .map(mesh_activator::reach::Holder::in_words)
             .collect();
         let _ = writeln!(o, "               {}", held.join("; "));
         let unknown: Vec<&String> = port.now.unknown.iter().chain(&port.after.unknown).collect();

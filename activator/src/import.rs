@@ -6,13 +6,17 @@
 //! Nickel from what it returns, so an import over SSH is this read on the node and the writing
 //! on the workstation.
 
-use mesh_lib::import::{compare, Difference, Gap, LiveContainer};
-use mesh_lib::model::{ContainerEntry, FileMode};
+use std::collections::BTreeSet;
+
+use ipnet::IpNet;
+use mesh_lib::import::{compare, Difference, FoundOpening, Gap, LiveContainer};
+use mesh_lib::model::{ContainerEntry, FileMode, PrivateNetwork, TrafficPath};
 use mesh_lib::{BlobHash, Generation, TargetPath};
 use serde::Serialize;
 
-use crate::docker::{DockerError, Engine};
+use crate::docker::{DockerError, Engine, Published};
 use crate::node::Node;
+use crate::reach::{Change, Found, Holder, Verdict, Who};
 use crate::root::Observed;
 use crate::switch::ActivateError;
 
@@ -183,6 +187,223 @@ impl Node {
             out.push(c);
         }
         Ok(out)
+    }
+}
+
+impl Node {
+    /// Every port published on the node, with the openings that keep it as reachable through
+    /// the firewall in force as it is now (none for a port no one outside reaches); `private`
+    /// is the private network the declaration will name. `published` names the containers an
+    /// engine says publish a port.
+    pub fn found_openings(
+        &self,
+        published: Vec<Published>,
+        private: &PrivateNetwork,
+    ) -> Result<Vec<FoundOpening>, ActivateError> {
+        let observed = self.observed(published)?;
+        Ok(crate::reach::reachable_now(&observed, private)
+            .iter()
+            .map(declared_as)
+            .collect())
+    }
+
+    /// Every port published on the node, checked: who reaches it now against who would after
+    /// the flip to `managed` (the declaration built managed) — `equal` when the flip leaves it
+    /// as it is. A port no one outside reaches, now or after, is not listed.
+    pub fn check_openings(
+        &self,
+        managed: &Generation,
+        published: Vec<Published>,
+    ) -> Result<Vec<Checked>, ActivateError> {
+        let preview = self.preview_flip_as_found(managed, published)?;
+        let mut out = Vec::new();
+        for port in &preview.ports {
+            if port.now.verdict() == Verdict::Closed && port.after.verdict() == Verdict::Closed {
+                continue;
+            }
+            let mut modules: Vec<&str> = managed
+                .openings
+                .iter()
+                .filter(|o| o.protocol == port.protocol && o.port.get() == port.port)
+                .map(|o| o.module.as_str())
+                .collect();
+            modules.dedup();
+            let mut c = Checked {
+                kind: "opening",
+                name: format!(
+                    "{}{}/{}",
+                    port.port,
+                    port.last.map(|l| format!("-{l}")).unwrap_or_default(),
+                    port.protocol.as_str()
+                ),
+                module: if modules.is_empty() {
+                    "none".to_owned()
+                } else {
+                    modules.join(", ")
+                },
+                verdict: "equal",
+                declared: None,
+                found: None,
+                differences: Vec::new(),
+                gaps: Vec::new(),
+            };
+            match port.change {
+                Change::Stays => {}
+                Change::Uncertain => {
+                    c.verdict = "not compared";
+                    c.gaps.push(Gap {
+                        what: "reach".into(),
+                        found: port
+                            .now
+                            .unknown
+                            .iter()
+                            .chain(&port.after.unknown)
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                        why: "who reaches it depends on rules the mesh cannot read".into(),
+                    });
+                }
+                _ => {
+                    c.verdict = "differs";
+                    c.differences.push(Difference {
+                        field: "reachable after the flip".into(),
+                        declared: port.after.in_words(),
+                        found: port.now.in_words(),
+                    });
+                }
+            }
+            out.push(c);
+        }
+        Ok(out)
+    }
+}
+
+/// The openings that keep a published port as reachable as it is now: one per source, on the
+/// paths its publishers take; what an opening cannot say is a gap. No source for a port no one
+/// outside reaches.
+fn declared_as(f: &Found) -> FoundOpening {
+    // A path is opened for the publishers that serve a family someone reaches now: an IPv6
+    // socket reached beside an IPv4 DNAT no one reaches gets the incoming path alone.
+    let reached = |ipv6: bool| {
+        let who = if ipv6 { &f.now.ipv6 } else { &f.now.ipv4 };
+        *who != Who::Closed
+    };
+    let mut paths = BTreeSet::new();
+    let mut every_path = BTreeSet::new();
+    let mut containers = Vec::new();
+    let mut serves_unreached = false;
+    for h in &f.held_by {
+        let path = match h {
+            Holder::Socket { .. } | Holder::Redirect { .. } => TrafficPath::Incoming,
+            Holder::Dnat { .. } | Holder::Container { .. } => TrafficPath::Forwarded,
+        };
+        if let Holder::Container { name, .. } = h {
+            containers.push(name.clone());
+        }
+        let (ipv4, ipv6) = families(h);
+        every_path.insert(path);
+        if (ipv4 && reached(false)) || (ipv6 && reached(true)) {
+            paths.insert(path);
+            serves_unreached |= (ipv4 && !reached(false)) || (ipv6 && !reached(true));
+        }
+    }
+    if paths.is_empty() {
+        paths = every_path;
+    }
+    let mut from = Vec::new();
+    let mut gaps = Vec::new();
+    // (An opening from a range is IPv4's only: only one from anywhere opens both.)
+    let anywhere = matches!(
+        (&f.now.ipv4, &f.now.ipv6),
+        (Who::Anywhere, _) | (_, Who::Anywhere)
+    );
+    if serves_unreached && anywhere && f.last.is_none() {
+        gaps.push(Gap {
+            what: "family".into(),
+            found: f.now.in_words(),
+            why: "an opening opens IPv4 and IPv6 alike: the family no one reaches now would be reached after the flip".into(),
+        });
+    }
+    let name = f
+        .held_by
+        .iter()
+        .find_map(|h| match h {
+            Holder::Socket {
+                owner: Some(owner), ..
+            } => owner.split(" (pid").next().map(str::to_owned),
+            _ => None,
+        })
+        .or_else(|| containers.first().cloned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("port_{}", f.port));
+    if f.now.verdict() == Verdict::Closed {
+        // No one outside reaches it: nothing to open.
+    } else if let Some(last) = f.last {
+        gaps.push(Gap {
+            what: "ports".into(),
+            found: format!("{}-{last}", f.port),
+            why: "an opening is one port: a range a DNAT publishes is not declared".into(),
+        });
+    } else {
+        match (&f.now.ipv4, &f.now.ipv6) {
+            (Who::Uncertain, _) | (_, Who::Uncertain) => gaps.push(Gap {
+                what: "reach".into(),
+                found: f.now.unknown.join("; "),
+                why: "who reaches it depends on rules the mesh cannot read".into(),
+            }),
+            (Who::Anywhere, _) | (_, Who::Anywhere) => from.push("anywhere".to_owned()),
+            (a, b) => {
+                for net in [a, b].into_iter().flat_map(|w| match w {
+                    Who::Only(ranges) => ranges.clone(),
+                    _ => Vec::new(),
+                }) {
+                    match net {
+                        IpNet::V4(v4) => from.push(v4.to_string()),
+                        IpNet::V6(v6) => gaps.push(Gap {
+                            what: "source".into(),
+                            found: v6.to_string(),
+                            why: "an opening's range is IPv4: a reach over IPv6 from a range only is not declared".into(),
+                        }),
+                    }
+                }
+            }
+        }
+    }
+    from.sort();
+    from.dedup();
+    FoundOpening {
+        protocol: f.protocol,
+        port: f.port,
+        paths,
+        from,
+        name,
+        containers,
+        held_by: f.held_by.iter().map(Holder::in_words).collect(),
+        reach: f.now.in_words(),
+        gaps,
+    }
+}
+
+/// The families a publisher serves, (IPv4, IPv6): a socket's by its address (and
+/// `IPV6_V6ONLY`), a rule's by its table's family, a container's by the address it is
+/// published on.
+fn families(h: &Holder) -> (bool, bool) {
+    let of_table = |table: &str| match table.split(' ').next() {
+        Some("ip") => (true, false),
+        Some("ip6") => (false, true),
+        _ => (true, true),
+    };
+    match h {
+        Holder::Socket { address, ipv4, .. } => (*ipv4, address.is_ipv6()),
+        Holder::Dnat { table, .. } | Holder::Redirect { table, .. } => of_table(table),
+        Holder::Container { address, .. } => {
+            if address.contains(':') {
+                (false, true)
+            } else {
+                (true, false)
+            }
+        }
     }
 }
 

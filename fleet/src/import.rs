@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use mesh_lib::import::{looks_like_credential, Gap, LiveContainer};
-use mesh_lib::model::Protocol;
+use mesh_lib::import::{looks_like_credential, FoundOpening, Gap, LiveContainer};
+use mesh_lib::model::{Protocol, TrafficPath};
 use serde::Serialize;
 
 /// A file read at a path given to `mesh import`.
@@ -171,8 +171,18 @@ struct Group<'a> {
     containers: Vec<&'a LiveContainer>,
 }
 
-/// The Nickel for `node`: its containers and files.
-pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) -> Imported {
+/// The private network an imported declaration names: not something an import finds, `mesh
+/// init`'s defaults.
+pub const PRIVATE_NETWORK: (&str, &str) = ("10.77.0.0/24", "10.77.0.1");
+
+/// The Nickel for `node`: its containers, files and the found firewall's openings (every port
+/// published on the node, each with who reaches it now).
+pub fn render(
+    node: &str,
+    containers: &[LiveContainer],
+    files: &[FileToImport],
+    openings: &[FoundOpening],
+) -> Imported {
     let mut out = Imported::default();
     let credentials_file = format!("nodes/{node}.credentials.ncl");
     // One module per compose project, else per container.
@@ -239,7 +249,118 @@ pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) 
             setting_of.insert((c.name.clone(), *port), name);
         }
     }
-    let found_ports: BTreeSet<u16> = out.ports.values().copied().collect();
+    // The openings: those of a port an imported container publishes go into its module, with
+    // its setting; the others (the node's own sockets, the predecessor's DNATs) into one module
+    // of their own, each port a setting named after what listens.
+    let imported: BTreeSet<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+    let mut opening_lines: BTreeMap<String, String> = BTreeMap::new();
+    let mut host_module = "firewall".to_owned();
+    while groups.iter().any(|g| g.module == host_module) {
+        host_module.push('_');
+    }
+    let mut in_use: BTreeSet<u16> = BTreeSet::new();
+    for o in openings {
+        in_use.insert(o.port);
+        if o.from.is_empty() && o.gaps.is_empty() {
+            continue;
+        }
+        let owner = o.containers.iter().find(|c| {
+            imported.contains(c.as_str()) && setting_of.contains_key(&((*c).clone(), o.port))
+        });
+        let (module, gap_key) = match owner {
+            Some(c) => (
+                groups
+                    .iter()
+                    .find(|g| g.containers.iter().any(|gc| &gc.name == c))
+                    .map_or_else(|| host_module.clone(), |g| g.module.clone()),
+                c.clone(),
+            ),
+            None => (host_module.clone(), host_module.clone()),
+        };
+        let text = opening_lines.entry(module).or_default();
+        let _ = writeln!(
+            text,
+            "      # from the firewall in force: {}/{} is {} now; {}",
+            o.port,
+            o.protocol.as_str(),
+            o.reach,
+            o.held_by.join("; ")
+        );
+        for g in &o.gaps {
+            let _ = writeln!(
+                text,
+                "      # NOT DECLARED ({}): {} — {}",
+                g.what, g.found, g.why
+            );
+            out.gaps.entry(gap_key.clone()).or_default().push(Gap {
+                what: format!("opening {}/{} {}", o.port, o.protocol.as_str(), g.what),
+                found: g.found.clone(),
+                why: g.why.clone(),
+            });
+        }
+        if o.from.is_empty() {
+            continue;
+        }
+        let setting = match owner {
+            Some(c) => setting_of[&(c.clone(), o.port)].clone(),
+            None => match out.ports.iter().find(|(_, v)| **v == o.port) {
+                Some((name, _)) => name.clone(),
+                None => {
+                    // A process that holds several ports: each setting says which.
+                    let shared = openings
+                        .iter()
+                        .filter(|other| other.name == o.name && !other.from.is_empty())
+                        .count()
+                        > 1;
+                    let base = if shared {
+                        format!("{}_{}", slug(&o.name), o.port)
+                    } else {
+                        slug(&o.name)
+                    };
+                    let mut name = base.clone();
+                    let mut n = 2;
+                    while taken.contains(&name) {
+                        name = format!("{base}_{n}");
+                        n += 1;
+                    }
+                    taken.insert(name.clone());
+                    port_comments.insert(
+                        name.clone(),
+                        format!(
+                            "from the firewall in force: {}",
+                            mesh_lib::text::escape(&o.held_by.join("; "))
+                        ),
+                    );
+                    out.ports.insert(name.clone(), o.port);
+                    name
+                }
+            },
+        };
+        let paths: Vec<&str> = o
+            .paths
+            .iter()
+            .map(|p| match p {
+                TrafficPath::Incoming => "'incoming",
+                TrafficPath::Forwarded => "'forwarded",
+            })
+            .collect();
+        for from in &o.from {
+            let _ = writeln!(
+                text,
+                "      {{ port = s.ports.{}{}, paths = [{}], from = {} }},",
+                field(&setting),
+                if o.protocol == Protocol::Udp {
+                    ", protocol = 'udp"
+                } else {
+                    ""
+                },
+                paths.join(", "),
+                string(from)
+            );
+        }
+    }
+    let mut found_ports: BTreeSet<u16> = out.ports.values().copied().collect();
+    found_ports.extend(in_use);
     // A bind mount of a declared file, or of its folder, needs no `host_access`.
     let declared_files: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let mut module_refs: Vec<String> = Vec::new();
@@ -283,7 +404,13 @@ pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) 
         let _ = writeln!(text, "{{\n  name = {},", string(&g.module));
         text.push_str("  config = fun s => {\n    containers = [\n");
         text.push_str(&body);
-        text.push_str("    ],\n  },\n}\n");
+        text.push_str("    ],\n");
+        if let Some(lines) = opening_lines.remove(&g.module) {
+            text.push_str("    openings = [\n");
+            text.push_str(&lines);
+            text.push_str("    ],\n");
+        }
+        text.push_str("  },\n}\n");
         let path = format!("catalogue/{}.ncl", g.module);
         if uses_credentials {
             module_refs.push(format!(
@@ -385,6 +512,26 @@ pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) 
         out.files
             .push((PathBuf::from("catalogue/files.ncl"), text.into_bytes()));
     }
+    if let Some(lines) = opening_lines.remove(&host_module) {
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "# Imported by `mesh import` from the firewall in force on {node}: an opening for each port\n\
+             # published on the node itself (a socket, the predecessor's DNAT) that someone outside\n\
+             # reaches now, from whom it is reached now, so the flip leaves it as it is."
+        );
+        let _ = writeln!(
+            text,
+            "{{\n  name = {},\n  config = fun s => {{\n    openings = [",
+            string(&host_module)
+        );
+        text.push_str(&lines);
+        text.push_str("    ],\n  },\n}\n");
+        let path = format!("catalogue/{host_module}.ncl");
+        module_refs.push(format!("import \"../{path}\""));
+        out.modules.push(host_module.clone());
+        out.files.push((PathBuf::from(path), text.into_bytes()));
+    }
     // The node's declaration.
     let mut text = String::new();
     let _ = writeln!(
@@ -427,7 +574,10 @@ pub fn render(node: &str, containers: &[LiveContainer], files: &[FileToImport]) 
     }
     text.push_str(
         "    },\n    # Not found by an import: mesh init's defaults for the fleet's private network.\n\
-         \x20   private_network = { range = \"10.77.0.0/24\", address = \"10.77.0.1\", hub = true },\n  },\n  modules = [\n",
+         \x20   private_network = { range = \"RANGE\", address = \"ADDRESS\", hub = true },\n  },\n  modules = [\n"
+            .replace("RANGE", PRIVATE_NETWORK.0)
+            .replace("ADDRESS", PRIVATE_NETWORK.1)
+            .as_str(),
     );
     for m in &module_refs {
         let _ = writeln!(text, "    {m},");
@@ -756,7 +906,7 @@ mod tests {
             owner: "root".into(),
             group: "root".into(),
         }];
-        let out = render("web-1", &containers, &files);
+        let out = render("web-1", &containers, &files, &[]);
         assert_eq!(out.modules, ["shop", "cache", "files"]);
         let all: String = out
             .files
@@ -785,6 +935,78 @@ mod tests {
             "{node}"
         );
         assert!(node.contains("cache = 16379,"), "{node}");
+    }
+
+    fn opening(port: u16, name: &str, from: &[&str], containers: &[&str]) -> FoundOpening {
+        FoundOpening {
+            protocol: Protocol::Tcp,
+            port,
+            paths: [if containers.is_empty() {
+                TrafficPath::Incoming
+            } else {
+                TrafficPath::Forwarded
+            }]
+            .into(),
+            from: from.iter().map(|f| (*f).to_owned()).collect(),
+            name: name.into(),
+            containers: containers.iter().map(|c| (*c).to_owned()).collect(),
+            held_by: vec![format!("socket 0.0.0.0 {name} (pid 7)")],
+            reach: "reachable from anywhere".into(),
+            gaps: vec![],
+        }
+    }
+
+    /// A port an imported container publishes is opened in its module, with its setting; the
+    /// node's own get a module of their own, a setting each (a process with several ports:
+    /// named with the port), one opening per source; a port no one reaches is opened nowhere
+    /// but passed over by the foundation's defaults.
+    #[test]
+    fn openings_go_to_the_module_of_what_publishes_them() {
+        let containers = [container("cache", None, &[(16379, 6379)])];
+        let openings = [
+            opening(16379, "cache", &["anywhere"], &["cache"]),
+            opening(22, "sshd", &["anywhere"], &[]),
+            opening(80, "nginx", &["192.0.2.0/24", "198.51.100.0/24"], &[]),
+            opening(443, "nginx", &["anywhere"], &[]),
+            opening(4222, "nats", &[], &[]),
+        ];
+        let out = render("web-1", &containers, &[], &openings);
+        assert_eq!(out.modules, ["cache", "firewall"]);
+        let text = |path: &str| {
+            out.files
+                .iter()
+                .find(|(p, _)| p == Path::new(path))
+                .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+                .unwrap()
+        };
+        let cache = text("catalogue/cache.ncl");
+        assert!(
+            cache.contains("{ port = s.ports.cache, paths = ['forwarded], from = \"anywhere\" },"),
+            "{cache}"
+        );
+        let firewall = text("catalogue/firewall.ncl");
+        for line in [
+            "{ port = s.ports.sshd, paths = ['incoming], from = \"anywhere\" },",
+            "{ port = s.ports.nginx_80, paths = ['incoming], from = \"192.0.2.0/24\" },",
+            "{ port = s.ports.nginx_80, paths = ['incoming], from = \"198.51.100.0/24\" },",
+            "{ port = s.ports.nginx_443, paths = ['incoming], from = \"anywhere\" },",
+        ] {
+            assert!(firewall.contains(line), "{line}\nnot in:\n{firewall}");
+        }
+        assert!(!firewall.contains("4222"), "{firewall}");
+        let node = text("nodes/web-1.ncl");
+        assert!(node.contains("bus = 4223,"), "{node}");
+        assert!(
+            node.contains("import \"../catalogue/firewall.ncl\""),
+            "{node}"
+        );
+        for port in ["16379", "22", "80", "443"] {
+            assert_eq!(
+                node.matches(&format!(" = {port},")).count(),
+                1,
+                "{port} written once:\n{node}"
+            );
+        }
     }
 
     /// A string with quotes, a backslash, a newline and an interpolation stays the same text.

@@ -97,6 +97,33 @@ pub struct Gap {
     pub why: String,
 }
 
+/// A port the firewall in force lets someone reach, as `mesh import` declares it: an opening
+/// per source, on the paths its publishers take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoundOpening {
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// The port.
+    pub port: u16,
+    /// `incoming` (a socket on the node, a redirect), `forwarded` (a DNAT, a container).
+    pub paths: BTreeSet<crate::model::TrafficPath>,
+    /// Who may reach it, as an opening's `from` says it: `anywhere` or IPv4 ranges. Empty when
+    /// no one outside reaches it now (nothing to declare; the number is in use), or when no
+    /// opening can say it (see `gaps`).
+    pub from: Vec<String>,
+    /// A name for its setting: the process listening, else the container, else `port_N`.
+    pub name: String,
+    /// The containers an engine says publish it.
+    pub containers: Vec<String>,
+    /// What publishes it, said for a comment (`sshd (pid 12) on 0.0.0.0`, `a DNAT in ip nat to
+    /// 172.30.0.2:5432`).
+    pub held_by: Vec<String>,
+    /// Who reaches it now, said for a comment.
+    pub reach: String,
+    /// What an opening cannot say of it.
+    pub gaps: Vec<Gap>,
+}
+
 /// A container as `docker inspect` says it is, read for `mesh import`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveContainer {

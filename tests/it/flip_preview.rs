@@ -124,7 +124,7 @@ COMMIT
 ";
 
 /// Listens on TCP `port` at `address` in `ns` (IPv6-only when `v6only`), answering `hi`.
-fn serve_at(ns: &Netns, address: IpAddr, port: u16, v6only: bool) {
+pub(crate) fn serve_at(ns: &Netns, address: IpAddr, port: u16, v6only: bool) {
     let listener = in_ns(&ns.name, || {
         use rustix::net::{bind, listen, socket, sockopt, AddressFamily, SocketType};
         let family = if address.is_ipv6() {
@@ -212,7 +212,7 @@ fn said(reach: &Value, client: &Client<'_>) -> bool {
 }
 
 /// Every (client, port) probe at once: (client, port/proto, reached).
-fn probe_all(lab: &Lab, ports: &[(u16, &str)]) -> BTreeSet<(String, String, bool)> {
+pub(crate) fn probe_all(lab: &Lab, ports: &[(u16, &str)]) -> BTreeSet<(String, String, bool)> {
     let clients = clients(lab);
     std::thread::scope(|s| {
         let mut handles = Vec::new();
@@ -274,12 +274,12 @@ fn outside_only(
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum Kind {
+pub(crate) enum Kind {
     Nftables,
     IptablesNft,
 }
 
-fn load(lab: &Lab, kind: Kind) {
+pub(crate) fn load(lab: &Lab, kind: Kind) {
     match kind {
         Kind::Nftables => {
             lab.nft(&format!("flush ruleset\n{PRED_NFT}"));

@@ -166,6 +166,7 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
     let out_dir = out.path().join("fleet");
     let import_args = [
         "import",
+        "--no-firewall",
         "--out",
         out_dir.to_str().unwrap(),
         "--node",
@@ -234,6 +235,7 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
     ] {
         let ran = f.mesh(&[
             "import",
+            "--no-firewall",
             "--out",
             elsewhere.to_str().unwrap(),
             "--node",
@@ -273,7 +275,7 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
 
     // Checked exact: every container and file equal.
     let check = |f: &Fixture| -> serde_json::Value {
-        let ran = f.mesh(&["import", "--check", decl, "--json"]);
+        let ran = f.mesh(&["import", "--no-firewall", "--check", decl, "--json"]);
         let v: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
         assert_eq!(ran.code, 0, "{v:#}\n{}", ran.stderr);
         v
@@ -351,7 +353,7 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
         module_text.replace("MODE = \"prod\"", "MODE = \"staging\""),
     )
     .unwrap();
-    let differs = f.mesh(&["import", "--check", decl, "--json"]);
+    let differs = f.mesh(&["import", "--no-firewall", "--check", decl, "--json"]);
     assert_eq!(differs.code, 2, "{}", differs.stderr);
     let v: serde_json::Value = serde_json::from_str(differs.last_line()).unwrap();
     let web_item = v["items"]
@@ -420,6 +422,7 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
     let out_dir = out.path().join("fleet");
     let imported = f.ok(&[
         "import",
+        "--no-firewall",
         "--out",
         out_dir.to_str().unwrap(),
         "--node",
@@ -448,13 +451,13 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
 
     let decl = out_dir.join("nodes/n1.ncl");
     let decl = decl.to_str().unwrap();
-    let checked = f.mesh(&["import", "--check", decl, "--json"]);
+    let checked = f.mesh(&["import", "--no-firewall", "--check", decl, "--json"]);
     assert_eq!(checked.code, 2, "{}", checked.stderr);
     let v: serde_json::Value = serde_json::from_str(checked.last_line()).unwrap();
     assert_eq!(v["equal"], false);
     assert_eq!(v["items"][0]["verdict"], "differs", "{v:#}");
     assert_eq!(v["items"][0]["gaps"].as_array().unwrap().len(), 2, "{v:#}");
-    let text_check = f.mesh(&["import", "--check", decl]);
+    let text_check = f.mesh(&["import", "--no-firewall", "--check", decl]);
     assert!(
         text_check.stdout.contains("not declared (network)"),
         "{}",
@@ -513,7 +516,14 @@ fn a_compose_project_is_one_module_taken_in_place() {
     let f = Fixture::new();
     let out = tempfile::tempdir().unwrap();
     let out_dir = out.path().join("fleet");
-    let mut args = vec!["import", "--out", out_dir.to_str().unwrap(), "--node", "n1"];
+    let mut args = vec![
+        "import",
+        "--no-firewall",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--node",
+        "n1",
+    ];
     for n in &refs {
         args.extend(["--container", n]);
     }
@@ -522,7 +532,7 @@ fn a_compose_project_is_one_module_taken_in_place() {
     assert_eq!(result["modules"], serde_json::json!([project]), "{result}");
     let decl = out_dir.join("nodes/n1.ncl");
     let decl = decl.to_str().unwrap();
-    f.ok(&["import", "--check", decl]);
+    f.ok(&["import", "--no-firewall", "--check", decl]);
     f.ok(&["adopt", decl]);
     let taken = f.ok(&["take", &project, decl]);
     for n in &refs {
@@ -533,5 +543,5 @@ fn a_compose_project_is_one_module_taken_in_place() {
         );
     }
     assert_eq!(engine_facts(&refs), before, "the take recreated");
-    f.ok(&["import", "--check", decl]);
+    f.ok(&["import", "--no-firewall", "--check", decl]);
 }

@@ -18,6 +18,7 @@ mod hardening;
 mod held;
 mod images;
 mod import;
+mod import_firewall;
 mod incremental;
 mod netlab;
 mod node_fixture;

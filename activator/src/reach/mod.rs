@@ -70,6 +70,10 @@ pub enum Holder {
         /// The owning process, `name (pid N)`.
         #[serde(skip_serializing_if = "Option::is_none")]
         owner: Option<String>,
+        /// Whether it takes IPv4: bound to an IPv4 address, or an IPv6 one without
+        /// `IPV6_V6ONLY` (see [`Listening::takes`]).
+        #[serde(skip)]
+        ipv4: bool,
     },
     /// A DNAT rule.
     Dnat {
@@ -99,6 +103,40 @@ pub enum Holder {
     },
 }
 
+impl Holder {
+    /// What publishes the port, in words (text from outside escaped).
+    pub fn in_words(&self) -> String {
+        use mesh_lib::text::escape;
+        match self {
+            Holder::Socket { address, owner, .. } => format!(
+                "socket {}{}",
+                match address {
+                    IpAddr::V6(a) => format!("[{a}]"),
+                    a => a.to_string(),
+                },
+                owner
+                    .as_deref()
+                    .map(|o| format!(" {}", escape(o)))
+                    .unwrap_or_default()
+            ),
+            Holder::Dnat { table, chain, to } => {
+                format!("DNAT to {to} ({}, chain {})", escape(table), escape(chain))
+            }
+            Holder::Redirect { table, chain, port } => format!(
+                "redirect to this node{} ({}, chain {})",
+                port.map(|p| format!(", port {p}")).unwrap_or_default(),
+                escape(table),
+                escape(chain)
+            ),
+            Holder::Container { name, address } => format!(
+                "container {} (published on {})",
+                escape(name),
+                escape(address)
+            ),
+        }
+    }
+}
+
 /// Who reaches a port over one family.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "from", content = "ranges")]
@@ -111,6 +149,25 @@ pub enum Who {
     Closed,
     /// It depends on rules the preview cannot read.
     Uncertain,
+}
+
+impl Who {
+    /// Who reaches a port over one family, in words.
+    pub fn in_words(&self) -> String {
+        match self {
+            Who::Anywhere => "anywhere".into(),
+            Who::Only(ranges) => format!(
+                "{} only",
+                ranges
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Who::Closed => "closed".into(),
+            Who::Uncertain => "uncertain".into(),
+        }
+    }
 }
 
 /// Who reaches a port, over each family and from the node itself.
@@ -163,6 +220,36 @@ impl Reach {
                 Verdict::Ranges(ranges)
             }
         }
+    }
+
+    /// The verdict in words: from anywhere, from ranges only, or closed, each family named
+    /// where they differ, and loopback where it is all that is left (or missing).
+    pub fn in_words(&self) -> String {
+        let mut text = if self.ipv4 == self.ipv6 {
+            match &self.ipv4 {
+                Who::Closed => "closed".to_owned(),
+                Who::Uncertain => "uncertain".to_owned(),
+                w => format!("reachable from {}", w.in_words()),
+            }
+        } else {
+            let part = |w: &Who, family: &str| match w {
+                Who::Closed => format!("closed over {family}"),
+                Who::Uncertain => format!("uncertain over {family}"),
+                w => format!("from {} over {family}", w.in_words()),
+            };
+            let (four, six) = (part(&self.ipv4, "IPv4"), part(&self.ipv6, "IPv6"));
+            match self.ipv4 {
+                Who::Closed | Who::Uncertain => format!("{four}, reachable {six}"),
+                _ => format!("reachable {four}, {six}"),
+            }
+        };
+        let closed = self.ipv4 == Who::Closed && self.ipv6 == Who::Closed;
+        if closed && self.loopback {
+            text.push_str(" (from loopback only)");
+        } else if !closed && !self.loopback {
+            text.push_str(" (not from loopback)");
+        }
+        text
     }
 
     /// Whether a client at `ip` (outside the node) reaches it.
@@ -636,8 +723,78 @@ fn destination(action: &Action) -> String {
 pub fn preview(observed: &Observed, flip: &Flip<'_>) -> Preview {
     let now = parse::ruleset(&observed.ruleset, &observed.saved);
     let after = after_flip(&now, flip);
+    let (ports, judge) = published(
+        observed,
+        &now,
+        Some(&after),
+        &flip.target.settings.private_network,
+    );
+    let ports = ports
+        .into_iter()
+        .map(|((protocol, lo, hi), held_by)| {
+            let now_reach = judge.reach(&now, protocol.as_str(), lo);
+            let after_reach = judge.reach(&after, protocol.as_str(), lo);
+            Port {
+                protocol,
+                port: lo,
+                last: (hi != lo).then_some(hi),
+                held_by,
+                change: change(&now_reach, &after_reach),
+                now: now_reach,
+                after: after_reach,
+            }
+        })
+        .collect();
+    Preview {
+        ports,
+        clients: judge.clients,
+    }
+}
+
+/// One published port (or range) and who reaches it now: what `mesh import` declares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Found {
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// The port (the first of a range).
+    pub port: u16,
+    /// The last port of a range a DNAT publishes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<u16>,
+    /// What publishes it.
+    pub held_by: Vec<Holder>,
+    /// Who reaches it now.
+    pub now: Reach,
+}
+
+/// Every port published on the node and who reaches it through the rules in force, from what
+/// was observed; `private` is the private network a client may come from.
+pub fn reachable_now(observed: &Observed, private: &mesh_lib::model::PrivateNetwork) -> Vec<Found> {
+    let now = parse::ruleset(&observed.ruleset, &observed.saved);
+    let (ports, judge) = published(observed, &now, None, private);
+    ports
+        .into_iter()
+        .map(|((protocol, lo, hi), held_by)| Found {
+            protocol,
+            port: lo,
+            last: (hi != lo).then_some(hi),
+            now: judge.reach(&now, protocol.as_str(), lo),
+            held_by,
+        })
+        .collect()
+}
+
+/// Every port published (sockets beyond loopback, every DNAT and redirect, what an engine says
+/// its containers publish) with what publishes it, sorted; and the judge of who reaches them,
+/// its clients taken from the ranges `now` (and `after`) name.
+#[allow(clippy::type_complexity)]
+fn published<'a>(
+    observed: &'a Observed,
+    now: &Ruleset,
+    after: Option<&Ruleset>,
+    private: &mesh_lib::model::PrivateNetwork,
+) -> (BTreeMap<(Protocol, u16, u16), Vec<Holder>>, Judge<'a>) {
     let net = &observed.net;
-    let private = &flip.target.settings.private_network;
     let private_range = IpNet::V4(private.range);
 
     // Every port published: sockets beyond loopback, every DNAT and redirect.
@@ -653,6 +810,13 @@ pub fn preview(observed: &Observed, flip: &Flip<'_>) -> Preview {
             .push(Holder::Socket {
                 address: s.address,
                 owner: s.owner.clone(),
+                ipv4: match s.address {
+                    IpAddr::V4(_) => true,
+                    IpAddr::V6(a) => {
+                        a.to_ipv4_mapped().is_some()
+                            || (a.is_unspecified() && s.v6only == Some(false))
+                    }
+                },
             });
     }
     for (chain, rule) in now.rewrites() {
@@ -701,8 +865,10 @@ pub fn preview(observed: &Observed, flip: &Flip<'_>) -> Preview {
     }
 
     // The clients: from anywhere, and from each range a rule names.
-    let mut ranges = named_ranges(&now);
-    ranges.extend(named_ranges(&after));
+    let mut ranges = named_ranges(now);
+    if let Some(after) = after {
+        ranges.extend(named_ranges(after));
+    }
     ranges.insert(private_range);
     let node: Vec<IpAddr> = net
         .addresses
@@ -734,28 +900,11 @@ pub fn preview(observed: &Observed, flip: &Flip<'_>) -> Preview {
         clients,
         private_range,
     };
-    let ports = ports
-        .into_iter()
-        .map(|((protocol, lo, hi), mut held_by)| {
-            held_by.sort();
-            held_by.dedup();
-            let now_reach = judge.reach(&now, protocol.as_str(), lo);
-            let after_reach = judge.reach(&after, protocol.as_str(), lo);
-            Port {
-                protocol,
-                port: lo,
-                last: (hi != lo).then_some(hi),
-                held_by,
-                change: change(&now_reach, &after_reach),
-                now: now_reach,
-                after: after_reach,
-            }
-        })
-        .collect();
-    Preview {
-        ports,
-        clients: judge.clients,
+    for held_by in ports.values_mut() {
+        held_by.sort();
+        held_by.dedup();
     }
+    (ports, judge)
 }
 
 #[cfg(test)]

@@ -95,6 +95,50 @@ impl Node {
         published: Vec<crate::docker::Published>,
     ) -> Result<crate::reach::Preview, ActivateError> {
         let (remove_tables, empty_inputs) = self.found_firewall_goes(Mode::Managed)?;
+        Ok(crate::reach::preview(
+            &self.observed(published)?,
+            &crate::reach::Flip {
+                target: managed,
+                remove_tables: &remove_tables,
+                empty_inputs: &empty_inputs,
+            },
+        ))
+    }
+
+    /// [`Node::preview_flip`] for a declaration checked before the node is adopted
+    /// (`mesh import --check`): a node with no record yet is previewed as if adopted now, its
+    /// firewall in force the one the flip removes. Reads only.
+    pub fn preview_flip_as_found(
+        &self,
+        managed: &Generation,
+        published: Vec<crate::docker::Published>,
+    ) -> Result<crate::reach::Preview, ActivateError> {
+        if self.record()?.is_some() {
+            return self.preview_flip(managed, published);
+        }
+        let (remove_tables, empty_inputs) = match self.firewall.detect()? {
+            Some((_, text)) => {
+                let dump = crate::firewall::Dump::parse(text.as_bytes())?;
+                (dump.firewall_tables(), dump.shared_inputs())
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        Ok(crate::reach::preview(
+            &self.observed(published)?,
+            &crate::reach::Flip {
+                target: managed,
+                remove_tables: &remove_tables,
+                empty_inputs: &empty_inputs,
+            },
+        ))
+    }
+
+    /// What the preview and an import read on the node: the ruleset in force, the sockets, the
+    /// addresses and routes; `published` names the containers an engine says publish a port.
+    pub fn observed(
+        &self,
+        published: Vec<crate::docker::Published>,
+    ) -> Result<crate::reach::Observed, ActivateError> {
         let listing = self.firewall.listing()?;
         let netns = self.firewall.netns();
         let sockets = crate::sockets::bound(netns).map_err(|e| ActivateError::Io {
@@ -102,21 +146,13 @@ impl Node {
             path: std::path::PathBuf::from(netns.unwrap_or("this network namespace")),
             source: e.source,
         })?;
-        let observed = crate::reach::Observed {
+        Ok(crate::reach::Observed {
             ruleset: listing.ruleset,
             saved: listing.saved,
             sockets,
             net: self.interfaces()?,
             published,
-        };
-        Ok(crate::reach::preview(
-            &observed,
-            &crate::reach::Flip {
-                target: managed,
-                remove_tables: &remove_tables,
-                empty_inputs: &empty_inputs,
-            },
-        ))
+        })
     }
 
     /// Loads back the found firewall's tables that are not in force, from the dump recorded at
