@@ -24,7 +24,11 @@
 //! 1.2x of all at once, faster than the waves. (What remains beyond one stop is the engine's own
 //! work — sixty teardowns and starts — which the CLI all at once waits for too.)
 //!
-//! `MESH_BENCH_ONLY=builds` (or `containers`) runs one half; `stops`, the rollback stops alone.
+//! Import (issue 38): `mesh import` of the sixty found containers, and its `--check`, against one
+//! `docker inspect` of the sixty.
+//!
+//! `MESH_BENCH_ONLY=builds` (or `containers`) runs one half; `stops`, the rollback stops alone;
+//! `import`, the import's rows alone.
 //! Everything the bench creates carries its prefix and is removed at the end.
 
 mod common;
@@ -245,6 +249,46 @@ fn containers(rows: &mut Vec<Row>) {
     }
 }
 
+/// Issue 38: `mesh import` of the sixty found containers (each inspected, its image's defaults
+/// read, a module written per container) and `mesh import --check` of what it wrote (built,
+/// every container compared), against the least a declaration by hand or a generator
+/// (docker-autocompose) needs: one `docker inspect` of the sixty. Medians of three.
+fn imports(rows: &mut Vec<Row>) {
+    let set = Sixty::new("i", 1, None);
+    let names: Vec<String> = (0..N).map(|i| set.name(i)).collect();
+    let out = set.dir.path().join("imported");
+    let mut import: Vec<&str> = vec!["import", "--out", out.to_str().unwrap(), "--node", "n1"];
+    import.extend(["--force", "--no-firewall"]);
+    for n in &names {
+        import.extend(["--container", n.as_str()]);
+    }
+    let decl = out.join("nodes/n1.ncl");
+    let check = ["import", "--no-firewall", "--check", decl.to_str().unwrap()];
+    let mut inspect = vec!["inspect"];
+    inspect.extend(names.iter().map(String::as_str));
+    let runs = |f: &dyn Fn() -> Duration| median((0..3).map(|_| f()).collect());
+    let mesh_import = runs(&|| set.mesh(&import));
+    let mesh_check = runs(&|| set.mesh(&check));
+    let cli = runs(&|| {
+        let t = Instant::now();
+        docker(&inspect);
+        t.elapsed()
+    });
+    for (what, mesh_time) in [
+        ("import of 60 containers", mesh_import),
+        ("import --check of the 60", mesh_check),
+    ] {
+        rows.push(Row {
+            what: what.into(),
+            mesh: mesh_time,
+            reference: "docker inspect of the 60".into(),
+            against: cli,
+            target: "(measured)",
+            percent: false,
+        });
+    }
+}
+
 /// Issue 23: a rollback across sixty takes whose containers (the mesh's) declare no stop
 /// timeout, so each waits the engine's default 10 s: the mesh asks every stop at once, so the
 /// rollback costs about one stop — against the CLI making the same calls all sixty at once, and
@@ -406,17 +450,22 @@ fn main() {
     let mut rows = Vec::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let only = std::env::var("MESH_BENCH_ONLY").unwrap_or_default();
-    if only != "containers" && only != "stops" {
+    if only != "containers" && only != "stops" && only != "import" {
         builds(&mut rows, 200, 5);
         builds(&mut rows, 800, 3);
     }
     let docker_ran =
         only != "builds" && rustix::process::geteuid().is_root() && common::docker_here();
     if docker_ran {
-        if only != "stops" {
+        if only != "stops" && only != "import" {
             containers(&mut rows);
         }
-        rollback_stops(&mut rows);
+        if only != "import" {
+            rollback_stops(&mut rows);
+        }
+        if only.is_empty() || only == "import" {
+            imports(&mut rows);
+        }
     }
     println!("\nat the seed's scale, on {cores} cores (medians; containers: one run each)\n");
     println!(

@@ -545,3 +545,119 @@ fn a_compose_project_is_one_module_taken_in_place() {
     assert_eq!(engine_facts(&refs), before, "the take recreated");
     f.ok(&["import", "--no-firewall", "--check", decl]);
 }
+
+/// The seed's control node at its scale: sixty containers as a predecessor started them — twelve
+/// compose projects of three services and twenty-four on their own, with published ports,
+/// environments, labels, restart policies, stop timeouts and volumes — imported whole: one
+/// module per project or container, every port a setting written once; `--check` finds all
+/// sixty equal; `mesh adopt` holds them and `mesh take` of every module keeps every container
+/// (same id, same start, not restarted).
+#[test]
+fn sixty_containers_imported_checked_equal_and_taken_in_place() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("imp60");
+    let base = 30000 + (std::process::id() % 500) as u16 * 60;
+    let name = |i: usize| format!("{}-c{i:02}", made.prefix);
+    let indexes: Vec<usize> = (0..60).collect();
+    std::thread::scope(|s| {
+        for w in 0..6 {
+            let (made, indexes) = (&made, &indexes);
+            s.spawn(move || {
+                for &i in indexes.iter().filter(|i| *i % 6 == w) {
+                    let n = name(i);
+                    let port = format!("127.0.0.1:{}:8080", base + i as u16);
+                    let env = format!("APP_ID=a{i}");
+                    let volume = format!("{}-v{i}:/data", made.prefix);
+                    let label = format!("team=t{}", i % 5);
+                    let mut args = vec!["run", "-d", "--name", &n, "-e", &env, "-l", &label];
+                    let (project, service);
+                    if i < 36 {
+                        project = format!("com.docker.compose.project={}-p{}", made.prefix, i / 3);
+                        service = format!("com.docker.compose.service=s{}", i % 3);
+                        args.extend(["-l", &project, "-l", &service]);
+                    }
+                    if i % 2 == 0 {
+                        args.extend(["-p", &port]);
+                    }
+                    if i % 3 == 0 {
+                        args.extend(["-v", &volume]);
+                    }
+                    args.extend(match i % 4 {
+                        0 => vec!["--restart", "unless-stopped"],
+                        1 => vec!["--restart", "on-failure:2", "--stop-timeout", "1"],
+                        2 => vec!["--restart", "always"],
+                        _ => vec![],
+                    });
+                    args.extend([made.image.as_str(), "/bin/busybox", "sleep", "100000"]);
+                    docker(&args);
+                }
+            });
+        }
+    });
+    let names: Vec<String> = indexes.iter().map(|&i| name(i)).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let before = engine_facts(&refs);
+
+    let f = Fixture::new();
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let mut args = vec![
+        "import",
+        "--no-firewall",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--node",
+        "n1",
+    ];
+    for n in &refs {
+        args.extend(["--container", n]);
+    }
+    args.push("--json");
+    let result: serde_json::Value = serde_json::from_str(f.ok(&args).last_line()).unwrap();
+    let modules = result["modules"].as_array().unwrap();
+    assert_eq!(modules.len(), 12 + 24, "{result}");
+    assert_eq!(result["ports"].as_object().unwrap().len(), 30, "{result}");
+    assert_eq!(
+        engine_facts(&refs),
+        before,
+        "the import changed a container"
+    );
+    let node = std::fs::read_to_string(out_dir.join("nodes/n1.ncl")).unwrap();
+    for i in (0..60).step_by(2) {
+        let port = format!(" = {},", base + i as u16);
+        assert_eq!(node.matches(&port).count(), 1, "{port} once:\n{node}");
+    }
+
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    let checked = f.mesh(&["import", "--no-firewall", "--check", decl, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(checked.last_line()).unwrap();
+    assert_eq!(checked.code, 0, "{v:#}");
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 60, "{v:#}");
+    assert!(items.iter().all(|i| i["verdict"] == "equal"), "{v:#}");
+
+    f.ok(&["adopt", decl]);
+    let module_names: Vec<String> = modules
+        .iter()
+        .map(|m| m.as_str().unwrap().to_owned())
+        .collect();
+    let mut take = vec!["take"];
+    take.extend(module_names.iter().map(String::as_str));
+    take.push(decl);
+    let taken = f.ok(&take);
+    assert_eq!(
+        taken.stdout.matches("keep     container ").count(),
+        60,
+        "{}",
+        taken.stdout
+    );
+    assert_eq!(
+        engine_facts(&refs),
+        before,
+        "the take recreated or restarted"
+    );
+}
