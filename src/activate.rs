@@ -50,16 +50,19 @@ impl Machine {
     }
 }
 
-/// Builds `decl` with `record` (kept in memory: the caller saves it).
+/// Builds `decl` with `record` (kept in memory: the caller saves it) and the image lock of its
+/// tree, if it has one.
 pub(crate) fn build_with(
     state: &Path,
     decl: &Path,
     record: Option<&NodeRecord>,
 ) -> Result<Built, Failure> {
     let path = record_path(state);
+    let images = mesh_compiler::images_lock(decl, crate::commands::tree_rule())?;
     Ok(build(&BuildRequest {
         node: decl,
         record: record.map(|r| (r, path.as_path())),
+        images: images.as_ref().map(|(l, _)| l),
         state_dir: state,
         use_cache: true,
         evaluator: crate::commands::evaluator(),
