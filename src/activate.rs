@@ -553,19 +553,39 @@ pub fn status(machine: &Machine, json_out: bool) -> Result<(), Failure> {
 
 pub fn gc(machine: &Machine, args: GcArgs) -> Result<(), Failure> {
     let node = machine.open()?;
-    let (removed, report) = node.gc(args.keep)?;
+    let mesh_activator::node::Collected {
+        removed,
+        store: report,
+        images,
+    } = node.gc(args.keep)?;
+    let failed = images.as_ref().err().map(ToString::to_string);
+    let images = images.unwrap_or_default();
     if args.json {
         say!(
             "{}",
-            json!({ "removed_generations": removed, "store": report })
+            json!({ "removed_generations": removed, "store": report, "images": images, "images_error": failed })
         );
     } else {
         say!(
             "removed generation links {:?}; from the store: {} generations, {} blobs ({} packs rewritten)",
             removed, report.generations, report.blobs, report.packs_rewritten
         );
+        for image in &images.removed {
+            say!("removed image {image}: fetched by the mesh, no kept generation needs it");
+        }
+        for image in &images.in_use {
+            say!("kept image {image}: fetched by the mesh, no kept generation needs it, a container uses it");
+        }
+        for image in &images.gone {
+            say!("image {image}: fetched by the mesh, no longer on the engine");
+        }
     }
-    Ok(())
+    match failed {
+        None => Ok(()),
+        Some(e) => Err(Failure::system(format!(
+            "the generations and blobs were collected, the images the mesh fetched were not: {e}"
+        ))),
+    }
 }
 
 fn say_round(

@@ -34,8 +34,9 @@ const FOLDERS: [&str; 9] = [
 ];
 
 /// Files of the mesh's own, relative to the state directory.
-const FILES: [&str; 10] = [
+const FILES: [&str; 11] = [
     "record.json",
+    "images.json",
     "host.json",
     "host.log",
     "profile.log",

@@ -1265,3 +1265,125 @@ fn the_lock_asks_with_the_docker_configs_credentials() {
         .unwrap()
         .contains(&format!("\"{tagged}\": \"{digest}\"")));
 }
+
+/// `mesh gc` removes through the engine the images the mesh fetched that no kept generation
+/// references and no container uses, and only those: switch A fetches X (and finds Z on the
+/// engine), switch B needs Y, not X nor Z; a gc that drops A removes X, keeps Y (B needs it)
+/// and keeps Z, which the mesh found and never fetched, though nothing references it.
+#[test]
+fn gc_removes_the_images_the_mesh_fetched_and_no_kept_generation_needs() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let registry = Registry::start(None);
+    let mut made = Made::new("ig");
+    let (repo_x, digest_x) = made.pushed(&registry, "x", "1", "x");
+    let (repo_y, digest_y) = made.pushed(&registry, "y", "1", "y");
+    let (repo_z, digest_z) = made.pushed(&registry, "z", "1", "z");
+    let (x, y, z) = (
+        format!("{repo_x}@{digest_x}"),
+        format!("{repo_y}@{digest_y}"),
+        format!("{repo_z}@{digest_z}"),
+    );
+    // Z is on the engine before the mesh: found, not fetched.
+    docker(&["pull", &z]);
+    let (name_a, name_b, name_z) = (
+        format!("{}-a", made.prefix),
+        format!("{}-b", made.prefix),
+        format!("{}-z", made.prefix),
+    );
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl(
+        "a.ncl",
+        &declaration("a\\n", &[(&name_a, &x), (&name_z, &z)]),
+    );
+    f.write_decl("b.ncl", &declaration("b\\n", &[(&name_b, &y)]));
+    let (a, b) = (f.decl("a.ncl"), f.decl("b.ncl"));
+
+    let ran = mesh_with(
+        &f,
+        config.path(),
+        &["switch", a.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    let fetched: Vec<&str> = v["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(fetched, [x.as_str()], "only X is fetched: {}", ran.stdout);
+    let ran = mesh_with(&f, config.path(), &["switch", b.to_str().unwrap()]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(container(&name_a), None, "A's containers are gone with B");
+    assert!(has_image(&x) && has_image(&y) && has_image(&z));
+
+    // Both generations kept: nothing goes.
+    let ran = mesh_with(&f, config.path(), &["gc", "--keep", "2", "--json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(
+        v["images"]["removed"],
+        serde_json::json!([]),
+        "{}",
+        ran.stdout
+    );
+    assert!(has_image(&x));
+
+    // A dropped: X goes, Y (B needs it) and Z (found) stay.
+    let ran = mesh_with(&f, config.path(), &["gc", "--keep", "1", "--json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(
+        v["removed_generations"],
+        serde_json::json!([1]),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(
+        v["images"]["removed"],
+        serde_json::json!([x]),
+        "{}",
+        ran.stdout
+    );
+    assert!(!has_image(&x), "X was removed from the engine");
+    assert!(has_image(&y), "Y, which B needs, was removed");
+    assert!(has_image(&z), "Z, which the mesh found, was removed");
+    assert_eq!(container(&name_b).map(|c| c.0), Some(true));
+
+    // Rolled forward to A again, X is fetched again and listed; a container of someone
+    // else's on it keeps it through a gc that drops A.
+    let ran = mesh_with(&f, config.path(), &["switch", a.to_str().unwrap()]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr.contains(&format!("fetched image {x}")),
+        "{}",
+        ran.stderr
+    );
+    let ran = mesh_with(&f, config.path(), &["switch", b.to_str().unwrap()]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let theirs = format!("{}-theirs", made.prefix);
+    docker(&["create", "--name", &theirs, &x, "/bin/busybox", "true"]);
+    let ran = mesh_with(&f, config.path(), &["gc", "--keep", "1"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains(&format!(
+            "kept image {x}: fetched by the mesh, no kept generation needs it, a container uses it"
+        )),
+        "{}",
+        ran.stdout
+    );
+    assert!(has_image(&x) && has_image(&z));
+    docker(&["rm", "-f", &theirs]);
+    let ran = mesh_with(&f, config.path(), &["gc", "--keep", "1"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains(&format!("removed image {x}")),
+        "{}",
+        ran.stdout
+    );
+    assert!(!has_image(&x) && has_image(&y) && has_image(&z));
+}
