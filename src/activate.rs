@@ -190,6 +190,9 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
     }
     let state = machine.state.as_path();
     let node = machine.open()?;
+    if args.stage {
+        return stage(&node, machine, &args);
+    }
     let switched = match (&args.node, &args.generation) {
         (Some(decl), _) => switch_declaration(
             &node,
@@ -215,6 +218,46 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
         (None, None) => unreachable!("clap requires one of them"),
     };
     finish(&node, switched, args.json, args.rollback_on_failure)
+}
+
+/// `mesh switch --stage`: the generation built (with what the record would find, not saved) or
+/// taken from the store, then staged.
+fn stage(node: &Node, machine: &Machine, args: &SwitchArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
+    let (id, generation) = match (&args.node, &args.generation) {
+        (Some(decl), _) => {
+            let mut record = node.record()?;
+            let mut built = build_with(state, decl, record.as_ref())?;
+            if let Some(r) = record.as_mut() {
+                if node.record_found(built.generation()?, r)? > 0 {
+                    built = build_with(state, decl, Some(r))?;
+                }
+            }
+            (built.id, built.generation()?.clone())
+        }
+        (None, Some(text)) => {
+            let id = node.store.resolve_generation(text)?;
+            let generation = node.store.generation(&id)?;
+            node.check_trust(&id)?;
+            (id, generation)
+        }
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    let staged = node.stage(id, &generation)?;
+    if args.json {
+        say!("{}", serde_json::to_string(&staged).unwrap_or_default());
+    } else {
+        say!(
+            "staged {}: {} object(s) checked, {} secret(s) decrypted, {} image(s) fetched, {} present; nothing in force changed",
+            staged.id,
+            staged.blobs,
+            staged.secrets,
+            staged.images.len(),
+            staged.present
+        );
+        say!("{}", staged.id);
+    }
+    Ok(())
 }
 
 pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {

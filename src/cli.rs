@@ -544,6 +544,12 @@ pub struct SwitchArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Put everything the generation needs on the node — its objects read and checked, its
+    /// secrets decrypted to check them, its images pinned by digest fetched (a held
+    /// container's too) — with nothing in force changed, and record it as staged (`mesh
+    /// status`); the later switch to it then needs no registry.
+    #[arg(long, conflicts_with_all = ["dry_run", "rollback_on_failure", "confirm_within"])]
+    pub stage: bool,
     /// When a unit fails after the switch, switch back to the generation in force before, at
     /// once (the command still fails, and says so).
     #[arg(long)]

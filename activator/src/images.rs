@@ -444,6 +444,38 @@ pub fn needed(
     Ok(out)
 }
 
+/// Every image pinned by digest among `containers` (whatever each one's state: a held one's
+/// too) that the engine lacks by its digest, and how many it has: what a stage fetches.
+pub fn pinned_missing(
+    engine: &Engine,
+    containers: &BTreeMap<ContainerName, ContainerEntry>,
+) -> Result<(Vec<Wanted>, usize), DockerError> {
+    let mut users: BTreeMap<&str, (&ImageDigest, Vec<String>)> = BTreeMap::new();
+    for (name, entry) in containers {
+        if let Some(digest) = &entry.digest {
+            users
+                .entry(entry.image.as_str())
+                .or_insert_with(|| (digest, Vec::new()))
+                .1
+                .push(name.to_string());
+        }
+    }
+    let mut wanted = Vec::new();
+    let mut present = 0;
+    for (image, (digest, names)) in users {
+        if has_by_digest(engine, image)? {
+            present += 1;
+        } else {
+            wanted.push(Wanted {
+                image: image.to_owned(),
+                digest: digest.clone(),
+                containers: names,
+            });
+        }
+    }
+    Ok((wanted, present))
+}
+
 /// Whether the engine has the pinned `image` by its digest: its `RepoDigests` lists the
 /// repository at the digest (an image of the same tag and other bytes is not it).
 fn has_by_digest(engine: &Engine, image: &str) -> Result<bool, DockerError> {

@@ -437,13 +437,19 @@ impl Node {
             .collect();
         let removed = self.profile.remove_links(&keep_numbers).map_err(err)?;
         crate::crash::point("gc-links-removed");
-        let kept: std::collections::BTreeSet<GenerationId> = self
+        let mut kept: std::collections::BTreeSet<GenerationId> = self
             .profile
             .generations()
             .map_err(err)?
             .into_iter()
             .map(|(_, id)| id)
             .collect();
+        // The staged generation, its blobs and images stay for the switch to it.
+        if let Some(staged) = crate::switch::stage::StagedRecord::load(&self.state) {
+            if self.store.has_generation(&staged) {
+                kept.insert(staged);
+            }
+        }
         let mut blobs = std::collections::BTreeSet::new();
         let mut images = std::collections::BTreeSet::new();
         for id in &kept {

@@ -1387,3 +1387,73 @@ fn gc_removes_the_images_the_mesh_fetched_and_no_kept_generation_needs() {
     );
     assert!(!has_image(&x) && has_image(&y) && has_image(&z));
 }
+
+/// `mesh switch --stage` puts what a generation needs on the node — its image fetched, by
+/// digest — with nothing in force changed (no file, no container, no generation), and `mesh
+/// status` shows it staged; a gc keeps it; with the registry stopped, the switch to it then
+/// fetches nothing and finishes, and it is staged no more.
+#[test]
+fn a_staged_generation_switches_with_the_registry_gone() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let mut registry = Registry::start(None);
+    let mut made = Made::new("is");
+    let (repository, digest) = made.pushed(&registry, "busy", "1", "one");
+    let image = format!("{repository}:1@{digest}");
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl("n.ncl", &declaration("staged\\n", &[(&name, &image)]));
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    let before = f.snapshot();
+
+    let staged = mesh_with(&f, config.path(), &["switch", "--stage", decl, "--json"]);
+    assert_eq!(staged.code, 0, "{}{}", staged.stdout, staged.stderr);
+    let v: serde_json::Value = serde_json::from_str(&staged.stdout).unwrap();
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(v["images"][0]["image"], image.as_str(), "{}", staged.stdout);
+    assert!(v["blobs"].as_u64().unwrap() > 0, "{}", staged.stdout);
+    assert!(
+        has_image(&format!("{repository}@{digest}")),
+        "the image was fetched"
+    );
+    nothing_changed(&f, &before, &[&name], "a stage");
+    let status = f.ok(&["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(s["staged_generation"], id.as_str(), "{}", status.stdout);
+    let gc = mesh_with(&f, config.path(), &["gc", "--keep", "1", "--json"]);
+    assert_eq!(gc.code, 0, "{}{}", gc.stdout, gc.stderr);
+    let g: serde_json::Value = serde_json::from_str(&gc.stdout).unwrap();
+    assert_eq!(
+        g["images"]["removed"],
+        serde_json::json!([]),
+        "{}",
+        gc.stdout
+    );
+    assert!(
+        has_image(&format!("{repository}@{digest}")),
+        "gc removed the staged image"
+    );
+
+    registry.down();
+    let ran = mesh_with(
+        &f,
+        config.path(),
+        &["switch", "--generation", &id, "--json"],
+    );
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert!(
+        v.get("images").is_none(),
+        "fetched at the switch: {}",
+        ran.stdout
+    );
+    assert_eq!(container(&name).map(|c| c.0), Some(true));
+    assert_eq!(f.read("/etc/motd").as_deref(), Some("staged\n"));
+    let status = f.ok(&["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert!(s.get("staged_generation").is_none(), "{}", status.stdout);
+}

@@ -37,6 +37,7 @@ pub(crate) mod observe;
 pub(crate) mod prepare;
 pub(crate) mod review;
 pub(crate) mod secrets;
+pub mod stage;
 pub mod units;
 
 use std::path::Path;
