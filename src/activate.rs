@@ -50,16 +50,19 @@ impl Machine {
     }
 }
 
-/// Builds `decl` with `record` (kept in memory: the caller saves it).
+/// Builds `decl` with `record` (kept in memory: the caller saves it) and the image lock of its
+/// tree, if it has one.
 pub(crate) fn build_with(
     state: &Path,
     decl: &Path,
     record: Option<&NodeRecord>,
 ) -> Result<Built, Failure> {
     let path = record_path(state);
+    let images = mesh_compiler::images_lock(decl, crate::commands::tree_rule())?;
     Ok(build(&BuildRequest {
         node: decl,
         record: record.map(|r| (r, path.as_path())),
+        images: images.as_ref().map(|(l, _)| l),
         state_dir: state,
         use_cache: true,
         evaluator: crate::commands::evaluator(),
@@ -187,6 +190,9 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
     }
     let state = machine.state.as_path();
     let node = machine.open()?;
+    if args.stage {
+        return stage(&node, machine, &args);
+    }
     let switched = match (&args.node, &args.generation) {
         (Some(decl), _) => switch_declaration(
             &node,
@@ -212,6 +218,46 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
         (None, None) => unreachable!("clap requires one of them"),
     };
     finish(&node, switched, args.json, args.rollback_on_failure)
+}
+
+/// `mesh switch --stage`: the generation built (with what the record would find, not saved) or
+/// taken from the store, then staged.
+fn stage(node: &Node, machine: &Machine, args: &SwitchArgs) -> Result<(), Failure> {
+    let state = machine.state.as_path();
+    let (id, generation) = match (&args.node, &args.generation) {
+        (Some(decl), _) => {
+            let mut record = node.record()?;
+            let mut built = build_with(state, decl, record.as_ref())?;
+            if let Some(r) = record.as_mut() {
+                if node.record_found(built.generation()?, r)? > 0 {
+                    built = build_with(state, decl, Some(r))?;
+                }
+            }
+            (built.id, built.generation()?.clone())
+        }
+        (None, Some(text)) => {
+            let id = node.store.resolve_generation(text)?;
+            let generation = node.store.generation(&id)?;
+            node.check_trust(&id)?;
+            (id, generation)
+        }
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    let staged = node.stage(id, &generation)?;
+    if args.json {
+        say!("{}", serde_json::to_string(&staged).unwrap_or_default());
+    } else {
+        say!(
+            "staged {}: {} object(s) checked, {} secret(s) decrypted, {} image(s) fetched, {} present; nothing in force changed",
+            staged.id,
+            staged.blobs,
+            staged.secrets,
+            staged.images.len(),
+            staged.present
+        );
+        say!("{}", staged.id);
+    }
+    Ok(())
 }
 
 pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
@@ -550,19 +596,39 @@ pub fn status(machine: &Machine, json_out: bool) -> Result<(), Failure> {
 
 pub fn gc(machine: &Machine, args: GcArgs) -> Result<(), Failure> {
     let node = machine.open()?;
-    let (removed, report) = node.gc(args.keep)?;
+    let mesh_activator::node::Collected {
+        removed,
+        store: report,
+        images,
+    } = node.gc(args.keep)?;
+    let failed = images.as_ref().err().map(ToString::to_string);
+    let images = images.unwrap_or_default();
     if args.json {
         say!(
             "{}",
-            json!({ "removed_generations": removed, "store": report })
+            json!({ "removed_generations": removed, "store": report, "images": images, "images_error": failed })
         );
     } else {
         say!(
             "removed generation links {:?}; from the store: {} generations, {} blobs ({} packs rewritten)",
             removed, report.generations, report.blobs, report.packs_rewritten
         );
+        for image in &images.removed {
+            say!("removed image {image}: fetched by the mesh, no kept generation needs it");
+        }
+        for image in &images.in_use {
+            say!("kept image {image}: fetched by the mesh, no kept generation needs it, a container uses it");
+        }
+        for image in &images.gone {
+            say!("image {image}: fetched by the mesh, no longer on the engine");
+        }
     }
-    Ok(())
+    match failed {
+        None => Ok(()),
+        Some(e) => Err(Failure::system(format!(
+            "the generations and blobs were collected, the images the mesh fetched were not: {e}"
+        ))),
+    }
 }
 
 fn say_round(

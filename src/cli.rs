@@ -173,6 +173,11 @@ pub enum Command {
         #[command(subcommand)]
         command: SecretCommand,
     },
+    /// Container images named by a tag: pinned by digest in the fleet's image lock.
+    Images {
+        #[command(subcommand)]
+        command: ImagesCommand,
+    },
     /// The fleet: every node of a fleet file built, their records fetched, their status.
     Fleet {
         #[command(subcommand)]
@@ -322,6 +327,32 @@ pub struct SecretEditArgs {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum ImagesCommand {
+    /// Resolve every container image named by a tag alone in the fleet's nodes (or in one
+    /// declaration) at its registry, and write the digests into images.lock at the root of the
+    /// fleet's tree (beside fleet.ncl): every build there then pins those images by the locked
+    /// digests, offline, on any machine. Every tag is asked again; entries of images no node
+    /// declares any more are dropped (not with a declaration: the other entries are kept).
+    /// --check asks no registry: exit 2 naming every image the lock lacks.
+    Lock(ImagesLockArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ImagesLockArgs {
+    /// One node declaration (default: every node of the fleet file).
+    pub node: Option<PathBuf>,
+    /// Change nothing and ask no registry: say whether the lock pins every image named by a
+    /// tag (exit 0) or which it lacks (exit 2).
+    #[arg(long)]
+    pub check: bool,
+    #[command(flatten)]
+    pub registry: RegistryOptions,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
 pub enum FleetCommand {
     /// Build every node (in parallel), each with its record from the fleet's records folder;
     /// print each node's generation id. --check FILE (lines `NODE ID`) exits 2 naming every
@@ -380,6 +411,10 @@ pub struct FleetBuildArgs {
     /// is kept in the store and travels with the generation in a deploy.
     #[arg(long)]
     pub sign: bool,
+    /// Refuse (exit 2), naming them, container images pinned neither in the declaration nor
+    /// in the image lock (`mesh images lock`).
+    #[arg(long)]
+    pub locked: bool,
     #[command(flatten)]
     pub key: SigningKey,
 }
@@ -486,6 +521,10 @@ pub struct BuildArgs {
     /// Fail (exit 2) unless the build gives this generation id: the CI reproducibility gate.
     #[arg(long, value_name = "ID")]
     pub check: Option<String>,
+    /// Refuse (exit 2), naming them, container images pinned neither in the declaration nor
+    /// in the image lock (`mesh images lock`).
+    #[arg(long)]
+    pub locked: bool,
     /// Evaluate even if the evaluation cache has an answer.
     #[arg(long)]
     pub no_cache: bool,
@@ -505,6 +544,12 @@ pub struct SwitchArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Put everything the generation needs on the node — its objects read and checked, its
+    /// secrets decrypted to check them, its images pinned by digest fetched (a held
+    /// container's too) — with nothing in force changed, and record it as staged (`mesh
+    /// status`); the later switch to it then needs no registry.
+    #[arg(long, conflicts_with_all = ["dry_run", "rollback_on_failure", "confirm_within"])]
+    pub stage: bool,
     /// When a unit fails after the switch, switch back to the generation in force before, at
     /// once (the command still fails, and says so).
     #[arg(long)]

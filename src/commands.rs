@@ -9,7 +9,9 @@ use mesh_lib::{GenerationId, NodeRecord, Store};
 use serde_json::json;
 
 use crate::activate;
-use crate::cli::{BuildArgs, Cli, Command, FleetCommand, RecordCommand, ShowArgs, StoreCommand};
+use crate::cli::{
+    BuildArgs, Cli, Command, FleetCommand, ImagesCommand, RecordCommand, ShowArgs, StoreCommand,
+};
 use crate::failure::{Exit, Failure};
 use crate::show;
 
@@ -35,7 +37,7 @@ fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, Failure> {
 }
 
 /// Reads a node record: the given file, else this node's in the state directory, else none.
-fn load_record(
+pub(crate) fn load_record(
     state: &Path,
     flag: Option<&Path>,
 ) -> Result<Option<(NodeRecord, PathBuf)>, Failure> {
@@ -159,6 +161,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::DeployAgent { token } => crate::remote::agent(&machine, &token),
         Command::DeployStep { token, step } => crate::remote::step(&machine, &token, &step),
         Command::Secret { command } => crate::secret::run(&state, command),
+        Command::Images {
+            command: ImagesCommand::Lock(args),
+        } => crate::images::lock(&state, &place, args),
         Command::Fleet {
             command: FleetCommand::Build(args),
         } => crate::fleet::build(&state, &place, args),
@@ -184,9 +189,11 @@ fn build_node(
     use_cache: bool,
 ) -> Result<Built, Failure> {
     let record = load_record(state, record)?;
+    let images = mesh_compiler::images_lock(node, tree_rule())?;
     let built = build(&BuildRequest {
         node,
         record: record.as_ref().map(|(r, p)| (r, p.as_path())),
+        images: images.as_ref().map(|(l, _)| l),
         state_dir: state,
         use_cache,
         evaluator: evaluator(),
@@ -207,8 +214,8 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
     };
     let built = build_node(state, &args.node, args.record.as_deref(), !args.no_cache)?;
     let g = &built.summary;
-    // Images named by a tag alone: the bytes a tag names differ by node and by day, and the
-    // mesh does not fetch them. A warning, not a refusal.
+    // Images named by a tag alone, and not in the image lock: the bytes a tag names differ by
+    // node and by day, and the mesh does not fetch them. A warning, refused with --locked.
     let containers = g.containers.managed + g.containers.staged + g.containers.held;
     let unpinned: Vec<(String, String)> = if containers == 0 {
         Vec::new()
@@ -221,9 +228,9 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
             .map(|(n, c)| (n.to_string(), c.image.clone()))
             .collect()
     };
-    if !unpinned.is_empty() {
+    if !unpinned.is_empty() && !args.locked {
         eprintln!(
-            "warning: {} container image(s) not pinned by digest (REPO:TAG@sha256:…): the bytes a tag names can differ from node to node and day to day, and the mesh fetches only pinned images:",
+            "warning: {} container image(s) not pinned by digest (REPO:TAG@sha256:…, or `mesh images lock`): the bytes a tag names can differ from node to node and day to day, and the mesh fetches only pinned images:",
             unpinned.len()
         );
         for (name, image) in &unpinned {
@@ -254,6 +261,9 @@ fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
     } else {
         say!("{}", show::summary(&built.id, g, built.cached));
         say!("{}", built.id);
+    }
+    if args.locked {
+        crate::images::refuse_unpinned(&args.node.display().to_string(), &unpinned)?;
     }
     if let Some(expected) = expected {
         if expected != built.id {

@@ -68,8 +68,16 @@ pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Fa
     };
     let mut failed = Vec::new();
     let mut differ = Vec::new();
+    let mut unlocked = Vec::new();
     let mut rows = Vec::new();
     for b in &built {
+        if let (true, Ok(g)) = (args.locked, &b.result) {
+            for (name, c) in &g.generation()?.containers {
+                if c.digest.is_none() {
+                    unlocked.push((format!("{}/{name}", b.node), c.image.clone()));
+                }
+            }
+        }
         if let (Some(signer), Some(store), Ok(g)) = (&signer, &store, &b.result) {
             signer
                 .sign_into(store, &g.id)
@@ -111,6 +119,7 @@ pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Fa
             text.join("\n  ")
         )));
     }
+    crate::images::refuse_unpinned("the fleet", &unlocked)?;
     if !differ.is_empty() {
         return Err(Failure::new(
             Exit::Refused,

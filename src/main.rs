@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod failure;
 mod fleet;
+mod images;
 mod import;
 mod progress;
 mod registry;

@@ -577,6 +577,12 @@ pub fn status(s: &mesh_activator::Status) -> String {
             let _ = writeln!(o, "current: none yet");
         }
     }
+    if let Some(staged) = &s.staged_generation {
+        let _ = writeln!(
+            o,
+            "staged: {staged} (everything it needs is here: `mesh switch --generation {staged}`)"
+        );
+    }
     let counts = |c: &mesh_activator::status::Counts| {
         format!(
             "{} managed, {} staged, {} held",

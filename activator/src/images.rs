@@ -19,15 +19,24 @@
 //! any switch (a stage). A failure names the image and why, and says whether another try can
 //! help ([`FetchFailed::refused`]: a digest the registry does not have, or credentials it
 //! denies) or not (a registry that does not answer, a full disk).
+//!
+//! What was fetched ([`Fetched`], `STATE/images.json`): each image the mesh fetched, by its
+//! reference by digest, with the generations that needed it — written after the fetch, so an
+//! image is listed only once the mesh has put it on the engine (a crash in between leaves one
+//! unlisted: kept for ever, as a found one is, never one removed that the mesh did not fetch).
+//! [`gc`] removes, through the engine, the listed images no kept generation references and no
+//! container uses; an image the mesh found on the engine is never listed, so never removed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use bollard::auth::DockerCredentials;
 use bollard::query_parameters::CreateImageOptions;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use mesh_lib::image::{ImageDigest, ImageRef};
 use mesh_lib::model::{ContainerEntry, ContainerName};
-use serde::Serialize;
+use mesh_lib::GenerationId;
+use serde::{Deserialize, Serialize};
 
 use crate::docker::{DockerError, Engine, Progress, Step};
 
@@ -171,6 +180,205 @@ impl FetchFailed {
     }
 }
 
+/// The images the mesh fetched on this node, kept in `STATE/images.json` (compact JSON, sorted,
+/// replaced atomically).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fetched {
+    /// Each image, by its reference by digest (`REPOSITORY@sha256:…`).
+    pub images: BTreeMap<String, FetchedImage>,
+}
+
+/// One image the mesh fetched.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchedImage {
+    /// Its digest.
+    pub digest: Option<ImageDigest>,
+    /// The generations whose switches fetched it.
+    pub generations: BTreeSet<GenerationId>,
+}
+
+/// Why the list of fetched images could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[error("the list of images the mesh fetched, {}: {why}", .path.display())]
+pub struct FetchedError {
+    /// Its file.
+    pub path: PathBuf,
+    /// Why.
+    pub why: String,
+}
+
+impl Fetched {
+    /// Its file in the state directory.
+    pub fn path(state: &Path) -> PathBuf {
+        state.join("images.json")
+    }
+
+    /// The list (empty when the mesh never fetched).
+    pub fn load(state: &Path) -> Result<Self, FetchedError> {
+        let path = Self::path(state);
+        let fail = |why: String| FetchedError {
+            path: path.clone(),
+            why,
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(fail(e.to_string())),
+        }
+    }
+
+    fn save(&self, state: &Path) -> Result<(), FetchedError> {
+        let path = Self::path(state);
+        let bytes = serde_json::to_vec(self).expect("strings encode");
+        mesh_lib::atomic::write_file(&path, &bytes, 0o600).map_err(|e| FetchedError {
+            path: path.clone(),
+            why: e.to_string(),
+        })
+    }
+
+    /// Lists `images` (as declared; each in `wanted`) as fetched for `generation`.
+    pub fn record(
+        state: &Path,
+        wanted: &[Wanted],
+        images: &[String],
+        generation: &GenerationId,
+    ) -> Result<(), FetchedError> {
+        if images.is_empty() {
+            return Ok(());
+        }
+        let mut list = Self::load(state)?;
+        for image in images {
+            let Some(w) = wanted.iter().find(|w| &w.image == image) else {
+                continue;
+            };
+            let Some(by_digest) = ImageRef::parse(image).ok().and_then(|r| r.by_digest()) else {
+                continue;
+            };
+            let entry = list.images.entry(by_digest).or_default();
+            entry.digest = Some(w.digest.clone());
+            entry.generations.insert(*generation);
+        }
+        list.save(state)
+    }
+}
+
+/// The references by digest (`REPOSITORY@sha256:…`) of the pinned images of `containers`: what
+/// a generation needs of the engine.
+pub fn references<'a>(
+    containers: impl IntoIterator<Item = &'a ContainerEntry>,
+) -> BTreeSet<String> {
+    containers
+        .into_iter()
+        .filter(|c| c.digest.is_some())
+        .filter_map(|c| ImageRef::parse(&c.image).ok()?.by_digest())
+        .collect()
+}
+
+/// What [`gc`] did with the images the mesh fetched.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ImagesGc {
+    /// Removed from the engine: no kept generation references them, no container uses them.
+    pub removed: Vec<String>,
+    /// Kept: a container uses them (the mesh's or anyone's), though no kept generation
+    /// references them.
+    pub in_use: Vec<String>,
+    /// No longer on the engine (removed by someone else): dropped from the list.
+    pub gone: Vec<String>,
+}
+
+/// Removes through the engine every image the mesh fetched (listed in [`Fetched`]) that no
+/// generation of `kept` (each image's reference by digest, [`references`]) needs and no
+/// container uses, and drops it from the list. An image the engine refuses to remove (a
+/// container it did not list uses it) is kept. The engine is asked only when the list names an
+/// image no kept generation needs.
+pub fn gc(state: &Path, kept: &BTreeSet<String>) -> Result<ImagesGc, GcError> {
+    let mut list = Fetched::load(state)?;
+    let unneeded: Vec<String> = list
+        .images
+        .keys()
+        .filter(|r| !kept.contains(*r))
+        .cloned()
+        .collect();
+    let mut report = ImagesGc::default();
+    if unneeded.is_empty() {
+        return Ok(report);
+    }
+    let engine = Engine::connect()?;
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .build();
+    engine.counted();
+    let used: BTreeSet<String> = engine
+        .block_on(engine.api().list_containers(Some(options)))
+        .map_err(|e| GcError::Engine(e.to_string()))?
+        .into_iter()
+        .filter_map(|c| c.image_id)
+        .collect();
+    for reference in unneeded {
+        engine.counted();
+        let id = match engine.block_on(engine.api().inspect_image(&reference)) {
+            Ok(inspect) => inspect.id.unwrap_or_default(),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {
+                list.images.remove(&reference);
+                report.gone.push(reference);
+                continue;
+            }
+            Err(e) => return Err(GcError::Engine(format!("{reference}: {e}"))),
+        };
+        if used.contains(&id) {
+            report.in_use.push(reference);
+            continue;
+        }
+        engine.counted();
+        // Not forced: the engine refuses to remove an image a container uses.
+        let removed = engine.block_on(engine.api().remove_image(
+            &reference,
+            None::<bollard::query_parameters::RemoveImageOptions>,
+            None,
+        ));
+        match removed {
+            Ok(_) => {
+                list.images.remove(&reference);
+                report.removed.push(reference);
+            }
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => report.in_use.push(reference),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {
+                list.images.remove(&reference);
+                report.gone.push(reference);
+            }
+            Err(e) => {
+                // What was removed so far stays removed, and off the list.
+                list.save(state)?;
+                return Err(GcError::Engine(format!("removing {reference}: {e}")));
+            }
+        }
+    }
+    list.save(state)?;
+    Ok(report)
+}
+
+/// Why the gc of fetched images failed (the generations and blobs are collected before it).
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    /// The list could not be read or written.
+    #[error(transparent)]
+    List(#[from] FetchedError),
+    /// The engine does not answer.
+    #[error(transparent)]
+    Docker(#[from] DockerError),
+    /// The engine failed.
+    #[error("the Docker engine: {0}")]
+    Engine(String),
+}
+
 /// One image's fetch, as a person is shown it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fetching {
@@ -234,6 +442,38 @@ pub fn needed(
         }
     }
     Ok(out)
+}
+
+/// Every image pinned by digest among `containers` (whatever each one's state: a held one's
+/// too) that the engine lacks by its digest, and how many it has: what a stage fetches.
+pub fn pinned_missing(
+    engine: &Engine,
+    containers: &BTreeMap<ContainerName, ContainerEntry>,
+) -> Result<(Vec<Wanted>, usize), DockerError> {
+    let mut users: BTreeMap<&str, (&ImageDigest, Vec<String>)> = BTreeMap::new();
+    for (name, entry) in containers {
+        if let Some(digest) = &entry.digest {
+            users
+                .entry(entry.image.as_str())
+                .or_insert_with(|| (digest, Vec::new()))
+                .1
+                .push(name.to_string());
+        }
+    }
+    let mut wanted = Vec::new();
+    let mut present = 0;
+    for (image, (digest, names)) in users {
+        if has_by_digest(engine, image)? {
+            present += 1;
+        } else {
+            wanted.push(Wanted {
+                image: image.to_owned(),
+                digest: digest.clone(),
+                containers: names,
+            });
+        }
+    }
+    Ok((wanted, present))
 }
 
 /// Whether the engine has the pinned `image` by its digest: its `RepoDigests` lists the

@@ -423,8 +423,9 @@ impl Node {
 
     /// Removes generation links but the newest `keep` and the current one, then every generation
     /// and blob nothing references: never a blob of a kept generation, of the node record or of
-    /// the host store.
-    pub fn gc(&self, keep: usize) -> Result<(Vec<u64>, mesh_lib::store::GcReport), ActivateError> {
+    /// the host store; then the images the mesh fetched that no kept generation references and
+    /// no container uses ([`crate::images::gc`]): never an image the mesh found.
+    pub fn gc(&self, keep: usize) -> Result<Collected, ActivateError> {
         self.recover()?;
         let err = |e| io_err("collecting garbage in", &self.state)(e);
         let generations = self.profile.generations().map_err(err)?;
@@ -436,22 +437,50 @@ impl Node {
             .collect();
         let removed = self.profile.remove_links(&keep_numbers).map_err(err)?;
         crate::crash::point("gc-links-removed");
-        let kept: std::collections::BTreeSet<GenerationId> = self
+        let mut kept: std::collections::BTreeSet<GenerationId> = self
             .profile
             .generations()
             .map_err(err)?
             .into_iter()
             .map(|(_, id)| id)
             .collect();
+        // The staged generation, its blobs and images stay for the switch to it.
+        if let Some(staged) = crate::switch::stage::StagedRecord::load(&self.state) {
+            if self.store.has_generation(&staged) {
+                kept.insert(staged);
+            }
+        }
         let mut blobs = std::collections::BTreeSet::new();
+        let mut images = std::collections::BTreeSet::new();
         for id in &kept {
-            blobs.extend(self.store.generation(id)?.blobs());
+            let generation = self.store.generation(id)?;
+            blobs.extend(generation.blobs());
+            images.extend(crate::images::references(generation.containers.values()));
         }
         if let Some(record) = self.record()? {
             blobs.extend(record.blobs());
         }
         blobs.extend(HostStore::load(&self.state)?.blobs());
         let report = self.store.gc(&kept, &blobs)?;
-        Ok((removed, report))
+        // Last, and apart: an engine that does not answer leaves the images for the next gc,
+        // not the store uncollected.
+        let images = crate::images::gc(&self.state, &images);
+        Ok(Collected {
+            removed,
+            store: report,
+            images,
+        })
     }
+}
+
+/// What [`Node::gc`] collected.
+#[derive(Debug)]
+pub struct Collected {
+    /// The numbers of the generation links removed.
+    pub removed: Vec<u64>,
+    /// What went from the store.
+    pub store: mesh_lib::store::GcReport,
+    /// The images the mesh fetched that went from the engine, or why none could (the store
+    /// was collected all the same).
+    pub images: Result<crate::images::ImagesGc, crate::images::GcError>,
 }

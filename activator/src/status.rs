@@ -54,6 +54,10 @@ pub struct Status {
     /// generation, its sequence, when it expires and whether it has.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub statement: Option<Stated>,
+    /// The generation `mesh switch --stage` put on the node, everything it needs present,
+    /// while it is not the one in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staged_generation: Option<GenerationId>,
 }
 
 /// The newest statement a node accepted, for `mesh status`.
@@ -299,7 +303,10 @@ impl Node {
             host_key: self.host_key(),
             last_pull: crate::deploy::pull::LastPull::load(&self.state),
             statement: Stated::read(&self.state),
+            staged_generation: None,
         };
+        status.staged_generation = crate::switch::stage::StagedRecord::load(&self.state)
+            .filter(|staged| status.current.as_ref().is_none_or(|c| c.id != *staged));
         if let Some((_, _, g)) = &current {
             status.firewall = Some(match self.check_firewall(g) {
                 Ok(drift) => FirewallDrift {

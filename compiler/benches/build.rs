@@ -67,6 +67,7 @@ fn cold_build(
                 let built = build(&BuildRequest {
                     node,
                     record,
+                    images: None,
                     state_dir: state.path(),
                     use_cache: true,
                     evaluator,
@@ -97,6 +98,7 @@ fn measure(name: &str, node: &Path, record: Option<(&NodeRecord, &Path)>, runs: 
     let request = BuildRequest {
         node,
         record,
+        images: None,
         state_dir: state.path(),
         use_cache: true,
         evaluator: &child,
@@ -322,6 +324,7 @@ fn fleet_rows() {
                     let built = build(&BuildRequest {
                         node,
                         record: None,
+                        images: None,
                         state_dir: state,
                         use_cache: true,
                         evaluator: child,

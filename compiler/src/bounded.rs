@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use mesh_lib::image_lock::ImageLock;
 use mesh_lib::model::Summary;
 use mesh_lib::{GenerationId, NodeRecord};
 use serde::{Deserialize, Serialize};
@@ -152,6 +153,9 @@ pub(crate) struct Request {
     /// Where the declaration's imports may lead.
     pub tree: Tree,
     pub pinned: BTreeMap<String, u16>,
+    /// The digests of the images named by tag, from the fleet's image lock.
+    #[serde(default)]
+    pub images: ImageLock,
     /// The node record's canonical bytes and the name diagnostics call it by.
     pub record: Option<(String, String)>,
     pub memory_mib: u64,
@@ -229,8 +233,24 @@ pub(crate) fn evaluate_here(
     Ok(evaluated)
 }
 
-/// Evaluates the declaration and assembles its generation, its secrets not yet read.
+/// Evaluates the declaration and assembles its generation, its secrets not yet read; a
+/// container named by a tag the image lock holds is pinned by its locked digest (after the
+/// assembly, so the modules' caches hold what the declaration says, whatever the lock).
 fn evaluate_declaration(
+    request: &Request,
+    warm: Option<&crate::eval::Warm>,
+) -> Result<Evaluated, MeshDiagnostic> {
+    let mut evaluated = evaluate_as_declared(request, warm)?;
+    if !request.images.images.is_empty() {
+        for entry in evaluated.assembled.generation.containers.values_mut() {
+            request.images.pin(entry);
+        }
+    }
+    Ok(evaluated)
+}
+
+/// [`evaluate_declaration`], the images as declared.
+fn evaluate_as_declared(
     request: &Request,
     warm: Option<&crate::eval::Warm>,
 ) -> Result<Evaluated, MeshDiagnostic> {
@@ -364,6 +384,7 @@ impl Chunks<'_> {
             library: self.request.library.clone(),
             tree: self.request.tree.clone(),
             pinned: self.request.pinned.clone(),
+            images: ImageLock::default(),
             record: None,
             memory_mib: self.limits.memory_mib,
             time_seconds: self.request.time_seconds,

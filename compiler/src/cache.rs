@@ -22,8 +22,10 @@ use crate::eval::ReadSource;
 pub struct CacheKey(blake3::Hash);
 
 impl CacheKey {
-    /// The key for evaluating `node` (an absolute path) with `record_bytes`.
-    pub fn new(node: &Path, record_bytes: Option<&[u8]>) -> Self {
+    /// The key for evaluating `node` (an absolute path) with `record_bytes` and the image
+    /// lock's `images` (its canonical bytes; none hashed when it is empty, so a fleet without
+    /// a lock keeps its entries).
+    pub fn new(node: &Path, record_bytes: Option<&[u8]>, images: Option<&[u8]>) -> Self {
         let mut h = blake3::Hasher::new();
         h.update(b"mesh-eval-cache\0");
         h.update(env!("MESH_COMPILER_DIGEST").as_bytes());
@@ -34,6 +36,9 @@ impl CacheKey {
             Some(b) => h.update(b"record\0").update(b),
             None => h.update(b"no record\0"),
         };
+        if let Some(images) = images {
+            h.update(b"images\0").update(images);
+        }
         Self(h.finalize())
     }
 

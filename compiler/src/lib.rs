@@ -2,8 +2,8 @@
 //! content-addressed generation out.
 //!
 //! Invariants:
-//! - a generation is a function of the declaration's sources, the node record and the mesh's
-//!   format version only: not of the checkout's path, the time, the user, the host or any map's
+//! - a generation is a function of the declaration's sources, the node record, the image lock
+//!   of its tree (the digests of images named by tag) and the mesh's format version only: not of the checkout's path, the time, the user, the host or any map's
 //!   order;
 //! - every rejection points at the source span of the offending value and names both sides where
 //!   there are two;
@@ -32,6 +32,7 @@ pub mod spine;
 
 use std::path::{Path, PathBuf};
 
+use mesh_lib::image_lock::ImageLock;
 use mesh_lib::model::Summary;
 use mesh_lib::store::StoreError;
 use mesh_lib::{Generation, GenerationId, NodeRecord, Store};
@@ -54,6 +55,9 @@ pub struct BuildRequest<'a> {
     pub evaluator: &'a Evaluator,
     /// How the fleet's tree, where its imports may lead, is found ([`imports::Tree::find`]).
     pub tree: &'a imports::TreeRule,
+    /// The fleet's image lock ([`images_lock_path`]), when it has one: an image named by a tag
+    /// it holds is pinned by the locked digest.
+    pub images: Option<&'a ImageLock>,
     /// Whether the node's modules are evaluated apart — in parallel, each cached on its own
     /// ([`incremental`]) — or the node whole, in one evaluation (the reference the per-module
     /// way is tested against).
@@ -139,7 +143,13 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         source,
     })?;
     let tree = imports::Tree::find(&node, &library_dir, request.tree)?;
-    let key = cache::CacheKey::new(&node, record_bytes.as_deref());
+    let images = request
+        .images
+        .filter(|l| !l.images.is_empty())
+        .cloned()
+        .unwrap_or_default();
+    let images_bytes = (!images.images.is_empty()).then(|| images.to_bytes());
+    let key = cache::CacheKey::new(&node, record_bytes.as_deref(), images_bytes.as_deref());
     let built = |id, summary, cached, evaluated, generation: Option<Generation>| Built {
         id,
         summary,
@@ -176,6 +186,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         library: library_dir,
         tree: tree.clone(),
         pinned,
+        images,
         record: match (request.record, &record_bytes) {
             (Some((_, path)), Some(bytes)) => Some((
                 String::from_utf8_lossy(bytes).into_owned(),
@@ -215,6 +226,53 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
             Ok(built(kept.id, kept.summary, false, kept.evaluated, None))
         }
     }
+}
+
+/// Where the image lock of the declaration `node` is: [`mesh_lib::image_lock::FILE`] at the
+/// root of its fleet's tree, found under `rule` as its imports' tree is ([`imports::Tree::find`]):
+/// the folder of the fleet file for a fleet's declarations. Whether it is there is the caller's
+/// to see.
+pub fn images_lock_path(node: &Path, rule: &TreeRule) -> Result<PathBuf, BuildError> {
+    let canonical = std::fs::canonicalize(node).map_err(|_| {
+        MeshDiagnostic::new(format!(
+            "cannot read the node declaration {}: no such file",
+            node.display()
+        ))
+    })?;
+    // The library's folder plays no part in where the tree is.
+    let tree = imports::Tree::find(&canonical, Path::new("/"), rule)?;
+    Ok(tree.root.join(mesh_lib::image_lock::FILE))
+}
+
+/// The image lock of the declaration `node` ([`images_lock_path`]) and where it is; `None`
+/// when there is none. A lock that cannot be read or is malformed is the user's to fix, named
+/// by its file and line.
+pub fn images_lock(
+    node: &Path,
+    rule: &TreeRule,
+) -> Result<Option<(ImageLock, PathBuf)>, BuildError> {
+    let path = images_lock_path(node, rule)?;
+    read_images_lock(&path).map(|l| l.map(|l| (l, path)))
+}
+
+/// The image lock at `path`; `None` when there is no file there.
+pub fn read_images_lock(path: &Path) -> Result<Option<ImageLock>, BuildError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(MeshDiagnostic::new(format!(
+                "cannot read the image lock {}: {e}",
+                path.display()
+            ))
+            .into())
+        }
+    };
+    ImageLock::parse(&bytes).map(Some).map_err(|e| {
+        MeshDiagnostic::new(format!("{}:{}: {}", path.display(), e.line, e.message))
+            .with_help("`mesh images lock` writes it anew")
+            .into()
+    })
 }
 
 /// A generation evaluated and kept in the store.

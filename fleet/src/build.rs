@@ -10,8 +10,30 @@ use mesh_lib::NodeRecord;
 
 use crate::file::{Fleet, Node};
 
-/// Builds `node` with `record` (read from `record_file`, for diagnostics about it).
+/// Builds `node` with `record` (read from `record_file`, for diagnostics about it) and the
+/// image lock of its tree, if it has one.
 pub fn node(
+    node: &Node,
+    record: Option<(&NodeRecord, &Path)>,
+    state_dir: &Path,
+    evaluator: &Evaluator,
+) -> Result<Built, BuildError> {
+    let images = mesh_compiler::images_lock(&node.declaration, &node.tree)?;
+    compile(&BuildRequest {
+        node: &node.declaration,
+        record,
+        images: images.as_ref().map(|(l, _)| l),
+        state_dir,
+        use_cache: true,
+        evaluator,
+        tree: &node.tree,
+        per_module: true,
+    })
+}
+
+/// Builds `node` with `record` as declared: no image lock read (what `mesh images lock` asks
+/// of the registry is what the declaration names).
+pub fn as_declared(
     node: &Node,
     record: Option<(&NodeRecord, &Path)>,
     state_dir: &Path,
@@ -20,6 +42,7 @@ pub fn node(
     compile(&BuildRequest {
         node: &node.declaration,
         record,
+        images: None,
         state_dir,
         use_cache: true,
         evaluator,

@@ -16,6 +16,7 @@ pub mod diff;
 pub mod firewall;
 pub mod id;
 pub mod image;
+pub mod image_lock;
 pub mod import;
 pub mod model;
 pub mod pack;

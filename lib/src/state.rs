@@ -34,8 +34,10 @@ const FOLDERS: [&str; 9] = [
 ];
 
 /// Files of the mesh's own, relative to the state directory.
-const FILES: [&str; 10] = [
+const FILES: [&str; 12] = [
     "record.json",
+    "images.json",
+    "staged.json",
     "host.json",
     "host.log",
     "profile.log",

@@ -635,7 +635,7 @@ impl tokio::io::AsyncWrite for Bounded {
 
 /// Whether a registry's answer refuses the credentials (or their absence): 401, 403, or its
 /// `UNAUTHORIZED` / `DENIED` codes.
-fn refuses_credentials(why: &str) -> bool {
+pub(crate) fn refuses_credentials(why: &str) -> bool {
     let lower = why.to_ascii_lowercase();
     [
         "401",

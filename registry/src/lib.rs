@@ -45,6 +45,7 @@
 mod client;
 mod credentials;
 pub mod prune;
+pub mod tags;
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -891,3 +891,569 @@ fn a_malformed_digest_is_rejected_at_its_value() {
         );
     }
 }
+
+/// A fleet file in the fixture's folder (the tree of its declarations, where the image lock
+/// goes) with one node `n1` declared by `n.ncl`.
+fn fleet_file(f: &Fixture) -> std::path::PathBuf {
+    let file = f.dir.path().join("fleet.ncl");
+    std::fs::write(
+        &file,
+        "let mesh = import \"mesh.ncl\" in\nmesh.fleet {\n  records = \"records\",\n  nodes = {\n    n1 = { declaration = \"n.ncl\", ssh = { destination = \"n1.invalid\" } },\n  },\n}\n",
+    )
+    .unwrap();
+    file
+}
+
+/// The id `mesh build DECL --no-cache --json` prints, with the state directory `state`.
+fn built_id(f: &Fixture, state: &Path, decl: &Path) -> String {
+    let mut c = crate::support::mesh(state);
+    c.env("MESH_ROOT", f.root())
+        .env("DOCKER_CONFIG", f.dir.path().join("no-docker-config"))
+        .args(["build", "--no-cache", "--json"])
+        .arg(decl);
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(v["unpinned"], serde_json::json!([]), "{}", ran.stdout);
+    v["id"].as_str().unwrap().to_owned()
+}
+
+/// `mesh images lock` resolves a tag at the registry and writes its digest into images.lock
+/// beside the fleet file; the build then pins the image by it — the id is the one of the
+/// declaration pinned by hand, in another folder and state directory too — and keeps it when
+/// the tag moves at the registry and when the registry is gone; `--locked` refuses an image in
+/// neither, naming it; a new lock picks the tag's new digest (the id follows) and drops the
+/// entry of an image no node names any more; `--check` says what the lock lacks without a
+/// registry; the switch of the locked generation fetches the image by its digest.
+#[test]
+fn the_image_lock_pins_tags_offline_until_locked_again() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let mut registry = Registry::start(None);
+    let mut made = Made::new("il");
+    let (repository, first) = made.pushed(&registry, "busy", "1", "one");
+    let tagged = format!("{repository}:1");
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    let config = empty_config();
+    let fleet = fleet_file(&f);
+    let fleet = fleet.to_str().unwrap();
+    f.write_decl("n.ncl", &declaration("one\\n", &[(&name, &tagged)]));
+    let decl = f.decl("n.ncl");
+    let decl_s = decl.to_str().unwrap();
+    let lock_file = f.dir.path().join("images.lock");
+    // The same node pinned by hand, in a folder of its own: what the lock must build to.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let pinned_by_hand = |digest: &str| {
+        let d = elsewhere.path().join(format!("n-{}.ncl", &digest[7..19]));
+        std::fs::write(
+            &d,
+            declaration("one\\n", &[(&name, &format!("{tagged}@{digest}"))]),
+        )
+        .unwrap();
+        built_id(&f, &f.state(), &d)
+    };
+
+    // No lock: --locked refuses, naming the container and its image; check says it lacks it.
+    let refused = mesh_with(&f, config.path(), &["build", decl_s, "--locked"]);
+    assert_eq!(refused.code, 2, "{}{}", refused.stdout, refused.stderr);
+    assert_says(
+        &refused,
+        &[
+            "--locked",
+            "pinned neither in the declaration nor in the image lock",
+            &format!("container {name}: {tagged}"),
+        ],
+    );
+    let fleet_refused = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "fleet", "build", "--locked"],
+    );
+    assert_eq!(fleet_refused.code, 2, "{}", fleet_refused.stderr);
+    assert_says(&fleet_refused, &[&format!("container n1/{name}: {tagged}")]);
+    let check = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "images", "lock", "--check", "--json"],
+    );
+    assert_eq!(check.code, 2, "{}{}", check.stdout, check.stderr);
+    let v: serde_json::Value = serde_json::from_str(&check.stdout).unwrap();
+    assert_eq!(
+        v["locks"][0]["missing"][0]["image"],
+        tagged.as_str(),
+        "{}",
+        check.stdout
+    );
+    assert!(!lock_file.exists(), "--check wrote a lock");
+
+    // Locked: the file holds the tag's digest, canonical; the build pins by it.
+    let locked = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "images", "lock", "--insecure", "--json"],
+    );
+    assert_eq!(locked.code, 0, "{}{}", locked.stdout, locked.stderr);
+    let v: serde_json::Value = serde_json::from_str(&locked.stdout).unwrap();
+    let entry = &v["locks"][0];
+    assert_eq!(
+        entry["lock"],
+        lock_file.to_str().unwrap(),
+        "{}",
+        locked.stdout
+    );
+    assert_eq!(entry["images"][0]["image"], tagged.as_str());
+    assert_eq!(entry["images"][0]["digest"], first.as_str());
+    assert_eq!(entry["images"][0]["was"], serde_json::Value::Null);
+    assert_eq!(
+        entry["images"][0]["containers"],
+        serde_json::json!([format!("n1/{name}")])
+    );
+    assert_eq!(
+        std::fs::read_to_string(&lock_file).unwrap(),
+        format!(
+            "{{\n  \"version\": 1,\n  \"images\": {{\n    \"{tagged}\": \"{first}\"\n  }}\n}}\n"
+        )
+    );
+    let id_first = built_id(&f, &f.state(), &decl);
+    assert_eq!(
+        id_first,
+        pinned_by_hand(&first),
+        "the lock pins as the declaration would"
+    );
+    let ok = mesh_with(&f, config.path(), &["build", decl_s, "--locked"]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    assert!(!ok.stderr.contains("not pinned"), "{}", ok.stderr);
+    let ok = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "fleet", "build", "--locked"],
+    );
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    assert!(ok.stdout.contains(&id_first), "{}", ok.stdout);
+    // The same declaration and lock in another folder, with another state directory.
+    let copy = tempfile::tempdir().unwrap();
+    std::fs::copy(&decl, copy.path().join("n.ncl")).unwrap();
+    std::fs::copy(&lock_file, copy.path().join("images.lock")).unwrap();
+    let other_state = tempfile::tempdir().unwrap();
+    assert_eq!(
+        built_id(&f, other_state.path(), &copy.path().join("n.ncl")),
+        id_first
+    );
+
+    // The tag moves at the registry: the lock holds, with the registry up and gone.
+    let (_, second) = made.pushed(&registry, "busy", "1", "two");
+    assert_ne!(first, second);
+    assert_eq!(built_id(&f, &f.state(), &decl), id_first);
+    registry.down();
+    assert_eq!(built_id(&f, &f.state(), &decl), id_first);
+    let check = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "images", "lock", "--check"],
+    );
+    assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains("1 of 1 image(s) named by a tag locked"),
+        "{}",
+        check.stdout
+    );
+    // A lock that cannot ask the registry writes nothing.
+    let down = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "images", "lock", "--insecure"],
+    );
+    assert_eq!(down.code, 3, "{}{}", down.stdout, down.stderr);
+    assert_says(&down, &[&format!("image {tagged}"), "no lock was written"]);
+    assert!(std::fs::read_to_string(&lock_file)
+        .unwrap()
+        .contains(&first));
+
+    // Locked again: the new digest, and the id follows.
+    registry.up();
+    let relocked = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "images", "lock", "--insecure"],
+    );
+    assert_eq!(relocked.code, 0, "{}{}", relocked.stdout, relocked.stderr);
+    assert!(
+        relocked
+            .stdout
+            .contains(&format!("locked  {tagged}  {second}  (was {first})")),
+        "{}",
+        relocked.stdout
+    );
+    let id_second = built_id(&f, &f.state(), &decl);
+    assert_ne!(id_second, id_first);
+    assert_eq!(id_second, pinned_by_hand(&second));
+
+    // The switch of the locked generation fetches the image by its digest, not the tag.
+    let ran = mesh_with(&f, config.path(), &["switch", decl_s, "--json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(
+        v["images"][0]["image"],
+        format!("{tagged}@{second}"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(v["images"][0]["digest"], second.as_str());
+    let pinned_id = docker(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Id}}",
+        &format!("{repository}@{second}"),
+    ]);
+    let (running, id) = container(&name).expect("the container was created");
+    assert!(running);
+    assert_eq!(id, pinned_id, "the container runs the locked bytes");
+    assert!(!has_image(&tagged), "the tag was not fetched");
+
+    // Another tag named instead: --check names it and the stale entry; a lock drops it.
+    let (_, third) = made.pushed(&registry, "busy", "2", "three");
+    let retagged = format!("{repository}:2");
+    f.write_decl("n.ncl", &declaration("one\\n", &[(&name, &retagged)]));
+    let check = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "images", "lock", "--check"],
+    );
+    assert_eq!(check.code, 2, "{}{}", check.stdout, check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains(&format!("not locked  {retagged}  (n1/{name})"))
+            && check.stdout.contains(&format!("stale       {tagged}")),
+        "{}",
+        check.stdout
+    );
+    assert_says(
+        &check,
+        &[&format!("{retagged} (in {})", lock_file.display())],
+    );
+    let relocked = mesh_with(
+        &f,
+        config.path(),
+        &["--fleet", fleet, "images", "lock", "--insecure", "--json"],
+    );
+    assert_eq!(relocked.code, 0, "{}{}", relocked.stdout, relocked.stderr);
+    let v: serde_json::Value = serde_json::from_str(&relocked.stdout).unwrap();
+    assert_eq!(
+        v["locks"][0]["dropped"],
+        serde_json::json!([{ "image": tagged, "digest": second }])
+    );
+    assert_eq!(
+        std::fs::read_to_string(&lock_file).unwrap(),
+        format!(
+            "{{\n  \"version\": 1,\n  \"images\": {{\n    \"{retagged}\": \"{third}\"\n  }}\n}}\n"
+        )
+    );
+}
+
+/// A lock file that does not read — a malformed digest, a pinned key, not JSON — refuses the
+/// build and `--check` as bad input (exit 1) naming the file and the line, and is left as it
+/// is; a fleet without a lock builds as before.
+#[test]
+fn a_bad_image_lock_is_named_by_file_and_line() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("n.ncl"),
+        declaration("x", &[("web", "reg.example/web:2")]),
+    )
+    .unwrap();
+    let mesh = |args: &[&str]| {
+        let mut c = crate::support::mesh(state.path());
+        c.current_dir(dir.path()).args(args);
+        run(c)
+    };
+    let ran = mesh(&["build", "n.ncl", "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    let unlocked = v["id"].clone();
+    let lock = dir.path().join("images.lock");
+    let good = format!("sha256:{}", "b".repeat(64));
+    for (text, says) in [
+        (
+            "{\n  \"version\": 1,\n  \"images\": {\n    \"reg.example/web:2\": \"sha256:b\"\n  }\n}\n".to_owned(),
+            ":4: image \"reg.example/web:2\": digest `sha256:b` is not sha256: followed by 64 lowercase hex digits",
+        ),
+        (
+            format!("{{\n  \"version\": 1,\n  \"images\": {{\n    \"reg.example/web:2@{good}\": \"{good}\"\n  }}\n}}\n"),
+            ":4: image `reg.example/web:2@",
+        ),
+        ("{ \"version\": 1,\n  \"images\": [".to_owned(), ":2: invalid type"),
+    ] {
+        std::fs::write(&lock, &text).unwrap();
+        let ran = mesh(&["build", "n.ncl"]);
+        assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+        assert_says(&ran, &[&format!("{}{says}", lock.display())]);
+        let check = mesh(&["images", "lock", "--check", "n.ncl"]);
+        assert_eq!(check.code, 1, "{}{}", check.stdout, check.stderr);
+        assert_says(&check, &[&format!("{}{says}", lock.display())]);
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), text, "the lock changed");
+    }
+    // A lock that does not name the image changes nothing of the id.
+    std::fs::write(
+        &lock,
+        format!("{{\n  \"version\": 1,\n  \"images\": {{\n    \"reg.example/other:1\": \"{good}\"\n  }}\n}}\n"),
+    )
+    .unwrap();
+    let ran = mesh(&["build", "n.ncl", "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(v["id"], unlocked);
+}
+
+/// `mesh images lock` asks a registry with basic auth with the docker config's credentials,
+/// as `mesh push` finds them: none there is a refusal (exit 2) that says where it looked and
+/// writes no lock; the right ones in `auths` lock the tag's digest.
+#[test]
+fn the_lock_asks_with_the_docker_configs_credentials() {
+    if !lab_here(true) {
+        return;
+    }
+    let _turn = take_turn();
+    let mut registry = Registry::start(None);
+    let mut made = Made::new("ia");
+    let (repository, digest) = made.pushed(&registry, "busy", "1", "one");
+    registry.with_auth("ci", "s3cret");
+    let tagged = format!("{repository}:1");
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &declaration("one\\n", &[("app", &tagged)]));
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    let lock_file = f.dir.path().join("images.lock");
+
+    let none = empty_config();
+    let ran = mesh_with(&f, none.path(), &["images", "lock", decl, "--insecure"]);
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {tagged}"),
+            &format!("the registry {} refused", registry.host()),
+            "credentials tried: none",
+            "no lock was written",
+        ],
+    );
+    assert!(!lock_file.exists());
+
+    let right = tempfile::tempdir().unwrap();
+    std::fs::write(
+        right.path().join("config.json"),
+        serde_json::json!({ "auths": { registry.host(): { "auth": base64(b"ci:s3cret") } } })
+            .to_string(),
+    )
+    .unwrap();
+    let ran = mesh_with(&f, right.path(), &["images", "lock", decl, "--insecure"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout
+            .contains(&format!("locked  {tagged}  {digest}  (new)")),
+        "{}",
+        ran.stdout
+    );
+    assert!(std::fs::read_to_string(&lock_file)
+        .unwrap()
+        .contains(&format!("\"{tagged}\": \"{digest}\"")));
+}
+
+/// `mesh gc` removes through the engine the images the mesh fetched that no kept generation
+/// references and no container uses, and only those: switch A fetches X (and finds Z on the
+/// engine), switch B needs Y, not X nor Z; a gc that drops A removes X, keeps Y (B needs it)
+/// and keeps Z, which the mesh found and never fetched, though nothing references it.
+#[test]
+fn gc_removes_the_images_the_mesh_fetched_and_no_kept_generation_needs() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let registry = Registry::start(None);
+    let mut made = Made::new("ig");
+    let (repo_x, digest_x) = made.pushed(&registry, "x", "1", "x");
+    let (repo_y, digest_y) = made.pushed(&registry, "y", "1", "y");
+    let (repo_z, digest_z) = made.pushed(&registry, "z", "1", "z");
+    let (x, y, z) = (
+        format!("{repo_x}@{digest_x}"),
+        format!("{repo_y}@{digest_y}"),
+        format!("{repo_z}@{digest_z}"),
+    );
+    // Z is on the engine before the mesh: found, not fetched.
+    docker(&["pull", &z]);
+    let (name_a, name_b, name_z) = (
+        format!("{}-a", made.prefix),
+        format!("{}-b", made.prefix),
+        format!("{}-z", made.prefix),
+    );
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl(
+        "a.ncl",
+        &declaration("a\\n", &[(&name_a, &x), (&name_z, &z)]),
+    );
+    f.write_decl("b.ncl", &declaration("b\\n", &[(&name_b, &y)]));
+    let (a, b) = (f.decl("a.ncl"), f.decl("b.ncl"));
+
+    let ran = mesh_with(
+        &f,
+        config.path(),
+        &["switch", a.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    let fetched: Vec<&str> = v["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(fetched, [x.as_str()], "only X is fetched: {}", ran.stdout);
+    let ran = mesh_with(&f, config.path(), &["switch", b.to_str().unwrap()]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(container(&name_a), None, "A's containers are gone with B");
+    assert!(has_image(&x) && has_image(&y) && has_image(&z));
+
+    // Both generations kept: nothing goes.
+    let ran = mesh_with(&f, config.path(), &["gc", "--keep", "2", "--json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(
+        v["images"]["removed"],
+        serde_json::json!([]),
+        "{}",
+        ran.stdout
+    );
+    assert!(has_image(&x));
+
+    // A dropped: X goes, Y (B needs it) and Z (found) stay.
+    let ran = mesh_with(&f, config.path(), &["gc", "--keep", "1", "--json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(
+        v["removed_generations"],
+        serde_json::json!([1]),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(
+        v["images"]["removed"],
+        serde_json::json!([x]),
+        "{}",
+        ran.stdout
+    );
+    assert!(!has_image(&x), "X was removed from the engine");
+    assert!(has_image(&y), "Y, which B needs, was removed");
+    assert!(has_image(&z), "Z, which the mesh found, was removed");
+    assert_eq!(container(&name_b).map(|c| c.0), Some(true));
+
+    // Rolled forward to A again, X is fetched again and listed; a container of someone
+    // else's on it keeps it through a gc that drops A.
+    let ran = mesh_with(&f, config.path(), &["switch", a.to_str().unwrap()]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr.contains(&format!("fetched image {x}")),
+        "{}",
+        ran.stderr
+    );
+    let ran = mesh_with(&f, config.path(), &["switch", b.to_str().unwrap()]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let theirs = format!("{}-theirs", made.prefix);
+    docker(&["create", "--name", &theirs, &x, "/bin/busybox", "true"]);
+    let ran = mesh_with(&f, config.path(), &["gc", "--keep", "1"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains(&format!(
+            "kept image {x}: fetched by the mesh, no kept generation needs it, a container uses it"
+        )),
+        "{}",
+        ran.stdout
+    );
+    assert!(has_image(&x) && has_image(&z));
+    docker(&["rm", "-f", &theirs]);
+    let ran = mesh_with(&f, config.path(), &["gc", "--keep", "1"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains(&format!("removed image {x}")),
+        "{}",
+        ran.stdout
+    );
+    assert!(!has_image(&x) && has_image(&y) && has_image(&z));
+}
+
+/// `mesh switch --stage` puts what a generation needs on the node — its image fetched, by
+/// digest — with nothing in force changed (no file, no container, no generation), and `mesh
+/// status` shows it staged; a gc keeps it; with the registry stopped, the switch to it then
+/// fetches nothing and finishes, and it is staged no more.
+#[test]
+fn a_staged_generation_switches_with_the_registry_gone() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let mut registry = Registry::start(None);
+    let mut made = Made::new("is");
+    let (repository, digest) = made.pushed(&registry, "busy", "1", "one");
+    let image = format!("{repository}:1@{digest}");
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl("n.ncl", &declaration("staged\\n", &[(&name, &image)]));
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    let before = f.snapshot();
+
+    let staged = mesh_with(&f, config.path(), &["switch", "--stage", decl, "--json"]);
+    assert_eq!(staged.code, 0, "{}{}", staged.stdout, staged.stderr);
+    let v: serde_json::Value = serde_json::from_str(&staged.stdout).unwrap();
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(v["images"][0]["image"], image.as_str(), "{}", staged.stdout);
+    assert!(v["blobs"].as_u64().unwrap() > 0, "{}", staged.stdout);
+    assert!(
+        has_image(&format!("{repository}@{digest}")),
+        "the image was fetched"
+    );
+    nothing_changed(&f, &before, &[&name], "a stage");
+    let status = f.ok(&["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(s["staged_generation"], id.as_str(), "{}", status.stdout);
+    let gc = mesh_with(&f, config.path(), &["gc", "--keep", "1", "--json"]);
+    assert_eq!(gc.code, 0, "{}{}", gc.stdout, gc.stderr);
+    let g: serde_json::Value = serde_json::from_str(&gc.stdout).unwrap();
+    assert_eq!(
+        g["images"]["removed"],
+        serde_json::json!([]),
+        "{}",
+        gc.stdout
+    );
+    assert!(
+        has_image(&format!("{repository}@{digest}")),
+        "gc removed the staged image"
+    );
+
+    registry.down();
+    let ran = mesh_with(
+        &f,
+        config.path(),
+        &["switch", "--generation", &id, "--json"],
+    );
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert!(
+        v.get("images").is_none(),
+        "fetched at the switch: {}",
+        ran.stdout
+    );
+    assert_eq!(container(&name).map(|c| c.0), Some(true));
+    assert_eq!(f.read("/etc/motd").as_deref(), Some("staged\n"));
+    let status = f.ok(&["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert!(s.get("staged_generation").is_none(), "{}", status.stdout);
+}

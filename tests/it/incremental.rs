@@ -210,6 +210,7 @@ fn reference(fleet: &Fleet, record: Option<&Path>) -> Outcome {
     let built = mesh_compiler::build(&mesh_compiler::BuildRequest {
         node: &fleet.node(),
         record: record.as_ref().map(|(r, p)| (r, p.as_path())),
+        images: None,
         state_dir: state.path(),
         use_cache: false,
         evaluator: &mesh_compiler::Evaluator::InProcess,

@@ -100,6 +100,7 @@ fn request<'a>(
     BuildRequest {
         node,
         record: None,
+        images: None,
         state_dir: state,
         use_cache: cached,
         evaluator,

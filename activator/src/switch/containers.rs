@@ -116,14 +116,30 @@ impl Node {
     }
 
     /// Fetches the images the steps need and the engine lacks, before anything changes (see
-    /// [`crate::images`]). A failure refuses the switch with nothing changed.
-    pub(crate) fn fetch_images(&self, containers: &Containers) -> Result<(), ActivateError> {
+    /// [`crate::images`]), and lists each one fetched as the mesh's, needed by `generation`
+    /// (also those fetched before a failure: they stay on the engine). A failure refuses the
+    /// switch with nothing changed but the engine's images.
+    pub(crate) fn fetch_images(
+        &self,
+        containers: &Containers,
+        generation: &GenerationId,
+    ) -> Result<(), ActivateError> {
         let Some(engine) = &containers.engine else {
             return Ok(());
         };
-        crate::images::fetch(engine, &containers.fetch, self.progress.as_ref())
-            .map(drop)
-            .map_err(ActivateError::Images)
+        let fetched = crate::images::fetch(engine, &containers.fetch, self.progress.as_ref());
+        let images = match &fetched {
+            Ok(images) => images,
+            Err(failed) => &failed.fetched,
+        };
+        let listed =
+            crate::images::Fetched::record(&self.state, &containers.fetch, images, generation);
+        fetched.map_err(ActivateError::Images)?;
+        listed.map_err(|e| ActivateError::Io {
+            what: "listing the images fetched in",
+            path: e.path,
+            source: std::io::Error::other(e.why),
+        })
     }
 
     /// Carries out the steps. A failure here comes after the files of `target` were put in

@@ -151,7 +151,7 @@ pub enum ActivateError {
         name: String,
     },
     /// Images a container to create needs are not on the engine, and are named by a tag alone.
-    #[error("image{} not on the Docker engine: {}; the mesh fetches only images pinned by digest (REPO:TAG@sha256:…): pin {}, or docker pull or docker load {} first; nothing was changed", if .images.len() == 1 { " is" } else { "s are" }, .images.join(", "), if .images.len() == 1 { "it" } else { "them" }, if .images.len() == 1 { "it" } else { "them" })]
+    #[error("image{} not on the Docker engine: {}; the mesh fetches only images pinned by digest (REPO:TAG@sha256:…): pin {} (in the declaration, or in the fleet's images.lock with `mesh images lock`), or docker pull or docker load {} first; nothing was changed", if .images.len() == 1 { " is" } else { "s are" }, .images.join(", "), if .images.len() == 1 { "it" } else { "them" }, if .images.len() == 1 { "it" } else { "them" })]
     MissingImages {
         /// The images.
         images: Vec<String>,

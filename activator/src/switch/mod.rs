@@ -37,6 +37,7 @@ pub(crate) mod observe;
 pub(crate) mod prepare;
 pub(crate) mod review;
 pub(crate) mod secrets;
+pub mod stage;
 pub mod units;
 
 use std::path::Path;
@@ -217,7 +218,7 @@ impl Node {
         // Prepare: everything that will be written, read and checked before anything changes;
         // the images the containers need and the engine lacks, fetched.
         let blobs = self.check(&plan, std::mem::take(&mut plaintexts))?;
-        self.fetch_images(&containers)?;
+        self.fetch_images(&containers, &id)?;
 
         // Apply: the firewall first, in one transaction; then what the mesh did not write is
         // recorded and the journal written; then the files, then the containers.
