@@ -409,7 +409,6 @@ fn families(h: &Holder) -> (bool, bool) {
 
 /// A declared container against the live one under its name.
 fn check_container(entry: &ContainerEntry, live: &LiveContainer) -> Checked {
-    let defaults = live.image_defaults.clone().unwrap_or_default();
     let differences = compare(entry, live);
     let verdict = if differences.is_empty() && live.gaps.is_empty() {
         "equal"
@@ -421,7 +420,7 @@ fn check_container(entry: &ContainerEntry, live: &LiveContainer) -> Checked {
         name: live.name.clone(),
         module: entry.module.to_string(),
         verdict,
-        declared: Some(mesh_lib::import::Effective::of_declared(entry, &defaults).digest()),
+        declared: Some(mesh_lib::import::declared_effective(entry, live).digest()),
         found: Some(live.effective().digest()),
         differences,
         gaps: live.gaps.clone(),

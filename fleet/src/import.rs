@@ -668,12 +668,25 @@ fn render_container(
         gaps.insert(c.name.clone(), c.gaps.clone());
     }
     let _ = writeln!(body, "      {{\n        name = {},", string(&c.name));
-    let _ = writeln!(
-        body,
-        "        # from docker inspect: Config.Image (it runs {})",
-        &c.image_id
-    );
-    let _ = writeln!(body, "        image = {},", string(&c.image));
+    match c.pinned_image() {
+        Some(pinned) => {
+            let _ = writeln!(
+                body,
+                "        # from docker inspect: Config.Image (it runs {}), pinned by the digest its\n\
+                 \x20       # registry knows that image by (RepoDigests): a build names these bytes, never a tag",
+                &c.image_id
+            );
+            let _ = writeln!(body, "        image = {},", string(&pinned));
+        }
+        None => {
+            let _ = writeln!(
+                body,
+                "        # from docker inspect: Config.Image (it runs {})",
+                &c.image_id
+            );
+            let _ = writeln!(body, "        image = {},", string(&c.image));
+        }
+    }
     if let Some(command) = command {
         let _ = writeln!(
             body,

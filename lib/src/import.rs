@@ -39,6 +39,9 @@ pub struct ImageDefaults {
     pub working_dir: String,
     /// `Config.User`.
     pub user: String,
+    /// `RepoDigests`: the digests a registry knows it by (`REPO@sha256:…`).
+    #[serde(default)]
+    pub repo_digests: Vec<String>,
 }
 
 impl ImageDefaults {
@@ -53,6 +56,7 @@ impl ImageDefaults {
             labels: string_map(&c["Labels"]),
             working_dir: str_of(&c["WorkingDir"]),
             user: str_of(&c["User"]),
+            repo_digests: strings(&image["RepoDigests"]),
         }
     }
 }
@@ -404,6 +408,29 @@ impl LiveContainer {
         }
     }
 
+    /// Its image reference pinned by the digest a registry knows the running image by
+    /// (`app:1@sha256:…`): when its reference still names the image it runs and that image has
+    /// exactly one digest for the reference's repository. `None` for an image no registry gave
+    /// (built or imported here), or one already pinned.
+    pub fn pinned_image(&self) -> Option<String> {
+        let defaults = self.image_defaults.as_ref()?;
+        let reference = crate::image::ImageRef::parse(&self.image).ok()?;
+        if reference.digest().is_some() || defaults.id.is_empty() || defaults.id != self.image_id {
+            return None;
+        }
+        let mut digests = defaults.repo_digests.iter().filter_map(|e| {
+            let (name, digest) = e.split_once('@')?;
+            let theirs = crate::image::ImageRef::parse(name).ok()?;
+            (theirs.familiar() == reference.familiar()).then_some(digest)
+        });
+        let digest = digests.next()?;
+        if digests.next().is_some() {
+            return None;
+        }
+        crate::image::ImageDigest::try_from(digest).ok()?;
+        Some(format!("{}@{digest}", self.image))
+    }
+
     /// Its spec as it is.
     pub fn effective(&self) -> Effective {
         Effective {
@@ -517,7 +544,7 @@ pub struct Difference {
 /// that look like credentials are not shown.
 pub fn compare(entry: &ContainerEntry, live: &LiveContainer) -> Vec<Difference> {
     let defaults = live.image_defaults.clone().unwrap_or_default();
-    let d = Effective::of_declared(entry, &defaults);
+    let d = declared_effective(entry, live);
     let l = live.effective();
     let mut out = Vec::new();
     let mut differ = |field: String, declared: String, found: String| {
@@ -602,6 +629,37 @@ pub fn compare(entry: &ContainerEntry, live: &LiveContainer) -> Vec<Difference> 
     );
     differ("restart".into(), opt(d.restart), opt(l.restart));
     out
+}
+
+/// The declared container's spec once created, from the live one's image. A declared image
+/// pinned by digest (by hand or by the image lock) that is the very image the live container
+/// runs — the image its reference names is the one running, and a registry knows it by that
+/// digest — is the live reference: `app:1@sha256:…` declared for a container created from
+/// `app:1` is the same container, not one to recreate.
+pub fn declared_effective(entry: &ContainerEntry, live: &LiveContainer) -> Effective {
+    let defaults = live.image_defaults.clone().unwrap_or_default();
+    let mut d = Effective::of_declared(entry, &defaults);
+    if runs_pinned(entry, live, &defaults) {
+        d.image = live.image.clone();
+    }
+    d
+}
+
+fn runs_pinned(entry: &ContainerEntry, live: &LiveContainer, defaults: &ImageDefaults) -> bool {
+    let (Some(_), Ok(declared), Ok(found)) = (
+        entry.digest.as_ref(),
+        crate::image::ImageRef::parse(&entry.image),
+        crate::image::ImageRef::parse(&live.image),
+    ) else {
+        return false;
+    };
+    !defaults.id.is_empty()
+        && defaults.id == live.image_id
+        && declared.familiar() == found.familiar()
+        && defaults
+            .repo_digests
+            .iter()
+            .any(|e| declared.matches_repo_digest(e))
 }
 
 /// Whether the declared container is the live one as it is: no difference and nothing the
@@ -774,6 +832,38 @@ mod tests {
         img["Id"] = json!("sha256:bbbb");
         let live = LiveContainer::from_inspect(&inspect(), Some(&img), Path::new("/"));
         assert_eq!(compare(&declared(), &live)[0].field, "image id");
+    }
+
+    /// An image pinned by digest (the lock's or by hand) for a container created from its tag
+    /// is the same container when the image running is the one a registry knows by that digest;
+    /// another digest, or another repository, is a difference.
+    #[test]
+    fn a_pinned_image_is_the_container_its_tag_created() {
+        let digest = format!("sha256:{}", "d".repeat(64));
+        let mut img = image();
+        img["RepoDigests"] = json!([format!("busy@{digest}")]);
+        let live = LiveContainer::from_inspect(&inspect(), Some(&img), Path::new("/"));
+        let mut d = declared();
+        d.image = format!("busy:1@{digest}");
+        d.digest = Some(crate::image::ImageDigest::try_from(digest.as_str()).unwrap());
+        assert_eq!(
+            live.pinned_image(),
+            Some(d.image.clone()),
+            "what an import writes"
+        );
+        assert_eq!(compare(&d, &live), vec![]);
+        assert_eq!(
+            declared_effective(&d, &live).digest(),
+            live.effective().digest()
+        );
+        let other = format!("sha256:{}", "e".repeat(64));
+        let mut moved = d.clone();
+        moved.image = format!("busy:1@{other}");
+        moved.digest = Some(crate::image::ImageDigest::try_from(other.as_str()).unwrap());
+        assert_eq!(compare(&moved, &live)[0].field, "image");
+        let mut elsewhere = d.clone();
+        elsewhere.image = format!("other/busy:1@{digest}");
+        assert_eq!(compare(&elsewhere, &live)[0].field, "image");
     }
 
     /// What a declaration cannot say (a network, an entrypoint of its own) is a gap, named.

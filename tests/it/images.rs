@@ -1457,3 +1457,77 @@ fn a_staged_generation_switches_with_the_registry_gone() {
     let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     assert!(s.get("staged_generation").is_none(), "{}", status.stdout);
 }
+
+/// A predecessor's container started from a registry's image by its tag (`docker run
+/// REPO:1`): `mesh import` pins the image by the digest the registry knows it by, `--check`
+/// finds the pinned declaration equal to what runs, and `mesh take` keeps the very container
+/// (same id): a pinned declaration — by the import, by hand or by the lock — is the container
+/// its tag created, not one to recreate.
+#[test]
+fn an_imported_container_is_pinned_by_its_registry_digest_and_taken_in_place() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let registry = Registry::start(None);
+    let mut made = Made::new("ip");
+    let (repository, digest) = made.pushed(&registry, "busy", "1", "one");
+    let name = format!("{}-app", made.prefix);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        &format!("{repository}:1"),
+        "/bin/busybox",
+        "sleep",
+        "100000",
+    ]);
+    let id = docker(&["inspect", "-f", "{{.Id}} {{.State.StartedAt}}", &name]);
+    let f = Fixture::new();
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().to_str().unwrap();
+    f.ok(&[
+        "import",
+        "--no-firewall",
+        "--out",
+        out_dir,
+        "--node",
+        "n1",
+        "--container",
+        &name,
+    ]);
+    let module = std::fs::read_dir(out.path().join("catalogue"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .find(|t| t.contains(&name))
+        .unwrap();
+    let pinned = format!("image = \"{repository}:1@{digest}\",");
+    assert!(module.contains(&pinned), "{pinned}\nnot in:\n{module}");
+    let decl = out.path().join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    let checked = f.mesh(&["import", "--no-firewall", "--check", decl]);
+    assert_eq!(checked.code, 0, "{}{}", checked.stdout, checked.stderr);
+    let built = f.ok(&["build", decl, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(built.last_line()).unwrap();
+    assert_eq!(v["unpinned"], serde_json::json!([]), "{v:#}");
+    f.ok(&["adopt", decl]);
+    let module_name = module
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("name = \""))
+        .and_then(|l| l.strip_suffix("\","))
+        .unwrap()
+        .to_owned();
+    let taken = f.ok(&["take", &module_name, decl]);
+    assert!(
+        taken.stdout.contains(&format!("keep     container {name}")),
+        "{}",
+        taken.stdout
+    );
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.Id}} {{.State.StartedAt}}", &name]),
+        id,
+        "the take recreated or restarted the container"
+    );
+}
