@@ -22,6 +22,23 @@ pub(crate) fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// The first of `n` consecutive TCP ports free on 127.0.0.1 now, for a container to publish:
+/// below the kernel's ephemeral range (32768 and up by default), where no connection's local
+/// port is ever taken from — a fixed port there could meet any socket of a concurrent test —
+/// and disjoint from the ports any other test of this process was given.
+pub(crate) fn free_ports(n: u16) -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 10_000 + (std::process::id() % 100) as u16 * 200;
+    loop {
+        let base = start + NEXT.fetch_add(n, Ordering::SeqCst);
+        assert!(base + n < 32_768, "no free ports below the ephemeral range");
+        if (base..base + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
+        }
+    }
+}
+
 /// What the test made on the engine; all of it goes when dropped.
 pub(crate) struct Made {
     pub(crate) prefix: String,
@@ -218,7 +235,7 @@ fn predecessor_container_is_held_taken_and_restored() {
     }
     let _turn = take_turn();
     let made = Made::new("a");
-    let port = 20000 + (std::process::id() % 20000) as u16;
+    let port = free_ports(1);
     let store = format!("{}-store", made.prefix);
     // The predecessor's store, its data in a named volume.
     run_predecessor(&made, port);
@@ -455,7 +472,7 @@ fn container_steps_survive_a_crash_after_each_change() {
     }
     let _turn = take_turn();
     let made = Made::new("c");
-    let port = 40000 + (std::process::id() % 20000) as u16;
+    let port = free_ports(1);
     let store = format!("{}-store", made.prefix);
     let mut crashed = Vec::new();
     for rollback in [false, true] {
@@ -641,7 +658,7 @@ fn a_container_restarts_when_a_file_it_mounts_changes() {
     let _turn = take_turn();
     let made = Made::new("m");
     let f = Fixture::new();
-    let port = 30000 + (std::process::id() % 20000) as u16;
+    let port = free_ports(1);
     let decl = |page: &str| {
         format!(
             r#"let mesh = import "mesh.ncl" in

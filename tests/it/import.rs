@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::containers::{docker, docker_here, take_turn, Made};
+use crate::containers::{docker, docker_here, free_ports, take_turn, Made};
 use crate::node_fixture::Fixture;
 
 /// The body of `GET /hello` from 127.0.0.1:`port`, trying for 3 s.
@@ -74,7 +74,7 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
     }
     let _turn = take_turn();
     let made = Made::new("imp");
-    let port = 40000 + (std::process::id() % 20000) as u16;
+    let port = free_ports(1);
     let (web, worker) = (
         format!("{}-web", made.prefix),
         format!("{}-worker", made.prefix),
@@ -559,7 +559,7 @@ fn sixty_containers_imported_checked_equal_and_taken_in_place() {
     }
     let _turn = take_turn();
     let made = Made::new("imp60");
-    let base = 30000 + (std::process::id() % 500) as u16 * 60;
+    let base = free_ports(60);
     let name = |i: usize| format!("{}-c{i:02}", made.prefix);
     let indexes: Vec<usize> = (0..60).collect();
     std::thread::scope(|s| {
