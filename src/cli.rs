@@ -861,6 +861,12 @@ pub struct PullArgs {
     /// tried again until the tag names another).
     #[arg(long)]
     pub retry: bool,
+    /// Stage the tag's generation instead of switching to it: its statement and signatures
+    /// judged as for a switch, its objects and images fetched, its secrets decrypted to check
+    /// them, nothing in force changed and no pull recorded; the later `mesh pull` of the same
+    /// tag switches to it without fetching again, even with the image registry gone.
+    #[arg(long)]
+    pub stage: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

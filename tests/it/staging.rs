@@ -1,8 +1,9 @@
 //! Stage now, apply later, from elsewhere: `mesh deploy --stage` over real OpenSSH servers (see
-//! `sshlab.rs`), each node's images fetched by the real Docker engine from a registry of its
-//! own (see `images.rs`), which the tests stop before the switch. A stage from elsewhere is
-//! judged as strictly as a switch, changes nothing in force, and leaves the later deploy of the
-//! same generation nothing to send or fetch.
+//! `sshlab.rs`) and `mesh pull --stage` from a real Distribution registry (see
+//! `registry_lab.rs`), each node's images fetched by the real Docker engine from a second
+//! registry of its own (see `images.rs`), which the tests stop before the switch. A stage from
+//! elsewhere is judged as strictly as a switch, changes nothing in force, and leaves the later
+//! deploy or pull of the same generation nothing to send or fetch.
 
 use std::path::Path;
 
@@ -215,5 +216,113 @@ fn a_deploy_staged_switches_later_with_the_image_registry_gone() {
         "v1\n"
     );
     assert!(status(n).get("staged_generation").is_none());
+    drop(made);
+}
+
+/// `mesh pull --stage` judges the tag's statement and signatures as a pull does — one signed
+/// by a key the node does not trust is refused (exit 2), the node's root and state untouched —
+/// then fetches the objects and the image and stages the generation: nothing in force changed,
+/// the node's newest statement and its pull record as they were, `mesh status` naming it. The
+/// later `mesh pull` of the same tag (the same statement, judged again) — the registry that
+/// serves the image stopped — fetches no object and switches: the container runs.
+#[test]
+fn a_pull_staged_switches_later_with_the_image_registry_gone() {
+    if !lab_here(false) || !crate::pull::tools() {
+        return;
+    }
+    let _turn = take_turn();
+    let mut images = ImageRegistry::start(None);
+    let mut made = Made::new("ps");
+    let (repository, digest) = made.pushed(&images, "busy", "1", "pull");
+    let image = format!("{repository}:1@{digest}");
+    let name = format!("{}-app", made.prefix);
+
+    let lab = Lab::new("pstage", 1, |n| node_decl(n, "v0\\n", true));
+    let _registry = crate::registry_lab::Registry::start(&lab);
+    let (_keys, ci) = crate::pull::trusted_signer(&lab);
+    let n = &lab.nodes[0];
+    crate::pull::push(&lab, &ci, &[]);
+    let (code, v, err) = crate::pull::pull(n, &[]);
+    assert_eq!(
+        (code, v["result"].as_str()),
+        (0, Some("confirmed")),
+        "{v} {err}"
+    );
+    let v0 = n.current().unwrap();
+
+    // Signed by a key the node does not trust: refused, nothing written.
+    lab.declare(
+        "node0",
+        &with_container("node0", "stranger\\n", &name, &image),
+    );
+    let stranger = keygen(lab.dir.path(), "stranger");
+    crate::pull::push(&lab, &stranger, &[]);
+    let before = crate::pull::untouched(n);
+    let (code, v, err) = crate::pull::pull(n, &["--stage"]);
+    assert_eq!(
+        (code, v["result"].as_str()),
+        (2, Some("refused")),
+        "{v} {err}"
+    );
+    assert!(
+        crate::pull::untouched(n) == before,
+        "a refused stage changed the node"
+    );
+    assert!(!has_image(&format!("{repository}@{digest}")), "fetched");
+
+    // Staged.
+    lab.declare("node0", &with_container("node0", "v1\\n", &name, &image));
+    crate::pull::push(&lab, &ci, &[]);
+    let (root, statement, last) = (
+        snapshot(&n.root()),
+        state_file(n, "statement.json"),
+        state_file(n, "pull.json"),
+    );
+    let (code, v, err) = crate::pull::pull(n, &["--stage"]);
+    assert_eq!(
+        (code, v["result"].as_str()),
+        (0, Some("staged")),
+        "{v} {err}"
+    );
+    let v1 = v["generation"].as_str().unwrap().to_owned();
+    assert_ne!(v1, v0);
+    assert!(v["objects"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["staged"]["images"][0]["image"], image.as_str(), "{v}");
+    assert!(
+        has_image(&format!("{repository}@{digest}")),
+        "the image was fetched"
+    );
+    assert_eq!(container(&name), None, "a container was made");
+    assert_eq!(snapshot(&n.root()), root, "the root changed");
+    assert_eq!(n.current().as_deref(), Some(v0.as_str()));
+    assert_eq!(
+        state_file(n, "statement.json"),
+        statement,
+        "the statement was kept"
+    );
+    assert_eq!(state_file(n, "pull.json"), last, "a stage recorded a pull");
+    assert_eq!(status(n)["staged_generation"], v1.as_str());
+
+    // The image registry gone: the pull of the same tag fetches nothing and switches.
+    images.down();
+    let (code, v, err) = crate::pull::pull(n, &[]);
+    assert_eq!(
+        (code, v["result"].as_str()),
+        (0, Some("confirmed")),
+        "{v} {err}"
+    );
+    assert_eq!(v["generation"], v1.as_str(), "{v}");
+    assert_eq!(v["objects"], 0, "{v}");
+    assert_eq!(n.current().as_deref(), Some(v1.as_str()));
+    assert_eq!(
+        container(&name).map(|c| c.0),
+        Some(true),
+        "the container runs"
+    );
+    assert_ne!(
+        state_file(n, "statement.json"),
+        statement,
+        "the switch kept it"
+    );
     drop(made);
 }
