@@ -521,6 +521,84 @@ mod tests {
         );
     }
 
+    /// On a node that trusts signers, `stage ID` stages only the generation whose offer to
+    /// stage passed in this session: asked with none, after one refused (unsigned), or after
+    /// one for another generation, it is refused. An offer to stage that passes keeps its
+    /// signatures but not its statement: the floor of sequences does not move.
+    #[test]
+    fn a_stage_is_of_the_offer_its_session_judged_and_keeps_no_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = place(dir.path());
+        let seed = blake3::hash(b"a signer the node trusts");
+        let key =
+            ssh_key::PrivateKey::from(ssh_key::private::Ed25519Keypair::from_seed(seed.as_bytes()));
+        let signers = place.root.join("etc/mesh");
+        std::fs::create_dir_all(&signers).unwrap();
+        std::fs::write(
+            signers.join("trusted-signers"),
+            format!("ci {}\n", key.public_key().to_openssh().unwrap()),
+        )
+        .unwrap();
+        let store = Store::open(&place.state).unwrap();
+        let (id, other) = (GenerationId::of(b"staged"), GenerationId::of(b"other"));
+        let offer = |generation: GenerationId, signed: bool| {
+            let statement = mesh_lib::statement::Statement::new(
+                "n1",
+                Some(generation),
+                1,
+                std::time::SystemTime::now(),
+                Duration::from_secs(3600),
+            )
+            .text();
+            let offer = mesh_lib::statement::Offer {
+                generation,
+                signatures: if signed {
+                    vec![mesh_lib::trust::sign(&key, &generation).unwrap()]
+                } else {
+                    Vec::new()
+                },
+                statement: Some(mesh_lib::statement::Signed {
+                    signatures: vec![
+                        mesh_lib::trust::sign_message(&key, statement.as_bytes()).unwrap()
+                    ],
+                    statement,
+                }),
+            };
+            let json = serde_json::to_string(&offer).unwrap();
+            format!("offer-stage {}\n{json}", json.len())
+        };
+        let requests = [
+            format!("stage {id}\n"),
+            offer(id, false),
+            format!("stage {id}\n"),
+            offer(other, true),
+            format!("stage {id}\n"),
+            offer(id, true),
+        ]
+        .concat();
+        let (ended, said) = session(&place, &requests);
+        assert!(ended.is_ok(), "{ended:?}");
+        let answers: Vec<&str> = said.lines().collect();
+        assert_eq!(answers.len(), 6, "{said}");
+        for (n, answer) in answers.iter().enumerate() {
+            match n {
+                0 | 2 | 4 => assert!(
+                    answer.starts_with(&format!(
+                        "error refused: no statement this node accepted names {id}"
+                    )),
+                    "{n}: {answer}"
+                ),
+                1 => assert!(answer.starts_with("error refused: "), "{n}: {answer}"),
+                _ => assert_eq!(*answer, "ok", "{n}"),
+            }
+        }
+        assert!(
+            !crate::statement::path(&place.state).exists(),
+            "a stage kept its statement"
+        );
+        assert_eq!(store.signatures(&id).unwrap().len(), 1);
+    }
+
     /// A signature whose length is not one ends the session: what follows cannot be found.
     #[test]
     fn a_request_that_cannot_be_framed_ends_the_session() {
