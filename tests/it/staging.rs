@@ -224,7 +224,8 @@ fn a_deploy_staged_switches_later_with_the_image_registry_gone() {
 /// then fetches the objects and the image and stages the generation: nothing in force changed,
 /// the node's newest statement and its pull record as they were, `mesh status` naming it. The
 /// later `mesh pull` of the same tag (the same statement, judged again) — the registry that
-/// serves the image stopped — fetches no object and switches: the container runs.
+/// serves the image stopped — fetches no object and switches: the container runs. A stage of
+/// an older statement put back at the tag is refused (exit 2), nothing written.
 #[test]
 fn a_pull_staged_switches_later_with_the_image_registry_gone() {
     if !lab_here(false) || !crate::pull::tools() {
@@ -238,7 +239,7 @@ fn a_pull_staged_switches_later_with_the_image_registry_gone() {
     let name = format!("{}-app", made.prefix);
 
     let lab = Lab::new("pstage", 1, |n| node_decl(n, "v0\\n", true));
-    let _registry = crate::registry_lab::Registry::start(&lab);
+    let registry = crate::registry_lab::Registry::start(&lab);
     let (_keys, ci) = crate::pull::trusted_signer(&lab);
     let n = &lab.nodes[0];
     crate::pull::push(&lab, &ci, &[]);
@@ -249,6 +250,7 @@ fn a_pull_staged_switches_later_with_the_image_registry_gone() {
         "{v} {err}"
     );
     let v0 = n.current().unwrap();
+    let tag_of_v0 = registry.manifest("node0");
 
     // Signed by a key the node does not trust: refused, nothing written.
     lab.declare(
@@ -323,6 +325,25 @@ fn a_pull_staged_switches_later_with_the_image_registry_gone() {
         state_file(n, "statement.json"),
         statement,
         "the switch kept it"
+    );
+
+    // v0's tag put back, its older statement with it: a stage of it is refused as old, with
+    // nothing written.
+    registry.put_manifest("node0", &tag_of_v0);
+    let before = crate::pull::untouched(n);
+    let (code, v, err) = crate::pull::pull(n, &["--stage"]);
+    assert_eq!(
+        (code, v["result"].as_str()),
+        (2, Some("refused")),
+        "{v} {err}"
+    );
+    assert!(
+        v["reason"].as_str().unwrap_or("").contains("sequence"),
+        "{v}"
+    );
+    assert!(
+        crate::pull::untouched(n) == before,
+        "a refused stage changed the node"
     );
     drop(made);
 }
