@@ -452,6 +452,12 @@ pub struct DeployArgs {
     /// Send the objects each node lacks and show its plan; switch nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Stage each node's generation instead of switching to it: judged as for a switch, the
+    /// objects it lacks sent, its images fetched on the node and its secrets decrypted to check
+    /// them, nothing in force changed (`mesh switch --stage` there); the later deploy of the same
+    /// generation sends nothing and switches, even with the image registry gone.
+    #[arg(long, conflicts_with_all = ["dry_run", "replace_foreign"])]
+    pub stage: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -466,7 +472,8 @@ pub enum StoreCommand {
     /// does not stores nothing, exit 3); print one JSON object: objects and bytes stored.
     Receive,
     /// A deploy's requests, a line each on stdin (hello, io-timeout, record, current, lacks,
-    /// missing, receive, signatures, signature, switch), answered in turn on stdout: what `mesh
+    /// missing, receive, signatures, signature, sequence, offer, switch, offer-stage, stage),
+    /// answered in turn on stdout: what `mesh
     /// deploy` speaks over its one connection to a node.
     Serve {
         /// End the session when no byte of a stream comes for this long (a link cut mid-copy);
@@ -854,6 +861,12 @@ pub struct PullArgs {
     /// tried again until the tag names another).
     #[arg(long)]
     pub retry: bool,
+    /// Stage the tag's generation instead of switching to it: its statement and signatures
+    /// judged as for a switch, its objects and images fetched, its secrets decrypted to check
+    /// them, nothing in force changed and no pull recorded; the later `mesh pull` of the same
+    /// tag switches to it without fetching again, even with the image registry gone.
+    #[arg(long)]
+    pub stage: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -364,6 +364,7 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
         replace_foreign: args.replace_foreign,
         signer: signer(args.sign, &args.key)?,
         valid_for: args.valid_for.unwrap_or(fleet.valid_for),
+        stage: args.stage,
     };
     let progress = Progress::new(args.json);
     let rows = mesh_fleet::deploy::run(&fleet, &nodes, &options, &progress);
@@ -380,15 +381,26 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
             "sent"
         );
         for r in &rows {
-            let changed = r.changed.as_ref().map_or("-".to_owned(), |c| {
+            let staged = r.staged.as_ref().map(|s| {
                 format!(
-                    "files {}, firewall {}, units {}, containers {}",
-                    c["files"].as_u64().unwrap_or(0),
-                    if c["firewall"] == true { "yes" } else { "no" },
-                    c["units"].as_u64().unwrap_or(0),
-                    c["containers"].as_u64().unwrap_or(0)
+                    "nothing (images {} fetched, {} present)",
+                    s["images"].as_array().map_or(0, Vec::len),
+                    s["present"].as_u64().unwrap_or(0)
                 )
             });
+            let changed = staged
+                .or_else(|| {
+                    r.changed.as_ref().map(|c| {
+                        format!(
+                            "files {}, firewall {}, units {}, containers {}",
+                            c["files"].as_u64().unwrap_or(0),
+                            if c["firewall"] == true { "yes" } else { "no" },
+                            c["units"].as_u64().unwrap_or(0),
+                            c["containers"].as_u64().unwrap_or(0)
+                        )
+                    })
+                })
+                .unwrap_or_else(|| "-".to_owned());
             say!(
                 "{:<16} {:<35} {:<46} {:<16} {:>6.1}s  {} object(s), {} bytes{}",
                 r.node,
@@ -420,9 +432,10 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
         )
     });
     let message = format!(
-        "{} of {} node(s) did not end as deployed: {}",
+        "{} of {} node(s) did not end as {}: {}",
         not_ok.len(),
         rows.len(),
+        if args.stage { "staged" } else { "deployed" },
         names.join(", ")
     );
     Err(if refusals {

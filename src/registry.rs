@@ -294,7 +294,9 @@ pub fn pull(machine: &Machine, args: &PullArgs) -> Result<(), Failure> {
     let pulled = pull_once(machine, args)?;
     report(&pulled, args.json);
     match pulled {
-        Pulled::UpToDate(_) | Pulled::NotAgain(_) | Pulled::Withdrawn(_) => Ok(()),
+        Pulled::UpToDate(_) | Pulled::NotAgain(_) | Pulled::Withdrawn(_) | Pulled::Staged(..) => {
+            Ok(())
+        }
         Pulled::Busy(pid) => Err(Failure::new(
             Exit::Refused,
             miette::miette!("another mesh pull (pid {pid}) is running here: this one did nothing"),
@@ -363,6 +365,25 @@ fn report(pulled: &Pulled, json_out: bool) {
                 );
             }
         }
+        Pulled::Staged(p, staged) => {
+            if json_out {
+                let mut v = serde_json::to_value(p).unwrap_or_default();
+                v["result"] = json!("staged");
+                v["staged"] = serde_json::to_value(staged).unwrap_or_default();
+                say!("{v}");
+            } else {
+                say!(
+                    "{} from {}: staged ({} objects, {} bytes fetched; {} image(s) fetched, {} present; {} secret(s) decrypted); nothing in force changed: `mesh pull` switches to it",
+                    staged.id.short(),
+                    p.from,
+                    p.objects,
+                    p.bytes,
+                    staged.images.len(),
+                    staged.present,
+                    staged.secrets
+                );
+            }
+        }
         Pulled::Done(p) => {
             if json_out {
                 say!("{}", serde_json::to_string(p).unwrap_or_default());
@@ -403,6 +424,7 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
             tag: args.node.as_deref(),
             retry: args.retry,
             guard: &guard,
+            stage: args.stage,
         },
     )
     .map_err(|e| match e {

@@ -145,6 +145,34 @@ impl Node {
     /// the statement kept; a refusal writes nothing. A node that trusts no signer keeps the
     /// signatures valid over the id, and judges nothing.
     pub fn accept_offer(&self, offer: &Offer, now: SystemTime) -> Result<(), ActivateError> {
+        let fit = self.judge_offer_whole(offer, now)?;
+        if let Some(fit) = &fit {
+            self.keep_statement(fit)?;
+        }
+        Ok(())
+    }
+
+    /// Judges what a deploy offers to stage exactly as [`Node::accept_offer`] judges what it
+    /// offers to switch to, and keeps the valid signatures — but not the statement: a stage
+    /// puts nothing in force, so the floor of sequences stays where it was, and the later
+    /// deploy or pull of the same generation (a statement of its own, or this one again) is
+    /// judged afresh, not refused as old. The statement judged fit, for the stage to check
+    /// what it names (`None` on a node that trusts no signer).
+    pub fn judge_offer_to_stage(
+        &self,
+        offer: &Offer,
+        now: SystemTime,
+    ) -> Result<Option<Fit>, ActivateError> {
+        self.judge_offer_whole(offer, now)
+    }
+
+    /// The judgement of an offer (see [`Node::accept_offer`]), its valid signatures stored
+    /// once it passed; the statement judged fit is the caller's to keep or not.
+    fn judge_offer_whole(
+        &self,
+        offer: &Offer,
+        now: SystemTime,
+    ) -> Result<Option<Fit>, ActivateError> {
         let id = offer.generation;
         let valid: Vec<Signature> = offer
             .signatures
@@ -182,10 +210,7 @@ impl Node {
         for sig in &valid {
             self.store.put_signature(&id, sig.armored())?;
         }
-        if let Some(fit) = &fit {
-            self.keep_statement(fit)?;
-        }
-        Ok(())
+        Ok(fit)
     }
 
     /// For a switch asked for from elsewhere (a deploy key's, a pull's): on a node that trusts

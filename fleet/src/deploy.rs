@@ -8,6 +8,12 @@
 //! time the node switches back by itself. Nodes go in parallel; one that fails or is
 //! unreachable does not stop the others. Every read and write is bounded by an I/O timeout, so
 //! a link that stalls mid-copy is reported as that, with nothing switched.
+//!
+//! With `--stage` ([`Options::stage`]), each node is offered its generation to stage, judged as
+//! strictly as for a switch (signatures, statement) before any object is sent; the objects it
+//! lacks are sent, then it stages the generation (its images fetched there, its secrets
+//! decrypted to check them) and nothing in force changes: the later deploy of the same
+//! generation sends nothing and switches with everything present.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -43,7 +49,13 @@ pub struct Options {
     pub signer: Option<crate::sign::Signer>,
     /// How long the statements signed hold.
     pub valid_for: Duration,
+    /// Stage each node's generation instead of switching to it (see the module's doc).
+    pub stage: bool,
 }
+
+/// How long the deployer waits for a node's stage: the fetch of its images, which has no
+/// deadline on the node (nothing in force waits on it).
+const STAGE_BOUND: Duration = Duration::from_secs(3600);
 
 /// How long the deployer waits, past a deploy's deadline, for the node's verdict: the agent
 /// stops a switch still running at the deadline, and going back is bounded too.
@@ -77,6 +89,8 @@ pub enum Outcome {
     /// The node refused the generation (no signer it trusts vouches for it, its lock is
     /// held): nothing switched.
     Refused,
+    /// Staged: everything the generation needs is on the node, nothing in force changed.
+    Staged,
 }
 
 impl Outcome {
@@ -84,7 +98,7 @@ impl Outcome {
     pub fn ok(self) -> bool {
         matches!(
             self,
-            Outcome::Confirmed | Outcome::Planned | Outcome::Unchanged
+            Outcome::Confirmed | Outcome::Planned | Outcome::Unchanged | Outcome::Staged
         )
     }
 
@@ -100,6 +114,7 @@ impl Outcome {
             Outcome::Unchanged => "unchanged",
             Outcome::Foreign => "foreign",
             Outcome::Refused => "refused",
+            Outcome::Staged => "staged",
         }
     }
 }
@@ -133,6 +148,9 @@ pub struct Row {
     /// The last lines of the node's log of the deploy, when it failed or reverted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub log: Vec<String>,
+    /// What a stage put on the node, as the node said it (`mesh switch --stage --json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staged: Option<serde_json::Value>,
     /// How far it got.
     #[serde(skip)]
     phase: Phase,
@@ -149,6 +167,8 @@ enum Phase {
     Preparing,
     /// Sending objects: nothing switched.
     Copying,
+    /// Staging: nothing in force changes.
+    Staging,
     /// The switch was armed: the node goes on by itself.
     Switching,
 }
@@ -169,6 +189,7 @@ pub fn run(fleet: &Fleet, nodes: &[&Node], options: &Options, progress: &Progres
             seconds: 0.0,
             in_force: None,
             log: Vec::new(),
+            staged: None,
             phase: Phase::Preparing,
             armed: None,
         };
@@ -344,6 +365,7 @@ fn deploy_over(
         Err(e) if row.phase != Phase::Switching => {
             let what = match row.phase {
                 Phase::Copying => "the copy failed or stalled",
+                Phase::Staging => "the stage failed or stalled",
                 _ => "the conversation failed",
             };
             row.result = Outcome::Failed;
@@ -433,6 +455,7 @@ fn converse(
     };
     row.to = Some(built.id);
     if let Some(c) = &current {
+        // In force already: nothing to stage either.
         if c.id == built.id && !options.dry_run {
             row.result = Outcome::Unchanged;
             return Ok(None);
@@ -456,6 +479,13 @@ fn converse(
     let id = built.id.to_string();
     row.phase = Phase::Copying;
     let store = Store::open(&options.state_dir).map_err(|e| ServeError::Said(e.to_string()))?;
+    if options.stage && version.is_none_or(|v| v < 4) {
+        row.reason = Some(format!(
+            "its mesh (serve {}) cannot stage: update it, or deploy without --stage",
+            version.map_or("1".to_owned(), |v| v.to_string())
+        ));
+        return Ok(None);
+    }
     if version.is_some_and(|v| v >= 3) && !options.dry_run {
         // Judged by the node before a single object is sent: a refusal sends nothing more.
         offer(node, options, progress, serve, &store, built.id)?;
@@ -535,6 +565,13 @@ fn converse(
         row.result = Outcome::Planned;
         return Ok(None);
     }
+    if options.stage {
+        progress.say(&name, "staging");
+        row.phase = Phase::Staging;
+        row.staged = Some(serve.stage(&id, STAGE_BOUND)?);
+        row.result = Outcome::Staged;
+        return Ok(None);
+    }
     progress.say(&name, "switching");
     row.phase = Phase::Switching;
     row.armed = Some(Instant::now());
@@ -597,11 +634,16 @@ fn offer(
         .into_iter()
         .map(|(_, text)| text)
         .collect();
-    serve.offer(&mesh_lib::statement::Offer {
+    let offer = mesh_lib::statement::Offer {
         generation: id,
         signatures,
         statement,
-    })
+    };
+    if options.stage {
+        serve.offer_stage(&offer)
+    } else {
+        serve.offer(&offer)
+    }
 }
 
 /// What the node told of its deploy: the generation in force, and its log when it did not end

@@ -833,6 +833,26 @@ impl Serve<'_> {
         self.line().map(drop)
     }
 
+    /// Offers a generation to stage (version 4): judged by the node as [`Serve::offer`] is,
+    /// its signatures kept, its statement not (a stage puts nothing in force); a refusal is
+    /// `Said("refused: …")`.
+    pub fn offer_stage(&mut self, offer: &mesh_lib::statement::Offer) -> Result<(), ServeError> {
+        let body = serde_json::to_vec(offer).expect("an offer encodes");
+        let mut request = format!("offer-stage {}\n", body.len()).into_bytes();
+        request.extend_from_slice(&body);
+        self.send(&request)?;
+        self.line().map(drop)
+    }
+
+    /// Stages `id` (version 4: the generation offered to stage in this session, its objects
+    /// sent) and waits for the stage — its images fetched on the node — no longer than
+    /// `within`: what the node put there.
+    pub fn stage(&mut self, id: &str, within: Duration) -> Result<serde_json::Value, ServeError> {
+        self.send(format!("stage {id}\n").as_bytes())?;
+        let line = self.line_within(within)?;
+        serde_json::from_str(&line).map_err(|e| self.dropped(format!("its answer: {e}")))
+    }
+
     /// The objects of `list` (a want list) the node lacks, as a want list.
     pub fn missing(&mut self, list: &[u8]) -> Result<Vec<u8>, ServeError> {
         let mut request = b"missing\n".to_vec();

@@ -19,7 +19,7 @@ use crate::support::{have_root_tools, run, Ran};
 
 /// A Distribution registry on 127.0.0.1:`port`, its storage in a temp folder that outlives a
 /// restart; optionally with basic auth (`htpasswd`). Stopped when dropped.
-struct Registry {
+pub(crate) struct Registry {
     dir: tempfile::TempDir,
     port: u16,
     auth: bool,
@@ -27,7 +27,7 @@ struct Registry {
 }
 
 impl Registry {
-    fn start(auth: Option<(&str, &str)>) -> Self {
+    pub(crate) fn start(auth: Option<(&str, &str)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         // A port of its own (the pull tests' registries are in namespaces of their own).
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -98,7 +98,7 @@ impl Registry {
         );
     }
 
-    fn down(&mut self) {
+    pub(crate) fn down(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -217,13 +217,13 @@ impl Drop for Relay {
 
 /// What a test made on the engine: containers named `PREFIX…`, images of the registries it
 /// pushed to. All of it is removed when dropped.
-struct Made {
-    prefix: String,
+pub(crate) struct Made {
+    pub(crate) prefix: String,
     hosts: Vec<String>,
 }
 
 impl Made {
-    fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         Self {
             prefix: format!("meshtest{}{tag}", std::process::id()),
             hosts: Vec::new(),
@@ -233,7 +233,7 @@ impl Made {
     /// Makes an image of the static busybox (and `extra`, a file that makes it other bytes),
     /// pushes it to `registry` as `REPO:TAG`, removes it from the engine, and returns its
     /// repository and digest.
-    fn pushed(
+    pub(crate) fn pushed(
         &mut self,
         registry: &Registry,
         repo: &str,
@@ -328,7 +328,7 @@ impl Drop for Made {
     }
 }
 
-fn has_image(reference: &str) -> bool {
+pub(crate) fn has_image(reference: &str) -> bool {
     Command::new("docker")
         .args(["image", "inspect", reference])
         .output()
@@ -336,7 +336,7 @@ fn has_image(reference: &str) -> bool {
 }
 
 /// (running, image id) of the container `name`, if there is one.
-fn container(name: &str) -> Option<(bool, String)> {
+pub(crate) fn container(name: &str) -> Option<(bool, String)> {
     let out = Command::new("docker")
         .args(["inspect", "-f", "{{.State.Running}} {{.Image}}", name])
         .output()
@@ -350,7 +350,7 @@ fn container(name: &str) -> Option<(bool, String)> {
 
 /// Whether root, docker, the registry and (for the credentials) htpasswd are here; in CI
 /// their absence is a failure.
-fn lab_here(htpasswd: bool) -> bool {
+pub(crate) fn lab_here(htpasswd: bool) -> bool {
     let mut tools = vec!["docker", "tar", "docker-registry"];
     if htpasswd {
         tools.push("htpasswd");

@@ -33,6 +33,7 @@ mod serving;
 mod setup;
 mod signers;
 mod sshlab;
+mod staging;
 mod support;
 mod switch;
 mod systemd_node;

@@ -15,7 +15,7 @@ use crate::trust::keygen;
 
 use crate::registry_lab::{Registry, PORT, REGISTRY, REPO};
 
-fn tools() -> bool {
+pub(crate) fn tools() -> bool {
     let here = have_root_tools(&["ssh-keygen", "ip", "nft", "tc", "curl", "sshd"]);
     if here && !Path::new(REGISTRY).exists() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -38,7 +38,7 @@ fn local_target() -> String {
 }
 
 /// `mesh ARGS` on node `n`, inside its namespace (where the registry is reached).
-fn on_node(n: &LabNode, args: &[&str]) -> Command {
+pub(crate) fn on_node(n: &LabNode, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &n.netns, env!("CARGO_BIN_EXE_mesh")])
         .env("MESH_STATE_DIR", n.state())
@@ -51,7 +51,7 @@ fn on_node(n: &LabNode, args: &[&str]) -> Command {
 }
 
 /// `mesh pull` on node `n`: its exit code and its JSON answer.
-fn pull(n: &LabNode, extra: &[&str]) -> (i32, serde_json::Value, String) {
+pub(crate) fn pull(n: &LabNode, extra: &[&str]) -> (i32, serde_json::Value, String) {
     let target = target_for(n);
     let mut args = vec!["pull", &target, "--node", &n.name, "--insecure", "--json"];
     args.extend_from_slice(extra);
@@ -82,7 +82,7 @@ fn refused(n: &LabNode, why: &str, in_force: &str, root: &Snapshot) {
 
 /// A signer's key, made here, that every node of the lab trusts: its folder (kept while the
 /// test runs) and the key's path.
-fn trusted_signer(lab: &Lab) -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn trusted_signer(lab: &Lab) -> (tempfile::TempDir, std::path::PathBuf) {
     let keys = tempfile::tempdir().unwrap();
     let ci = keygen(keys.path(), "ci");
     for n in &lab.nodes {
@@ -92,7 +92,7 @@ fn trusted_signer(lab: &Lab) -> (tempfile::TempDir, std::path::PathBuf) {
 }
 
 /// `mesh push` from the deployer, signed with `key`: its JSON answer.
-fn push(lab: &Lab, key: &Path, extra: &[&str]) -> serde_json::Value {
+pub(crate) fn push(lab: &Lab, key: &Path, extra: &[&str]) -> serde_json::Value {
     let target = local_target();
     let mut args = vec![
         "push",
@@ -125,7 +125,7 @@ fn line<'a>(pushed: &'a serde_json::Value, node: &str) -> &'a serde_json::Value 
 
 /// What a pull must not touch when it changes nothing: the root and the state directory, byte
 /// for byte, with their modes, owners and times.
-fn untouched(n: &LabNode) -> impl PartialEq + std::fmt::Debug {
+pub(crate) fn untouched(n: &LabNode) -> impl PartialEq + std::fmt::Debug {
     (snapshot(&n.root()), snapshot(&n.state()))
 }
 

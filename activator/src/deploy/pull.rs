@@ -8,6 +8,14 @@
 //! The last pull's outcome is kept in `STATE/pull.json` (atomically), for `mesh status` and
 //! `mesh fleet status`: where from, which generation, how it ended and why. A pull that finds
 //! its generation in force writes nothing, this record included.
+//!
+//! A stage (`mesh pull --stage`, [`Request::stage`]) goes as far as a pull goes before its
+//! switch — the tag read, its statement and signatures judged, the objects the store lacks
+//! fetched — then stages the generation ([`crate::switch::stage`]: its images fetched, its
+//! secrets decrypted to check them) and changes nothing in force. It keeps the signatures but
+//! not the statement, and writes no pull record: the floor of sequences stays where it was, so
+//! the later pull of the same tag judges the same statement afresh (an expiry passed meanwhile
+//! refuses it then), finds every object and image present and switches.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -167,6 +175,32 @@ pub fn switch(
     agent::settled(&place.state, &deploy.token).map_err(io)
 }
 
+/// Stages `id` (fetched, its signatures judged and kept) under the node's lock: staged, or
+/// how it ended (refused: a lock held, a secret this node cannot read, an image whose digest
+/// its registry does not have; failed: a registry down), nothing written but fetched images.
+fn staged(place: &Place, mut record: LastPull, id: GenerationId) -> Result<Pulled, PullError> {
+    let staged = Node::open(&place.state, &place.root, place.netns.clone()).and_then(|node| {
+        let generation = node.store.generation(&id)?;
+        node.stage(id, &generation)
+    });
+    match staged {
+        Ok(s) => {
+            record.at = super::now();
+            Ok(Pulled::Staged(record, s))
+        }
+        Err(e) => {
+            record.result = if super::serve::refusal(&e) {
+                PullResult::Refused
+            } else {
+                PullResult::Failed
+            };
+            record.reason = Some(format!("{e}; nothing in force was changed"));
+            record.at = super::now();
+            Ok(Pulled::Done(record))
+        }
+    }
+}
+
 /// Judges the statement the tag carries (`statement`: none, one that is not a statement's
 /// form, or one) for this node, fetched under `tag`, naming what `artifact` carries (`None`: a
 /// withdrawal): fit, or refused — exit 2, nothing written.
@@ -220,8 +254,11 @@ pub enum Pulled {
     UpToDate(GenerationId),
     /// The tag's generation went back here before: not tried again (unless retried).
     NotAgain(LastPull),
-    /// Fetched and switched (or not), as recorded.
+    /// Fetched and switched (or not), as recorded (a stage that failed or was refused: as it
+    /// would be recorded, but not written).
     Done(LastPull),
+    /// Fetched and staged: nothing in force changed, no pull recorded.
+    Staged(LastPull, crate::switch::stage::Staged),
     /// Another pull (this pid) is running here: nothing done, nothing recorded.
     Busy(String),
     /// The tag is withdrawn (a rollout stopped): nothing done, nothing recorded.
@@ -257,6 +294,8 @@ pub struct Request<'a> {
     pub retry: bool,
     /// The guard of its switch.
     pub guard: &'a Guard,
+    /// Stage the generation instead of switching to it (see the module's doc).
+    pub stage: bool,
 }
 
 /// Pulls what the node's tag in `registry` names onto the node at `place` (its agent started
@@ -290,7 +329,12 @@ pub fn pull(
         deploy: None,
         pid: None,
     };
+    // A stage records nothing: the record is of what a pull put in force.
     let save = |record: &mut LastPull| {
+        if request.stage {
+            record.at = super::now();
+            return Ok(());
+        }
         record
             .save(state)
             .map_err(|e| PullError::Io(format!("recording the pull: {e}")))
@@ -346,8 +390,11 @@ pub fn pull(
     record.bytes = artifact.bytes.len() as u64;
     let waiting = agent::waiting(state, &id).is_some();
     if current.as_ref().map(|(_, c, _)| *c) == Some(id) && !waiting {
-        // A newer statement of what is in force (signed again, to renew it) is kept.
-        node.keep_statement(&fit)?;
+        // A newer statement of what is in force (signed again, to renew it) is kept — by a
+        // pull, not a stage.
+        if !request.stage {
+            node.keep_statement(&fit)?;
+        }
         return Ok(Pulled::UpToDate(id));
     }
     if !request.retry {
@@ -370,10 +417,12 @@ pub fn pull(
     }
     // Under way, for `mesh status` and the rollout: every end below writes over it, and one
     // that never comes (the process killed) reads as interrupted.
-    let mut running = record.clone();
-    running.result = PullResult::Running;
-    running.pid = Some(std::process::id());
-    save(&mut running)?;
+    if !request.stage {
+        let mut running = record.clone();
+        running.result = PullResult::Running;
+        running.pid = Some(std::process::id());
+        save(&mut running)?;
+    }
     // The signatures first, judged before anything else is fetched.
     let (signatures, bytes) = match registry.signatures(&artifact) {
         Ok(s) => s,
@@ -408,6 +457,9 @@ pub fn pull(
                 node.store.put_signature(&id, sig.armored())?;
             }
         }
+    }
+    if request.stage {
+        return staged(place, record, id);
     }
     if let Err(e) = node.keep_statement(&fit) {
         return ended(record, PullResult::Failed, e.to_string());

@@ -3,7 +3,7 @@
 //! one process (and one login shell) for a deploy, not five:
 //!
 //! ```text
-//! hello                     -> mesh serve 3
+//! hello                     -> mesh serve 4
 //! io-timeout SECONDS        -> ok                               (the bound below, from now)
 //! record                    -> record none | record LEN\n<LEN bytes: the node record>
 //! current                   -> current none | current {"id", "trigger", "deployed", "waiting"}
@@ -15,12 +15,23 @@
 //! sequence                  -> sequence none | sequence N        (the newest statement's)
 //! offer LEN\n<offer JSON>    -> ok                               (version 3: judged whole)
 //! switch ID SECONDS         -> <the deploy's record, JSON, once its switch is done>
+//! offer-stage LEN\n<offer>   -> ok                               (version 4: judged whole)
+//! stage ID                  -> <what the stage put on the node, JSON, once it is done>
 //! ```
 //!
 //! An offer ([`mesh_lib::statement::Offer`]: the generation, its signatures, the statement naming
 //! it for this node) is judged before any object is sent, and kept only when it passes
 //! ([`Node::accept_offer`]); a deployer of version 3 sends it first, so a refused deploy sends
 //! nothing else.
+//!
+//! A stage (`mesh deploy --stage`) is offered as `offer-stage`: judged exactly as an offer to
+//! switch — the signatures by a signer trusted now, the statement fit, newer than the node's
+//! newest and naming the generation — before any object is sent, and the valid signatures kept;
+//! but the statement is not kept: a stage puts nothing in force, so the floor of sequences does
+//! not move, and the later deploy of the same generation (a statement of its own, signed then)
+//! is judged as if the stage had not been. The session remembers what it judged: `stage ID`
+//! stages only the generation judged in this session (on a node that trusts signers), judged
+//! once more then — an expiry passed meanwhile refuses it — under the node's lock.
 //!
 //! A request that fails is answered `error MESSAGE`; a refusal of the switch (a generation the
 //! node does not trust or cannot decrypt, a lock held) `error refused: MESSAGE`. A stream that
@@ -111,6 +122,8 @@ pub fn serve<F: AsFd>(
 ) -> Result<(), ServeError> {
     let store = Store::open(&place.state)?;
     let mut input = std::io::BufReader::with_capacity(1 << 16, input);
+    // The offer to stage judged in this session, if one passed: what `stage` may stage.
+    let mut to_stage: Option<ToStage> = None;
     let mut answer = |bytes: &[u8]| {
         out.write_all(bytes)
             .and_then(|()| out.flush())
@@ -152,7 +165,7 @@ pub fn serve<F: AsFd>(
                     Err(e) => answer(format!("error {e}\n").as_bytes())?,
                 }
             }
-            ["hello"] => answer(b"mesh serve 3\n")?,
+            ["hello"] => answer(b"mesh serve 4\n")?,
             ["io-timeout", seconds] => match seconds.parse::<u64>() {
                 Ok(s) if s > 0 => {
                     input.get_mut().bound = Some(Duration::from_secs(s));
@@ -253,6 +266,28 @@ pub fn serve<F: AsFd>(
                     .map_err(io("reading an offer"))?;
                 answer(format!("{}\n", offer(place, &bytes).replace('\n', " ")).as_bytes())?;
             }
+            ["offer-stage", len] => {
+                let len: usize = match len.parse() {
+                    Ok(l) if l <= 1 << 20 => l,
+                    _ => return Err(ServeError::Request("an offer's length is not one".into())),
+                };
+                let mut bytes = vec![0; len];
+                input
+                    .read_exact(&mut bytes)
+                    .map_err(io("reading an offer"))?;
+                let (said, judged) = offer_to_stage(place, &bytes);
+                to_stage = judged;
+                answer(format!("{}\n", said.replace('\n', " ")).as_bytes())?;
+            }
+            ["stage", id] => {
+                let text = match id.parse::<GenerationId>() {
+                    Ok(id) => stage(place, id, to_stage.as_ref()),
+                    Err(_) => String::from_utf8_lossy(&not_an_id(id))
+                        .trim_end()
+                        .to_owned(),
+                };
+                answer(format!("{}\n", text.replace('\n', " ")).as_bytes())?;
+            }
             ["receive"] => match transfer::receive(&store, &mut input) {
                 Ok(got) => answer(format!("received {} {}\n", got.objects, got.bytes).as_bytes())?,
                 Err(e) => {
@@ -284,6 +319,65 @@ fn offer(place: &Place, bytes: &[u8]) -> String {
         .and_then(|node| node.accept_offer(&offer, std::time::SystemTime::now()));
     match judged {
         Ok(()) => "ok".to_owned(),
+        Err(e) if refusal(&e) => format!("error refused: {}", chain(&e)),
+        Err(e) => format!("error {}", chain(&e)),
+    }
+}
+
+/// An offer to stage that passed, as the session remembers it until its `stage`.
+struct ToStage {
+    /// The generation offered.
+    generation: GenerationId,
+    /// Its statement, judged fit (`None`: the node trusts no signer).
+    statement: Option<mesh_lib::statement::Signed>,
+}
+
+/// `offer-stage LEN`: judges the offer as `offer` does, keeping its valid signatures but not
+/// its statement (see the module's doc): `ok` and what passed, or `error refused: …` (nothing
+/// kept) / `error …`.
+fn offer_to_stage(place: &Place, bytes: &[u8]) -> (String, Option<ToStage>) {
+    let offer: mesh_lib::statement::Offer = match serde_json::from_slice(bytes) {
+        Ok(o) => o,
+        Err(e) => return (format!("error not an offer: {e}"), None),
+    };
+    let judged = Node::inspect(&place.state, &place.root, place.netns.clone())
+        .and_then(|node| node.judge_offer_to_stage(&offer, std::time::SystemTime::now()));
+    match judged {
+        Ok(fit) => (
+            "ok".to_owned(),
+            Some(ToStage {
+                generation: offer.generation,
+                statement: fit.map(|f| f.signed),
+            }),
+        ),
+        Err(e) if refusal(&e) => (format!("error refused: {}", chain(&e)), None),
+        Err(e) => (format!("error {}", chain(&e)), None),
+    }
+}
+
+/// `stage ID`: stages generation `id` under the node's lock — on a node that trusts signers,
+/// only the one whose offer passed in this session, its statement judged again now and its
+/// signatures by a signer trusted now: what was staged (JSON), or `error refused: …` /
+/// `error …`.
+fn stage(place: &Place, id: GenerationId, judged: Option<&ToStage>) -> String {
+    let staged = Node::open(&place.state, &place.root, place.netns.clone()).and_then(|node| {
+        if node.trusted_signers()?.is_some() {
+            let statement = match judged {
+                Some(j) if j.generation == id => j.statement.as_ref(),
+                _ => None,
+            }
+            .ok_or(ActivateError::Unstated {
+                target: id,
+                stated: None,
+            })?;
+            node.judge_statement(statement, None, std::time::SystemTime::now())?;
+            node.check_trust_now(&id)?;
+        }
+        let generation = node.store.generation(&id)?;
+        node.stage(id, &generation)
+    });
+    match staged {
+        Ok(s) => serde_json::to_string(&s).expect("a stage encodes"),
         Err(e) if refusal(&e) => format!("error refused: {}", chain(&e)),
         Err(e) => format!("error {}", chain(&e)),
     }
@@ -417,7 +511,7 @@ mod tests {
         assert_eq!(
             said,
             format!(
-                "mesh serve 3\nrecord none\ncurrent none\ngeneration {id}\nend\nend\n{}\nend\n\
+                "mesh serve 4\nrecord none\ncurrent none\ngeneration {id}\nend\nend\n{}\nend\n\
                  error `soon` is not a number of seconds\nok\n\
                  error `nope` is not a generation id\n\
                  error `0` is not a number of seconds from 1 to 86400\n\
@@ -425,6 +519,84 @@ mod tests {
                 transfer::Object::Blob(lacking),
             )
         );
+    }
+
+    /// On a node that trusts signers, `stage ID` stages only the generation whose offer to
+    /// stage passed in this session: asked with none, after one refused (unsigned), or after
+    /// one for another generation, it is refused. An offer to stage that passes keeps its
+    /// signatures but not its statement: the floor of sequences does not move.
+    #[test]
+    fn a_stage_is_of_the_offer_its_session_judged_and_keeps_no_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = place(dir.path());
+        let seed = blake3::hash(b"a signer the node trusts");
+        let key =
+            ssh_key::PrivateKey::from(ssh_key::private::Ed25519Keypair::from_seed(seed.as_bytes()));
+        let signers = place.root.join("etc/mesh");
+        std::fs::create_dir_all(&signers).unwrap();
+        std::fs::write(
+            signers.join("trusted-signers"),
+            format!("ci {}\n", key.public_key().to_openssh().unwrap()),
+        )
+        .unwrap();
+        let store = Store::open(&place.state).unwrap();
+        let (id, other) = (GenerationId::of(b"staged"), GenerationId::of(b"other"));
+        let offer = |generation: GenerationId, signed: bool| {
+            let statement = mesh_lib::statement::Statement::new(
+                "n1",
+                Some(generation),
+                1,
+                std::time::SystemTime::now(),
+                Duration::from_secs(3600),
+            )
+            .text();
+            let offer = mesh_lib::statement::Offer {
+                generation,
+                signatures: if signed {
+                    vec![mesh_lib::trust::sign(&key, &generation).unwrap()]
+                } else {
+                    Vec::new()
+                },
+                statement: Some(mesh_lib::statement::Signed {
+                    signatures: vec![
+                        mesh_lib::trust::sign_message(&key, statement.as_bytes()).unwrap()
+                    ],
+                    statement,
+                }),
+            };
+            let json = serde_json::to_string(&offer).unwrap();
+            format!("offer-stage {}\n{json}", json.len())
+        };
+        let requests = [
+            format!("stage {id}\n"),
+            offer(id, false),
+            format!("stage {id}\n"),
+            offer(other, true),
+            format!("stage {id}\n"),
+            offer(id, true),
+        ]
+        .concat();
+        let (ended, said) = session(&place, &requests);
+        assert!(ended.is_ok(), "{ended:?}");
+        let answers: Vec<&str> = said.lines().collect();
+        assert_eq!(answers.len(), 6, "{said}");
+        for (n, answer) in answers.iter().enumerate() {
+            match n {
+                0 | 2 | 4 => assert!(
+                    answer.starts_with(&format!(
+                        "error refused: no statement this node accepted names {id}"
+                    )),
+                    "{n}: {answer}"
+                ),
+                1 => assert!(answer.starts_with("error refused: "), "{n}: {answer}"),
+                _ => assert_eq!(*answer, "ok", "{n}"),
+            }
+        }
+        assert!(
+            !crate::statement::path(&place.state).exists(),
+            "a stage kept its statement"
+        );
+        assert_eq!(store.signatures(&id).unwrap().len(), 1);
     }
 
     /// A signature whose length is not one ends the session: what follows cannot be found.
@@ -435,6 +607,6 @@ mod tests {
         let id = GenerationId::of(b"g");
         let (ended, said) = session(&place, &format!("hello\nsignature {id} lots\nhello\n"));
         assert!(matches!(ended, Err(ServeError::Request(_))), "{ended:?}");
-        assert_eq!(said, "mesh serve 3\n");
+        assert_eq!(said, "mesh serve 4\n");
     }
 }
