@@ -437,6 +437,13 @@ fn pull_once(machine: &Machine, args: &PullArgs) -> Result<Pulled, Failure> {
 
 /// `mesh follow`.
 pub fn follow(machine: &Machine, args: &FollowArgs) -> Result<(), Failure> {
+    if args.pull.stage {
+        // A stage keeps no record of the tag it staged: every round would fetch and check the
+        // whole generation again.
+        return Err(Failure::user(
+            "mesh follow --stage: a follow switches to what its tag names; stage with `mesh pull --stage`, then let `mesh follow` (or `mesh pull`) switch",
+        ));
+    }
     loop {
         match pull_once(machine, &args.pull) {
             Ok(Pulled::Refused(why)) if !args.pull.json => {

@@ -464,8 +464,8 @@ fn connections_read_the_operator_s_config_first_then_open_without_nagle() {
     );
 }
 
-/// An operator's `ProxyCommand` that relays bytes (here bash's `/dev/tcp`, as `nc` or `ssh -W`
-/// would) never passes a descriptor: the mesh's `ProxyUseFdpass` must not reach it. It did, as
+/// An operator's `ProxyCommand` that relays bytes (here busybox's `nc`, as `ssh -W` would)
+/// never passes a descriptor: the mesh's `ProxyUseFdpass` must not reach it. It did, as
 /// the mesh's own configuration names it under `Host *`, and ssh waited for a descriptor
 /// ("proxy dialer did not pass back a connection") on every connection of such a node.
 #[test]
@@ -476,7 +476,7 @@ fn an_operator_s_relaying_proxy_is_used_as_it_is() {
     let lab = Lab::new("relay", 1, |n| node_decl(n, "one\n", true));
     let marker = lab.dir.path().join("relayed");
     lab.ssh_option(&format!(
-        "ProxyCommand bash -c 'echo %h >> {}; exec 3<>/dev/tcp/%h/%p; cat <&3 & exec cat >&3'",
+        "ProxyCommand sh -c 'echo %h >> {}; exec /bin/busybox nc %h %p'",
         marker.display()
     ));
     assert_eq!(row(&deployed(&lab), "node0")["result"], "confirmed");

@@ -309,3 +309,27 @@ fn bad_record() {
     );
     assert_says(&ran, &["record of node `other`", "node `n`"]);
 }
+
+/// `mesh follow --stage` is refused at once, nothing asked of any registry: a stage keeps no
+/// record of what it staged, so each round would fetch and check the whole generation again.
+#[test]
+fn follow_refuses_to_stage_every_round() {
+    let state = tempfile::tempdir().unwrap();
+    let mut c = mesh(state.path());
+    c.args([
+        "follow",
+        "127.0.0.1:9/fleet/n",
+        "--node",
+        "n",
+        "--stage",
+        "--interval",
+        "1",
+    ]);
+    let ran = run(c);
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    assert!(ran.stderr.contains("mesh pull --stage"), "{}", ran.stderr);
+    assert!(
+        std::fs::read_dir(state.path()).unwrap().next().is_none(),
+        "nothing written in the state"
+    );
+}
