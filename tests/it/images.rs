@@ -1531,3 +1531,71 @@ fn an_imported_container_is_pinned_by_its_registry_digest_and_taken_in_place() {
         "the take recreated or restarted the container"
     );
 }
+
+/// On an adopted node, a module not taken yet: its found container runs what the predecessor
+/// started (`REPO:1`), the declaration names `REPO:2` pinned. `mesh switch --stage` fetches the
+/// declared image for the held container with nothing in force changed (the found container
+/// still runs, not restarted), and the take later needs no registry: the registry is stopped
+/// and the take recreates the container from the staged image.
+#[test]
+fn a_stage_on_an_adopted_node_fetches_what_a_take_will_need() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let mut registry = Registry::start(None);
+    let mut made = Made::new("ia");
+    let (repository, _) = made.pushed(&registry, "busy", "1", "one");
+    let (_, two) = made.pushed(&registry, "busy", "2", "two");
+    let name = format!("{}-app", made.prefix);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        &format!("{repository}:1"),
+        "/bin/busybox",
+        "sleep",
+        "1000",
+    ]);
+    let found = docker(&["inspect", "-f", "{{.Id}} {{.State.StartedAt}}", &name]);
+    let image = format!("{repository}:2@{two}");
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl("n.ncl", &declaration("adopted\\n", &[(&name, &image)]));
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    let adopted = mesh_with(&f, config.path(), &["adopt", decl]);
+    assert_eq!(adopted.code, 0, "{}{}", adopted.stdout, adopted.stderr);
+    assert!(
+        !has_image(&format!("{repository}@{two}")),
+        "the adoption fetched the image of a module not taken"
+    );
+
+    let staged = mesh_with(&f, config.path(), &["switch", "--stage", decl, "--json"]);
+    assert_eq!(staged.code, 0, "{}{}", staged.stdout, staged.stderr);
+    assert!(
+        has_image(&format!("{repository}@{two}")),
+        "the stage fetched the held container's declared image: {}",
+        staged.stdout
+    );
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.Id}} {{.State.StartedAt}}", &name]),
+        found,
+        "the stage touched the found container"
+    );
+
+    registry.down();
+    let taken = mesh_with(&f, config.path(), &["take", "app", decl]);
+    assert_eq!(taken.code, 0, "{}{}", taken.stdout, taken.stderr);
+    let (running, image_id) = container(&name).expect("the mesh's container");
+    assert!(running);
+    let staged_id = docker(&[
+        "image",
+        "inspect",
+        "-f",
+        "{{.Id}}",
+        &format!("{repository}@{two}"),
+    ]);
+    assert_eq!(image_id, staged_id, "the take runs the staged image");
+}
