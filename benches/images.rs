@@ -18,7 +18,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,20 +41,6 @@ fn run(program: &str, args: &[&str], dir: Option<&Path>) -> String {
 
 fn docker(args: &[&str]) -> String {
     run("docker", args, None)
-}
-
-/// Runs `work` on `width` threads, each taking the next item.
-fn at_a_time<T: Sync>(width: usize, items: &[T], work: impl Fn(&T) + Sync) {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..width {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let Some(item) = items.get(i) else { break };
-                work(item);
-            });
-        }
-    });
 }
 
 /// The registry, stopped when dropped.
@@ -113,29 +98,8 @@ impl Drop for Registry {
 /// Makes app `i`'s image at `version` (busybox and a file of its own), pushes it as
 /// `REPO:VERSION`, removes it from the engine; its digest.
 fn pushed(repo: &str, i: usize, version: u32) -> String {
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("bin")).unwrap();
-    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-    std::fs::write(
-        root.path().join("app"),
-        format!("app {i} version {version}\n"),
-    )
-    .unwrap();
-    let tar = Command::new("tar")
-        .arg("-C")
-        .arg(root.path())
-        .args(["-c", "."])
-        .output()
-        .unwrap();
     let reference = format!("{repo}:{version}");
-    let mut import = Command::new("docker")
-        .args(["import", "-", &reference])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
-    assert!(import.wait().unwrap().success());
+    common::import_busybox_with(&reference, Some(&format!("app {i} version {version}\n")));
     docker(&["push", &reference]);
     let repo_digest = docker(&[
         "image",
@@ -243,7 +207,7 @@ fn main() {
     let repos: Vec<String> = (0..N).map(|i| format!("{host}/{prefix}/app{i}")).collect();
     let apps: Vec<usize> = (0..N).collect();
     let digests = std::sync::Mutex::new(vec![(String::new(), String::new()); N]);
-    at_a_time(8, &apps, |&i| {
+    common::at_a_time(8, &apps, |&i| {
         let one = pushed(&repos[i], i, 1);
         let two = pushed(&repos[i], i, 2);
         digests.lock().unwrap()[i] = (one, two);

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::median;
+use common::{at_a_time, median};
 
 fn docker(args: &[&str]) -> String {
     let out = Command::new("docker").args(args).output().unwrap();
@@ -48,22 +48,6 @@ fn docker(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// Runs `work` on `width` threads, each taking the next item; how long it took.
-fn at_a_time<T: Sync>(width: usize, items: &[T], work: impl Fn(&T) + Sync) -> Duration {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let t = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..width {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let Some(item) = items.get(i) else { break };
-                work(item);
-            });
-        }
-    });
-    t.elapsed()
 }
 
 /// One row of the table: what, the mesh's time, the reference and its time, the target.

@@ -210,6 +210,26 @@ impl Node {
         Ok(())
     }
 
+    /// The node record `target` (generation `id`) is put in force with: the one kept, else a
+    /// managed node's; a generation built for another node is refused.
+    pub fn record_for(
+        &self,
+        id: GenerationId,
+        target: &Generation,
+    ) -> Result<NodeRecord, ActivateError> {
+        let record = self
+            .record()?
+            .unwrap_or_else(|| NodeRecord::managed(target.node.clone()));
+        if record.node != target.node {
+            return Err(ActivateError::WrongNode {
+                id,
+                theirs: target.node.to_string(),
+                ours: record.node.to_string(),
+            });
+        }
+        Ok(record)
+    }
+
     /// The node record, if the node was ever adopted.
     pub fn record(&self) -> Result<Option<NodeRecord>, ActivateError> {
         let path = record_path(&self.state);

@@ -34,6 +34,22 @@ impl Drop for Netns {
     }
 }
 
+/// Runs `work` on `width` threads, each taking the next item; how long it took.
+pub fn at_a_time<T: Sync>(width: usize, items: &[T], work: impl Fn(&T) + Sync) -> Duration {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let t = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..width {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(item) = items.get(i) else { break };
+                work(item);
+            });
+        }
+    });
+    t.elapsed()
+}
+
 /// The median of the runs.
 pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -105,9 +121,18 @@ pub fn container_node(dir: &Path, modules: &str) -> std::path::PathBuf {
 
 /// Imports `image`: a root of busybox alone, made with `docker import`.
 pub fn import_busybox(image: &str) {
+    import_busybox_with(image, None);
+}
+
+/// Imports `image`: a root of busybox and, with `extra`, a file `/extra` of that text (which
+/// makes the image other bytes), made with `docker import`.
+pub fn import_busybox_with(image: &str, extra: Option<&str>) {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("bin")).unwrap();
     std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
+    if let Some(text) = extra {
+        std::fs::write(root.path().join("extra"), text).unwrap();
+    }
     let tar = Command::new("tar")
         .arg("-C")
         .arg(root.path())

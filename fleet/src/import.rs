@@ -153,6 +153,18 @@ fn slug(name: &str) -> String {
     out
 }
 
+/// `base`, or `base_2`, `base_3`… — the first not in `taken`, which then holds it.
+fn unique(taken: &mut BTreeSet<String>, base: &str) -> String {
+    let mut name = base.to_owned();
+    let mut n = 2;
+    while taken.contains(&name) {
+        name = format!("{base}_{n}");
+        n += 1;
+    }
+    taken.insert(name.clone());
+    name
+}
+
 fn list(items: &[String]) -> String {
     format!(
         "[{}]",
@@ -224,13 +236,7 @@ pub fn render(
                     .map_or(*port, |p| p.container_port);
                 format!("{}_{inside}", slug(&c.name))
             };
-            let mut name = base.clone();
-            let mut n = 2;
-            while taken.contains(&name) {
-                name = format!("{base}_{n}");
-                n += 1;
-            }
-            taken.insert(name.clone());
+            let name = unique(&mut taken, &base);
             let published: Vec<String> = c
                 .ports
                 .iter()
@@ -317,13 +323,7 @@ pub fn render(
                     } else {
                         slug(&o.name)
                     };
-                    let mut name = base.clone();
-                    let mut n = 2;
-                    while taken.contains(&name) {
-                        name = format!("{base}_{n}");
-                        n += 1;
-                    }
-                    taken.insert(name.clone());
+                    let name = unique(&mut taken, &base);
                     port_comments.insert(
                         name.clone(),
                         format!(

@@ -389,18 +389,16 @@ impl LiveContainer {
     pub fn declared_part(&self) -> DeclaredPart {
         let d = self.image_defaults.clone().unwrap_or_default();
         let command = (self.command != d.command).then(|| self.command.clone());
-        let environment = self
-            .environment
-            .iter()
-            .filter(|(k, v)| d.environment.get(*k) != Some(*v))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let labels = self
-            .labels
-            .iter()
-            .filter(|(k, v)| d.labels.get(*k) != Some(*v))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // What a map holds beyond what the image gives.
+        let beyond = |given: &BTreeMap<String, String>, image: &BTreeMap<String, String>| {
+            given
+                .iter()
+                .filter(|(k, v)| image.get(*k) != Some(*v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let environment = beyond(&self.environment, &d.environment);
+        let labels = beyond(&self.labels, &d.labels);
         DeclaredPart {
             command,
             environment,

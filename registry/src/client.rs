@@ -18,6 +18,25 @@ use crate::{
     MANIFEST_TYPE, MAX_OBJECT,
 };
 
+/// An OCI client for `options`: plain HTTP when insecure, the timeouts, rustls with ring (not
+/// the default provider: a long C build, installed once per process). Uploads go in one
+/// request each: the objects are small, the registry's limit on open uploads is not ours to
+/// find.
+pub(crate) fn oci_client(options: &Options) -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::new(ClientConfig {
+        protocol: if options.insecure {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        },
+        read_timeout: Some(options.timeout),
+        connect_timeout: Some(options.timeout),
+        use_monolithic_push: true,
+        ..ClientConfig::default()
+    })
+}
+
 /// How the registry is spoken to.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -98,21 +117,7 @@ impl Registry {
         {
             return Err(RegistryError::Reference(target.to_owned()));
         }
-        // ring, not the default provider (a long C build): installed once per process.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = Client::new(ClientConfig {
-            protocol: if options.insecure {
-                ClientProtocol::Http
-            } else {
-                ClientProtocol::Https
-            },
-            read_timeout: Some(options.timeout),
-            connect_timeout: Some(options.timeout),
-            // One request at a time per upload: the objects are small, the registry's limit
-            // on open uploads is not ours to find.
-            use_monolithic_push: true,
-            ..ClientConfig::default()
-        });
+        let client = oci_client(options);
         // Two workers: a push sends many small requests from several threads at once (see
         // `mesh_fleet::publish`), each thread waiting on its own.
         let runtime = tokio::runtime::Builder::new_multi_thread()

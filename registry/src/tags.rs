@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use mesh_lib::image::{ImageDigest, ImageRef};
-use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -36,18 +35,7 @@ pub fn resolve(images: &[ImageRef], options: &Options) -> Vec<Result<ImageDigest
     if images.is_empty() {
         return Vec::new();
     }
-    // ring, not the default provider (a long C build): installed once per process.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = Client::new(ClientConfig {
-        protocol: if options.insecure {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        },
-        read_timeout: Some(options.timeout),
-        connect_timeout: Some(options.timeout),
-        ..ClientConfig::default()
-    });
+    let client = crate::client::oci_client(options);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -124,7 +124,7 @@ COMMIT
 ";
 
 /// Listens on TCP `port` at `address` in `ns` (IPv6-only when `v6only`), answering `hi`.
-pub(crate) fn serve_at(ns: &Netns, address: IpAddr, port: u16, v6only: bool) {
+fn serve_at(ns: &Netns, address: IpAddr, port: u16, v6only: bool) {
     let listener = in_ns(&ns.name, || {
         use rustix::net::{bind, listen, socket, sockopt, AddressFamily, SocketType};
         let family = if address.is_ipv6() {
@@ -279,7 +279,7 @@ pub(crate) enum Kind {
     IptablesNft,
 }
 
-pub(crate) fn load(lab: &Lab, kind: Kind) {
+fn load(lab: &Lab, kind: Kind) {
     match kind {
         Kind::Nftables => {
             lab.nft(&format!("flush ruleset\n{PRED_NFT}"));
@@ -326,7 +326,10 @@ fn flip_preview_is_what_the_flip_does_beside_iptables_nft() {
     story(Kind::IptablesNft);
 }
 
-fn story(kind: Kind) {
+/// The control node's test bed: the predecessor's rules of `kind` loaded, and what listens —
+/// sockets dual-stack (80, 4222, 5432, 8022), IPv4-only (15672), IPv6-only (the runtime's proxy
+/// at 18080), loopback-only (9999), UDP (51820), and the container's 5432, 5000 and 8080.
+pub(crate) fn control_node(kind: Kind) -> Lab {
     let lab = Lab::new();
     load(&lab, kind);
     let any6: IpAddr = "::".parse().unwrap();
@@ -341,6 +344,11 @@ fn story(kind: Kind) {
     for port in [5432, 5000, 8080] {
         Lab::serve(&lab.ctr, port);
     }
+    lab
+}
+
+fn story(kind: Kind) {
+    let lab = control_node(kind);
 
     let f = Fixture::in_netns(&lab.node.name);
     f.write_decl("node.ncl", DECLARATION);

@@ -49,6 +49,24 @@ fn engine_facts(names: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// `mesh import --json` of the containers `names` into `out` as node `n1` (no firewall read):
+/// its result.
+fn import_named(f: &Fixture, out: &Path, names: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "import",
+        "--no-firewall",
+        "--out",
+        out.to_str().unwrap(),
+        "--node",
+        "n1",
+    ];
+    for n in names {
+        args.extend(["--container", n]);
+    }
+    args.push("--json");
+    serde_json::from_str(f.ok(&args).last_line()).unwrap()
+}
+
 /// Every written file's text under `dir`, by relative path.
 fn texts(dir: &Path) -> Vec<(String, String)> {
     walkdir::WalkDir::new(dir)
@@ -516,19 +534,7 @@ fn a_compose_project_is_one_module_taken_in_place() {
     let f = Fixture::new();
     let out = tempfile::tempdir().unwrap();
     let out_dir = out.path().join("fleet");
-    let mut args = vec![
-        "import",
-        "--no-firewall",
-        "--out",
-        out_dir.to_str().unwrap(),
-        "--node",
-        "n1",
-    ];
-    for n in &refs {
-        args.extend(["--container", n]);
-    }
-    args.push("--json");
-    let result: serde_json::Value = serde_json::from_str(f.ok(&args).last_line()).unwrap();
+    let result = import_named(&f, &out_dir, &refs);
     assert_eq!(result["modules"], serde_json::json!([project]), "{result}");
     let decl = out_dir.join("nodes/n1.ncl");
     let decl = decl.to_str().unwrap();
@@ -604,19 +610,7 @@ fn sixty_containers_imported_checked_equal_and_taken_in_place() {
     let f = Fixture::new();
     let out = tempfile::tempdir().unwrap();
     let out_dir = out.path().join("fleet");
-    let mut args = vec![
-        "import",
-        "--no-firewall",
-        "--out",
-        out_dir.to_str().unwrap(),
-        "--node",
-        "n1",
-    ];
-    for n in &refs {
-        args.extend(["--container", n]);
-    }
-    args.push("--json");
-    let result: serde_json::Value = serde_json::from_str(f.ok(&args).last_line()).unwrap();
+    let result = import_named(&f, &out_dir, &refs);
     let modules = result["modules"].as_array().unwrap();
     assert_eq!(modules.len(), 12 + 24, "{result}");
     assert_eq!(result["ports"].as_object().unwrap().len(), 30, "{result}");

@@ -6,12 +6,9 @@
 //! --check` finds every port equal — who reaches it now is who would after the flip; and after
 //! `mesh adopt` and `mesh flip`, real packets find every port exactly as before.
 
-use std::net::IpAddr;
-
 use serde_json::Value;
 
-use crate::flip_preview::{load, probe_all, serve_at, Kind};
-use crate::netlab::Lab;
+use crate::flip_preview::{control_node, probe_all, Kind};
 use crate::node_fixture::Fixture;
 use crate::support::have_root_tools;
 
@@ -35,19 +32,7 @@ fn imported_openings_beside_iptables_nft_keep_every_port_through_the_flip() {
 }
 
 fn story(kind: Kind) {
-    let lab = Lab::new();
-    load(&lab, kind);
-    for port in [80, 4222, 5432, 8022] {
-        Lab::serve(&lab.node, port);
-    }
-    serve_at(&lab.node, "0.0.0.0".parse().unwrap(), 15672, false);
-    let any6: IpAddr = "::".parse().unwrap();
-    serve_at(&lab.node, any6, 18080, true);
-    serve_at(&lab.node, "127.0.0.1".parse().unwrap(), 9999, false);
-    Lab::serve_udp(&lab.node, 51820);
-    for port in [5432, 5000, 8080] {
-        Lab::serve(&lab.ctr, port);
-    }
+    let lab = control_node(kind);
     let ports: Vec<(u16, &str)> = [80, 4222, 5001, 5432, 8022, 8081, 9999, 15432, 15672, 18080]
         .into_iter()
         .map(|p| (p, "tcp"))

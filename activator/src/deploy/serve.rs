@@ -256,25 +256,11 @@ pub fn serve<F: AsFd>(
                 answer(text.as_bytes())?;
             }
             ["offer", len] => {
-                let len: usize = match len.parse() {
-                    Ok(l) if l <= 1 << 20 => l,
-                    _ => return Err(ServeError::Request("an offer's length is not one".into())),
-                };
-                let mut bytes = vec![0; len];
-                input
-                    .read_exact(&mut bytes)
-                    .map_err(io("reading an offer"))?;
+                let bytes = read_offer(&mut input, len)?;
                 answer(format!("{}\n", offer(place, &bytes).replace('\n', " ")).as_bytes())?;
             }
             ["offer-stage", len] => {
-                let len: usize = match len.parse() {
-                    Ok(l) if l <= 1 << 20 => l,
-                    _ => return Err(ServeError::Request("an offer's length is not one".into())),
-                };
-                let mut bytes = vec![0; len];
-                input
-                    .read_exact(&mut bytes)
-                    .map_err(io("reading an offer"))?;
+                let bytes = read_offer(&mut input, len)?;
                 let (said, judged) = offer_to_stage(place, &bytes);
                 to_stage = judged;
                 answer(format!("{}\n", said.replace('\n', " ")).as_bytes())?;
@@ -306,6 +292,19 @@ pub fn serve<F: AsFd>(
             _ => answer(format!("error unknown request `{}`\n", escape(line.trim())).as_bytes())?,
         }
     }
+}
+
+/// The `LEN` bytes of an `offer LEN` (or `offer-stage LEN`) request, at most 1 MiB.
+fn read_offer(input: &mut impl Read, len: &str) -> Result<Vec<u8>, ServeError> {
+    let len: usize = match len.parse() {
+        Ok(l) if l <= 1 << 20 => l,
+        _ => return Err(ServeError::Request("an offer's length is not one".into())),
+    };
+    let mut bytes = vec![0; len];
+    input
+        .read_exact(&mut bytes)
+        .map_err(io("reading an offer"))?;
+    Ok(bytes)
 }
 
 /// `offer LEN`: judges the offer and keeps it when it passes: `ok`, or `error refused: …`

@@ -94,15 +94,8 @@ impl Node {
         managed: &Generation,
         published: Vec<crate::docker::Published>,
     ) -> Result<crate::reach::Preview, ActivateError> {
-        let (remove_tables, empty_inputs) = self.found_firewall_goes(Mode::Managed)?;
-        Ok(crate::reach::preview(
-            &self.observed(published)?,
-            &crate::reach::Flip {
-                target: managed,
-                remove_tables: &remove_tables,
-                empty_inputs: &empty_inputs,
-            },
-        ))
+        let goes = self.found_firewall_goes(Mode::Managed)?;
+        self.preview_flip_removing(managed, published, goes)
     }
 
     /// [`Node::preview_flip`] for a declaration checked before the node is adopted
@@ -116,13 +109,25 @@ impl Node {
         if self.record()?.is_some() {
             return self.preview_flip(managed, published);
         }
-        let (remove_tables, empty_inputs) = match self.firewall.detect()? {
+        let goes = match self.firewall.detect()? {
             Some((_, text)) => {
                 let dump = crate::firewall::Dump::parse(text.as_bytes())?;
                 (dump.firewall_tables(), dump.shared_inputs())
             }
             None => (Vec::new(), Vec::new()),
         };
+        self.preview_flip_removing(managed, published, goes)
+    }
+
+    /// The flip to `managed` previewed, the flip removing `(tables, families whose shared INPUT
+    /// it empties)` of the found firewall.
+    #[allow(clippy::type_complexity)]
+    fn preview_flip_removing(
+        &self,
+        managed: &Generation,
+        published: Vec<crate::docker::Published>,
+        (remove_tables, empty_inputs): (Vec<(String, String)>, Vec<String>),
+    ) -> Result<crate::reach::Preview, ActivateError> {
         Ok(crate::reach::preview(
             &self.observed(published)?,
             &crate::reach::Flip {

@@ -42,7 +42,7 @@ pub mod units;
 
 use std::path::Path;
 
-use mesh_lib::{Generation, GenerationId, NodeRecord};
+use mesh_lib::{Generation, GenerationId};
 use serde::Serialize;
 
 pub use error::{ActivateError, Kind};
@@ -118,16 +118,7 @@ impl Node {
         } else {
             self.recover()?
         };
-        let record = self
-            .record()?
-            .unwrap_or_else(|| NodeRecord::managed(target.node.clone()));
-        if record.node != target.node {
-            return Err(ActivateError::WrongNode {
-                id,
-                theirs: target.node.to_string(),
-                ours: record.node.to_string(),
-            });
-        }
+        let record = self.record_for(id, target)?;
 
         // Observe. The plan needs the host store, not the generation in force: every file the
         // mesh may remove is one the host store says it wrote.

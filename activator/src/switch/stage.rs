@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mesh_lib::{Generation, GenerationId, NodeRecord};
+use mesh_lib::{Generation, GenerationId};
 use serde::{Deserialize, Serialize};
 
 use crate::node::Node;
@@ -67,16 +67,7 @@ impl Node {
         target
             .validate()
             .map_err(|why| ActivateError::InvalidGeneration { id, why })?;
-        let record = self
-            .record()?
-            .unwrap_or_else(|| NodeRecord::managed(target.node.clone()));
-        if record.node != target.node {
-            return Err(ActivateError::WrongNode {
-                id,
-                theirs: target.node.to_string(),
-                ours: record.node.to_string(),
-            });
-        }
+        self.record_for(id, target)?;
         let secrets = match self.open_secrets(target)? {
             Some((_, plaintexts)) => plaintexts.len(),
             None => 0,
