@@ -48,6 +48,23 @@ pub fn escape_keeping_lines(s: &str) -> Cow<'_, str> {
     escaped(s, |c| c == '\n' || c == '\t')
 }
 
+/// An error and its causes on one line, "what failed: why: …", each cause once (one whose text
+/// the line already holds is left out). An HTTP client's "error sending request" says why only
+/// in its causes: the connection refused, the name not resolved, the time out.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let said = s.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = s.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,21 +100,4 @@ mod tests {
         );
         assert_eq!(escape("née ✓"), "née ✓");
     }
-}
-
-/// An error and its causes on one line, "what failed: why: …", each cause once (one whose text
-/// the line already holds is left out). An HTTP client's "error sending request" says why only
-/// in its causes: the connection refused, the name not resolved, the time out.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let said = s.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        source = s.source();
-    }
-    text
 }

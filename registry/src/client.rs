@@ -1,9 +1,9 @@
 //! The registry, over the OCI distribution API (`oci-client`): a blocking face on its async
 //! client, with a runtime of its own.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -74,6 +74,26 @@ pub struct Registry {
     delete_token: Mutex<Option<(std::time::Instant, Option<String>)>>,
     /// The digests known to be in the registry (asked, or sent, by this process).
     known: Mutex<BTreeSet<String>>,
+    /// A lock per digest (or object tag) being asked for or sent: two threads never send the
+    /// same blob at once. A Distribution registry writes a blob's link in place, so one
+    /// thread's HEAD while another's upload of that blob commits may read it half-written
+    /// and answer 500.
+    busy: Mutex<BTreeMap<String, Arc<Mutex<()>>>>,
+}
+
+/// How often an ask (a HEAD, which changes nothing) is tried when the registry answers with a
+/// server error, and how long the first wait between tries is (doubled each time).
+const ASKS: u32 = 4;
+const FIRST_WAIT: Duration = Duration::from_millis(100);
+
+/// Whether `e` is the registry failing for now (5xx) rather than an answer.
+fn server_error(e: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::OciDistributionError as E;
+    match e {
+        E::ServerError { code, .. } => *code >= 500,
+        E::RequestError(r) => r.status().is_some_and(|s| s.is_server_error()),
+        _ => false,
+    }
 }
 
 /// What a push sent.
@@ -152,6 +172,7 @@ impl Registry {
             http,
             delete_token: Mutex::new(None),
             known: Mutex::new(BTreeSet::new()),
+            busy: Mutex::new(BTreeMap::new()),
         };
         let reference = registry.reference("latest");
         registry.runtime.block_on(
@@ -189,17 +210,47 @@ impl Registry {
         }
     }
 
+    /// The lock of `key` (a digest or an object's tag): held while it is asked for and sent.
+    fn claim(&self, key: &str) -> Arc<Mutex<()>> {
+        self.busy
+            .lock()
+            .expect("not poisoned")
+            .entry(key.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// `ask` (a request that changes nothing), tried again after a server error.
+    fn ask<T, F>(&self, ask: impl Fn() -> F) -> Result<T, oci_client::errors::OciDistributionError>
+    where
+        F: std::future::Future<Output = Result<T, oci_client::errors::OciDistributionError>>,
+    {
+        let mut wait = FIRST_WAIT;
+        let mut tries = 1;
+        loop {
+            match self.runtime.block_on(ask()) {
+                Err(e) if tries < ASKS && server_error(&e) => {
+                    std::thread::sleep(wait);
+                    wait *= 2;
+                    tries += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// Sends the blobs of `piece` the registry lacks (each asked for first).
     fn upload_blobs(&self, piece: &Piece, sent: &mut Sent) -> Result<(), RegistryError> {
         let reference = self.reference("latest");
         for layer in &piece.layers {
             let digest = &layer.descriptor.digest;
+            let lock = self.claim(digest);
+            let _held = lock.lock().expect("not poisoned");
             if self.known.lock().expect("not poisoned").contains(digest) {
                 continue;
             }
             let there = self
-                .runtime
-                .block_on(self.client.blob_exists(&reference, digest))
+                .ask(|| self.client.blob_exists(&reference, digest))
                 .map_err(self.failed(format!("asking for {digest}")))?;
             if !there {
                 self.runtime
@@ -237,6 +288,8 @@ impl Registry {
     /// its tag first): what was sent (`objects` 1), or `objects_reused` 1.
     pub fn upload_object(&self, hash: &BlobHash, piece: &Piece) -> Result<Sent, RegistryError> {
         let tag = crate::object_tag(hash);
+        let lock = self.claim(&tag);
+        let _held = lock.lock().expect("not poisoned");
         let mut sent = Sent::default();
         if self.known.lock().expect("not poisoned").contains(&tag) || self.has_tag(&tag)? {
             sent.objects_reused = 1;
@@ -263,10 +316,11 @@ impl Registry {
 
     /// Whether the registry has a manifest tagged `tag` (HEAD).
     fn has_tag(&self, tag: &str) -> Result<bool, RegistryError> {
-        match self.runtime.block_on(
+        let reference = self.reference(tag);
+        match self.ask(|| {
             self.client
-                .fetch_manifest_digest(&self.reference(tag), &RegistryAuth::Anonymous),
-        ) {
+                .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
+        }) {
             Ok(_) => Ok(true),
             Err(
                 oci_client::errors::OciDistributionError::ImageManifestNotFoundError(_)
@@ -667,5 +721,23 @@ mod tests {
             assert!(super::refuses_credentials(refused), "{refused}");
         }
         assert!(!super::refuses_credentials("connection refused"));
+    }
+
+    /// A registry failing for now (5xx) is asked again; an answer (4xx, not found) is not.
+    #[test]
+    fn only_a_server_error_is_asked_again() {
+        use oci_client::errors::OciDistributionError as E;
+        let code = |code| E::ServerError {
+            code,
+            url: "http://r/v2/x/blobs/sha256:0".into(),
+            message: String::new(),
+        };
+        assert!(super::server_error(&code(500)));
+        assert!(super::server_error(&code(503)));
+        assert!(!super::server_error(&code(404)));
+        assert!(!super::server_error(&code(401)));
+        assert!(!super::server_error(&E::ImageManifestNotFoundError(
+            "x".into()
+        )));
     }
 }
