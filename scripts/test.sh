@@ -3,9 +3,9 @@
 # missing (nftables, iptables, docker.io, busybox-static, iproute2, systemd and dbus for the units'
 # tests, openssh-server and -client for the fleet's, zsh, fish and groff for the completions and
 # man pages, docker-registry for the pull and images tests, apache2-utils (htpasswd) for
-# a registry with basic auth, and nix-bin to parse flake.nix), starts
-# dockerd if none runs, then runs every test. A test that needs root, namespaces or nft fails —
-# never skips — when CI=true and they are missing.
+# a registry with basic auth, docker-compose for a real compose project to import, and nix-bin
+# to parse flake.nix), starts dockerd if none runs, then runs every test. A test that needs
+# root, namespaces or nft fails — never skips — when CI=true and they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +32,8 @@ command -v groff >/dev/null || need+=(groff-base)
 # The Distribution registry, for the pull tests (each test starts its own, on a namespace's
 # address, plain HTTP, with a temporary storage folder).
 [ -x /usr/bin/docker-registry ] || need+=(docker-registry)
+# Compose (Debian has version 1, docker-compose), for the import's test of a real compose project.
+command -v docker-compose >/dev/null || need+=(docker-compose)
 # htpasswd, for the images' tests of a registry with basic auth.
 command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v curl >/dev/null || need+=(curl)

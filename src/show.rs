@@ -113,6 +113,21 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
         if let Some(r) = &c.restart {
             let _ = writeln!(o, "             restart {r}");
         }
+        for n in &c.networks {
+            let _ = writeln!(
+                o,
+                "             network {}{}",
+                n.name,
+                if n.aliases.is_empty() {
+                    String::new()
+                } else {
+                    format!(" as {}", n.aliases.join(", "))
+                }
+            );
+        }
+        if let Some(h) = &c.healthcheck {
+            let _ = writeln!(o, "             health  {}", h.describe());
+        }
     }
 
     if !g.units.is_empty() {

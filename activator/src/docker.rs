@@ -15,7 +15,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, EndpointSettings, HealthConfig, HostConfig, NetworkCreateRequest,
+    NetworkingConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -409,6 +410,9 @@ impl Engine {
         owner: &str,
         root: &std::path::Path,
     ) -> Result<(), DockerError> {
+        for network in &entry.networks {
+            self.ensure_network(name, &network.name, owner).await?;
+        }
         let body = create_body(entry, generation, owner, root);
         let options = CreateContainerOptionsBuilder::default().name(name).build();
         match self
@@ -426,6 +430,47 @@ impl Engine {
                 Ok(())
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Creates the network `network` the container `name` joins when the engine lacks it: a
+    /// bridge network labelled with `owner`. One that is there, whoever made it, is used as it
+    /// is; none is ever removed (another container, the mesh's or not, may be on it).
+    async fn ensure_network(
+        &self,
+        name: &str,
+        network: &str,
+        owner: &str,
+    ) -> Result<(), DockerError> {
+        match self
+            .call_async(
+                "network inspect for",
+                name,
+                self.docker.inspect_network(network, None),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if status(&e) == Some(404) => {}
+            Err(e) => return Err(e),
+        }
+        let request = NetworkCreateRequest {
+            name: network.to_owned(),
+            driver: Some("bridge".into()),
+            labels: Some([(LABEL_OWNER.to_owned(), owner.to_owned())].into()),
+            ..NetworkCreateRequest::default()
+        };
+        match self
+            .call_async(
+                "network create for",
+                name,
+                self.docker.create_network(request),
+            )
+            .await
+        {
+            // Another container of the same switch created it meanwhile.
+            Err(e) if status(&e) != Some(409) => Err(e),
+            _ => Ok(()),
         }
     }
 
@@ -604,7 +649,34 @@ fn create_body(
                     .collect(),
             ),
             restart_policy: entry.restart.as_deref().map(restart_policy),
+            network_mode: entry.networks.first().map(|n| n.name.clone()),
             ..HostConfig::default()
+        }),
+        networking_config: (!entry.networks.is_empty()).then(|| NetworkingConfig {
+            endpoints_config: Some(
+                entry
+                    .networks
+                    .iter()
+                    .map(|n| {
+                        let settings = EndpointSettings {
+                            aliases: (!n.aliases.is_empty()).then(|| n.aliases.clone()),
+                            ..EndpointSettings::default()
+                        };
+                        (n.name.clone(), settings)
+                    })
+                    .collect(),
+            ),
+        }),
+        healthcheck: entry.healthcheck.as_ref().map(|h| {
+            let nanos = |d: Option<u64>| d.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
+            HealthConfig {
+                test: (!h.test.is_empty()).then(|| h.test.clone()),
+                interval: nanos(h.interval),
+                timeout: nanos(h.timeout),
+                retries: h.retries.map(i64::from),
+                start_period: nanos(h.start_period),
+                start_interval: None,
+            }
         }),
         ..ContainerCreateBody::default()
     }
@@ -1103,6 +1175,8 @@ mod tests {
             labels: BTreeMap::new(),
             stop_timeout: None,
             restart: None,
+            networks: Vec::new(),
+            healthcheck: None,
             state,
         }
     }

@@ -1258,6 +1258,8 @@ mod tests {
             labels: BTreeMap::new(),
             stop_timeout: None,
             restart: None,
+            networks: Vec::new(),
+            healthcheck: None,
             state: ContainerState::Managed,
         };
         g.containers.insert(

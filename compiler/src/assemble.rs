@@ -12,10 +12,10 @@ use mesh_lib::firewall::{base_ruleset, guard_ruleset};
 use mesh_lib::image::ImageRef;
 use mesh_lib::model::{
     check_account_name, check_printable, check_setting_name, split_install, ContainerEntry,
-    ContainerName, ContainerState, FileEntry, FileMode, FileState, FirewallRules, Mode, ModuleName,
-    ModuleState, NodeName, OnChange, Opening, PickUp, Port, PrivateNetwork, Protocol,
-    PublishedPort, Settings, Source as From, TrafficPath, UnitEntry, UnitName, UnitState,
-    UnitTrigger, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
+    ContainerName, ContainerNetwork, ContainerState, FileEntry, FileMode, FileState, FirewallRules,
+    Healthcheck, Mode, ModuleName, ModuleState, NodeName, OnChange, Opening, PickUp, Port,
+    PrivateNetwork, Protocol, PublishedPort, Settings, Source as From, TrafficPath, UnitEntry,
+    UnitName, UnitState, UnitTrigger, Volume, FORMAT_VERSION, FOUNDATION_PORTS,
 };
 use mesh_lib::path::HostMount;
 use mesh_lib::secret::{SecretContent, SecretRef};
@@ -98,6 +98,29 @@ struct ContainerOut {
     stop_timeout: Option<i64>,
     #[serde(default)]
     restart: Option<String>,
+    #[serde(default)]
+    networks: Vec<JoinedOut>,
+    #[serde(default)]
+    healthcheck: Option<HealthcheckOut>,
+}
+
+#[derive(Deserialize)]
+struct JoinedOut {
+    name: String,
+    aliases: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct HealthcheckOut {
+    test: Vec<String>,
+    #[serde(default)]
+    interval: Option<String>,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    retries: Option<i64>,
+    #[serde(default)]
+    start_period: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -594,6 +617,79 @@ impl<'a> Assembly<'a> {
                         },
                     )?),
                 };
+            let mut networks = Vec::new();
+            for (ni, n) in c.networks.iter().enumerate() {
+                if networks.iter().any(|m: &ContainerNetwork| m.name == n.name) {
+                    return Err(ctx.reject(
+                        &ctx.at(&here, &[f("networks"), Step::Index(ni), f("name")]),
+                        format!("container {name}: network {} is listed twice", n.name),
+                        "this network",
+                    ));
+                }
+                let mut aliases = n.aliases.clone();
+                aliases.sort();
+                aliases.dedup();
+                networks.push(ContainerNetwork {
+                    name: n.name.clone(),
+                    aliases,
+                });
+            }
+            networks.sort();
+            let healthcheck = match &c.healthcheck {
+                None => None,
+                Some(h) => {
+                    let duration = |field: &'static str, text: &Option<String>| {
+                        text.as_deref()
+                            .map(|t| {
+                                mesh_lib::model::parse_duration(t).map_err(|e| {
+                                    ctx.reject(
+                                        &ctx.at(&here, &[f("healthcheck"), f(field)]),
+                                        format!("container {name}: healthcheck {field}: {e}"),
+                                        "this duration",
+                                    )
+                                })
+                            })
+                            .transpose()
+                    };
+                    let retries = match h.retries {
+                        None => None,
+                        Some(r) => Some(u32::try_from(r).ok().filter(|r| *r <= 1000).ok_or_else(
+                            || {
+                                ctx.reject(
+                                    &ctx.at(&here, &[f("healthcheck"), f("retries")]),
+                                    format!(
+                                        "container {name}: healthcheck retries {r} is not 0 to 1000"
+                                    ),
+                                    "this value",
+                                )
+                            },
+                        )?),
+                    };
+                    let test_ok = match h.test.first().map(String::as_str) {
+                        None => true,
+                        Some("NONE") => h.test.len() == 1,
+                        Some("CMD") => h.test.len() > 1,
+                        Some("CMD-SHELL") => h.test.len() == 2,
+                        Some(_) => false,
+                    };
+                    if !test_ok {
+                        return Err(ctx.reject(
+                            &ctx.at(&here, &[f("healthcheck"), f("test")]),
+                            format!(
+                                "container {name}: a healthcheck test is [\"CMD\", ARG…], [\"CMD-SHELL\", COMMAND] or [\"NONE\"]"
+                            ),
+                            "this test",
+                        ));
+                    }
+                    Some(Healthcheck {
+                        test: h.test.clone(),
+                        interval: duration("interval", &h.interval)?,
+                        timeout: duration("timeout", &h.timeout)?,
+                        retries,
+                        start_period: duration("start_period", &h.start_period)?,
+                    })
+                }
+            };
             // A pinned image is held with its digest; a tag alone is kept as declared.
             let digest = if c.image.contains('@') {
                 ImageRef::parse(&c.image)
@@ -644,6 +740,24 @@ impl<'a> Assembly<'a> {
                 printed.push(("volume source", &v.source, ctx.at(&v_at, &[f("source")])));
                 printed.push(("volume target", &v.target, ctx.at(&v_at, &[f("target")])));
             }
+            for (ni, n) in c.networks.iter().enumerate() {
+                let n_at = ctx.at(&here, &[f("networks"), Step::Index(ni)]);
+                printed.push(("network", &n.name, ctx.at(&n_at, &[f("name")])));
+                for (ai, a) in n.aliases.iter().enumerate() {
+                    printed.push((
+                        "network alias",
+                        a,
+                        ctx.at(&n_at, &[f("aliases"), Step::Index(ai)]),
+                    ));
+                }
+            }
+            for (ti, a) in c.healthcheck.iter().flat_map(|h| h.test.iter().enumerate()) {
+                printed.push((
+                    "healthcheck argument",
+                    a,
+                    ctx.at(&here, &[f("healthcheck"), f("test"), Step::Index(ti)]),
+                ));
+            }
             for (what, text, pointer) in printed {
                 check_printable(what, text).map_err(|e| {
                     ctx.reject(&pointer, format!("container {name}: {e}"), "this value")
@@ -660,6 +774,8 @@ impl<'a> Assembly<'a> {
                 labels: c.labels.clone(),
                 stop_timeout,
                 restart: c.restart.clone().filter(|r| r != "no"),
+                networks,
+                healthcheck,
                 state,
             };
             if let Some((first, first_at)) = containers.get(&name) {

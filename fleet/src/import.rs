@@ -650,6 +650,7 @@ fn render_container(
         command,
         environment,
         labels,
+        healthcheck,
     } = c.declared_part();
     let short = &c.id[..c.id.len().min(12)];
     let _ = writeln!(
@@ -813,6 +814,45 @@ fn render_container(
             string(r)
         );
     }
+    if !c.networks.is_empty() {
+        let _ = writeln!(
+            body,
+            "        # from docker inspect: NetworkSettings.Networks; a switch on a node without one\n\
+             \x20       # creates it as a plain bridge network (its driver and subnet are not declared)"
+        );
+        body.push_str("        networks = [\n");
+        for n in &c.networks {
+            let mut e = format!("          {{ name = {}", string(&n.name));
+            if !n.aliases.is_empty() {
+                let _ = write!(e, ", aliases = {}", list(&n.aliases));
+            }
+            let _ = writeln!(body, "{e} }},");
+        }
+        body.push_str("        ],\n");
+    }
+    if let Some(h) = healthcheck {
+        let _ = writeln!(
+            body,
+            "        # from docker inspect: Config.Healthcheck (not the image's own)"
+        );
+        let mut fields = vec![format!("test = {}", list(&h.test))];
+        for (what, d) in [
+            ("interval", h.interval),
+            ("timeout", h.timeout),
+            ("start_period", h.start_period),
+        ] {
+            if let Some(d) = d {
+                fields.push(format!(
+                    "{what} = {}",
+                    string(&mesh_lib::model::format_duration(d))
+                ));
+            }
+        }
+        if let Some(r) = h.retries {
+            fields.push(format!("retries = {r}"));
+        }
+        let _ = writeln!(body, "        healthcheck = {{ {} }},", fields.join(", "));
+    }
     body.push_str("      },\n");
 }
 
@@ -897,6 +937,8 @@ mod tests {
             mounts: vec![],
             stop_timeout: None,
             restart: Some("always".into()),
+            networks: Vec::new(),
+            healthcheck: None,
             image_defaults: Some(mesh_lib::import::ImageDefaults::default()),
             gaps: vec![],
         }

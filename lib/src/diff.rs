@@ -337,6 +337,16 @@ fn container_fields(a: &ContainerEntry, b: &ContainerEntry) -> Vec<FieldChange> 
     );
     field("restart".into(), a.restart.clone(), b.restart.clone());
     field(
+        "networks".into(),
+        (!a.networks.is_empty()).then(|| json(&a.networks)),
+        (!b.networks.is_empty()).then(|| json(&b.networks)),
+    );
+    field(
+        "healthcheck".into(),
+        a.healthcheck.as_ref().map(json),
+        b.healthcheck.as_ref().map(json),
+    );
+    field(
         "module".into(),
         Some(a.module.to_string()),
         Some(b.module.to_string()),
@@ -757,6 +767,8 @@ mod tests {
             labels: BTreeMap::new(),
             stop_timeout: None,
             restart: None,
+            networks: Vec::new(),
+            healthcheck: None,
             state: ContainerState::Staged,
         };
         let mut b = a.clone();

@@ -17,7 +17,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{ContainerEntry, Protocol};
+use crate::model::{format_duration, ContainerEntry, ContainerNetwork, Healthcheck, Protocol};
 
 /// The labels the mesh puts on the containers it creates: never part of a compared spec.
 const MESH_LABELS: [&str; 4] = ["mesh.module", "mesh.generation", "mesh.spec", "mesh.owner"];
@@ -42,6 +42,9 @@ pub struct ImageDefaults {
     /// `RepoDigests`: the digests a registry knows it by (`REPO@sha256:…`).
     #[serde(default)]
     pub repo_digests: Vec<String>,
+    /// `Config.Healthcheck`.
+    #[serde(default)]
+    pub healthcheck: Option<Healthcheck>,
 }
 
 impl ImageDefaults {
@@ -57,7 +60,82 @@ impl ImageDefaults {
             working_dir: str_of(&c["WorkingDir"]),
             user: str_of(&c["User"]),
             repo_digests: strings(&image["RepoDigests"]),
+            healthcheck: healthcheck_of(&c["Healthcheck"]),
         }
+    }
+}
+
+/// A health check as the engine's inspect data says it (`Config.Healthcheck`): a zero is a
+/// field not given. `None` when there is none.
+fn healthcheck_of(h: &Value) -> Option<Healthcheck> {
+    if !h.is_object() {
+        return None;
+    }
+    let nanos = |v: &Value| v.as_u64().filter(|n| *n > 0);
+    let check = Healthcheck {
+        test: strings(&h["Test"]),
+        interval: nanos(&h["Interval"]),
+        timeout: nanos(&h["Timeout"]),
+        retries: nanos(&h["Retries"]).and_then(|r| u32::try_from(r).ok()),
+        start_period: nanos(&h["StartPeriod"]),
+    };
+    (check != Healthcheck::empty()).then_some(check)
+}
+
+impl Healthcheck {
+    /// One that gives nothing.
+    fn empty() -> Self {
+        Healthcheck {
+            test: Vec::new(),
+            interval: None,
+            timeout: None,
+            retries: None,
+            start_period: None,
+        }
+    }
+
+    /// `given` over `image`'s, field by field, as the engine merges a create's check with its
+    /// image's: a field not given is the image's.
+    pub fn merged(given: Option<&Healthcheck>, image: Option<&Healthcheck>) -> Option<Healthcheck> {
+        let Some(given) = given else {
+            return image.cloned();
+        };
+        let Some(image) = image else {
+            return Some(given.clone());
+        };
+        Some(Healthcheck {
+            test: if given.test.is_empty() {
+                image.test.clone()
+            } else {
+                given.test.clone()
+            },
+            interval: given.interval.or(image.interval),
+            timeout: given.timeout.or(image.timeout),
+            retries: given.retries.or(image.retries),
+            start_period: given.start_period.or(image.start_period),
+        })
+    }
+
+    /// For people: `CMD-SHELL "curl -f localhost" every 30s, 3 retries`.
+    pub fn describe(&self) -> String {
+        let mut out = if self.test.is_empty() {
+            "(the image's test)".to_owned()
+        } else {
+            format!("{:?}", self.test)
+        };
+        for (what, d) in [
+            ("interval", self.interval),
+            ("timeout", self.timeout),
+            ("start_period", self.start_period),
+        ] {
+            if let Some(d) = d {
+                out.push_str(&format!(" {what} {}", format_duration(d)));
+            }
+        }
+        if let Some(r) = self.retries {
+            out.push_str(&format!(" retries {r}"));
+        }
+        out
     }
 }
 
@@ -157,6 +235,13 @@ pub struct LiveContainer {
     pub stop_timeout: Option<u32>,
     /// The restart policy (`always`, `unless-stopped`, `on-failure[:N]`), `None` for `no`.
     pub restart: Option<String>,
+    /// The networks it is on other than the default bridge, sorted, with the aliases it was
+    /// given there.
+    #[serde(default)]
+    pub networks: Vec<ContainerNetwork>,
+    /// Its health check (`Config.Healthcheck`: the image's, merged with what its create gave).
+    #[serde(default)]
+    pub healthcheck: Option<Healthcheck>,
     /// What its image gives, when the engine still has it.
     pub image_defaults: Option<ImageDefaults>,
     /// What a declaration cannot say about it.
@@ -309,12 +394,50 @@ impl LiveContainer {
             .filter(|(k, _)| !MESH_LABELS.contains(&k.as_str()))
             .collect();
         let network = str_of(&h["NetworkMode"]);
-        if !matches!(network.as_str(), "" | "default" | "bridge") {
+        let mut networks = Vec::new();
+        if network == "host" || network == "none" || network.starts_with("container:") {
             gaps.push(Gap {
                 what: "network".into(),
                 found: network,
-                why: "a declared container is on the engine's default bridge".into(),
+                why: "a declared container joins bridge networks only".into(),
             });
+        } else {
+            let id = str_of(&inspect["Id"]);
+            for (name, endpoint) in inspect["NetworkSettings"]["Networks"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                if name == "bridge" && matches!(network.as_str(), "" | "default" | "bridge") {
+                    continue;
+                }
+                // An engine before API 1.45 adds the container's short id itself.
+                let mut aliases: Vec<String> = strings(&endpoint["Aliases"])
+                    .into_iter()
+                    .filter(|a| a.len() < 12 || !id.starts_with(a.as_str()))
+                    .collect();
+                aliases.sort();
+                aliases.dedup();
+                let ipam = &endpoint["IPAMConfig"];
+                for (field, what) in [
+                    ("IPv4Address", "IPv4 address"),
+                    ("IPv6Address", "IPv6 address"),
+                ] {
+                    let address = str_of(&ipam[field]);
+                    if !address.is_empty() {
+                        gaps.push(Gap {
+                            what: format!("{what} on {name}"),
+                            found: address,
+                            why: "a declared container gets the address its network gives".into(),
+                        });
+                    }
+                }
+                networks.push(ContainerNetwork {
+                    name: name.clone(),
+                    aliases,
+                });
+            }
+            networks.sort();
         }
         let defaults = image_defaults.clone().unwrap_or_default();
         let mut unsaid = |what: &str, found: String, default: &str| {
@@ -338,12 +461,11 @@ impl LiveContainer {
         if !strings(&h["CapAdd"]).is_empty() {
             unsaid("cap_add", strings(&h["CapAdd"]).join(","), "");
         }
-        if c["Healthcheck"].is_object() && !c["Healthcheck"]["Test"].is_null() {
-            unsaid(
-                "healthcheck",
-                strings(&c["Healthcheck"]["Test"]).join(" "),
-                "",
-            );
+        if let Some(every) = c["Healthcheck"]["StartInterval"]
+            .as_u64()
+            .filter(|n| *n > 0)
+        {
+            unsaid("healthcheck start_interval", format_duration(every), "");
         }
         let entrypoint = strings(&c["Entrypoint"]);
         if image.is_some() && entrypoint != defaults.entrypoint {
@@ -379,6 +501,8 @@ impl LiveContainer {
                 .as_u64()
                 .and_then(|t| u32::try_from(t).ok()),
             restart,
+            networks,
+            healthcheck: healthcheck_of(&c["Healthcheck"]),
             image_defaults,
             gaps,
         }
@@ -399,10 +523,13 @@ impl LiveContainer {
         };
         let environment = beyond(&self.environment, &d.environment);
         let labels = beyond(&self.labels, &d.labels);
+        let healthcheck = (self.healthcheck != d.healthcheck)
+            .then(|| self.healthcheck.clone().unwrap_or_else(Healthcheck::empty));
         DeclaredPart {
             command,
             environment,
             labels,
+            healthcheck,
         }
     }
 
@@ -444,8 +571,18 @@ impl LiveContainer {
                 .collect(),
             stop_timeout: self.stop_timeout,
             restart: self.restart.clone(),
+            networks: networks_of(&self.networks),
+            healthcheck: self.healthcheck.clone(),
         }
     }
+}
+
+/// Networks as a compared spec holds them: name → aliases.
+fn networks_of(networks: &[ContainerNetwork]) -> BTreeMap<String, BTreeSet<String>> {
+    networks
+        .iter()
+        .map(|n| (n.name.clone(), n.aliases.iter().cloned().collect()))
+        .collect()
 }
 
 /// What a declaration of a live container says: what it was given beyond its image's defaults.
@@ -457,6 +594,9 @@ pub struct DeclaredPart {
     pub environment: BTreeMap<String, String>,
     /// The labels the image does not give.
     pub labels: BTreeMap<String, String>,
+    /// The health check, when it is not the image's (all of it; a test of `["NONE"]` when the
+    /// image has one and the container none).
+    pub healthcheck: Option<Healthcheck>,
 }
 
 /// A container's spec once created: what a create gives merged with its image's defaults.
@@ -478,6 +618,12 @@ pub struct Effective {
     pub stop_timeout: Option<u32>,
     /// Restart policy.
     pub restart: Option<String>,
+    /// Networks beside the default bridge, with their aliases (not encoded when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub networks: BTreeMap<String, BTreeSet<String>>,
+    /// The health check (not encoded when none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub healthcheck: Option<Healthcheck>,
 }
 
 impl Effective {
@@ -515,6 +661,11 @@ impl Effective {
                 .collect(),
             stop_timeout: entry.stop_timeout,
             restart: entry.restart.clone(),
+            networks: networks_of(&entry.networks),
+            healthcheck: Healthcheck::merged(
+                entry.healthcheck.as_ref(),
+                defaults.healthcheck.as_ref(),
+            ),
         }
     }
 
@@ -626,6 +777,36 @@ pub fn compare(entry: &ContainerEntry, live: &LiveContainer) -> Vec<Difference> 
         opt(l.stop_timeout.map(|t| t.to_string())),
     );
     differ("restart".into(), opt(d.restart), opt(l.restart));
+    let networks = |n: &BTreeMap<String, BTreeSet<String>>| {
+        if n.is_empty() {
+            return "(the default bridge)".to_owned();
+        }
+        n.iter()
+            .map(|(name, aliases)| {
+                if aliases.is_empty() {
+                    name.clone()
+                } else {
+                    let aliases: Vec<&str> = aliases.iter().map(String::as_str).collect();
+                    format!("{name} as {}", aliases.join(", "))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    differ(
+        "networks".into(),
+        networks(&d.networks),
+        networks(&l.networks),
+    );
+    let check = |h: &Option<Healthcheck>| {
+        h.as_ref()
+            .map_or("(none)".to_owned(), Healthcheck::describe)
+    };
+    differ(
+        "healthcheck".into(),
+        check(&d.healthcheck),
+        check(&l.healthcheck),
+    );
     out
 }
 
@@ -864,11 +1045,92 @@ mod tests {
         assert_eq!(compare(&elsewhere, &live)[0].field, "image");
     }
 
+    /// A container on a network of its own (a compose project's), with aliases and a health
+    /// check beside its image's, is declared with both and equal; another alias, another
+    /// network, or another interval is a difference, named.
+    #[test]
+    fn networks_and_a_healthcheck_are_declared_and_compared() {
+        let mut i = inspect();
+        i["Id"] = json!(format!("c0ffee012345{}", "9".repeat(52)));
+        i["HostConfig"]["NetworkMode"] = json!("proj_default");
+        i["NetworkSettings"] = json!({"Networks": {
+            "proj_default": {"Aliases": ["web", "proj-web-1", "c0ffee012345"], "IPAMConfig": null},
+            "back": {"Aliases": null},
+        }});
+        i["Config"]["Healthcheck"] = json!({
+            "Test": ["CMD-SHELL", "wget -q localhost"], "Interval": 5_000_000_000u64,
+            "Timeout": 0, "Retries": 3,
+        });
+        let mut img = image();
+        img["Config"]["Healthcheck"] = json!({"Test": ["CMD", "true"], "Retries": 3});
+        let live = LiveContainer::from_inspect(&i, Some(&img), Path::new("/"));
+        assert!(live.gaps.is_empty(), "{:?}", live.gaps);
+        assert_eq!(
+            live.networks,
+            vec![
+                ContainerNetwork {
+                    name: "back".into(),
+                    aliases: vec![]
+                },
+                ContainerNetwork {
+                    name: "proj_default".into(),
+                    aliases: vec!["proj-web-1".into(), "web".into()],
+                },
+            ],
+            "the short id an older engine adds is not an alias"
+        );
+        let part = live.declared_part();
+        let check = part.healthcheck.clone().expect("not the image's");
+        assert_eq!(check.test, ["CMD-SHELL", "wget -q localhost"]);
+        let mut d = declared();
+        d.networks = live.networks.clone();
+        d.healthcheck = Some(check);
+        assert_eq!(compare(&d, &live), vec![]);
+        assert_eq!(
+            declared_effective(&d, &live).digest(),
+            live.effective().digest()
+        );
+        // Given the interval alone, the test and the retries are the image's.
+        let mut interval_only = d.clone();
+        interval_only.healthcheck = Some(Healthcheck {
+            test: vec![],
+            interval: Some(5_000_000_000),
+            timeout: None,
+            retries: None,
+            start_period: None,
+        });
+        let fields = |d: &ContainerEntry| -> Vec<String> {
+            compare(d, &live).into_iter().map(|x| x.field).collect()
+        };
+        assert_eq!(fields(&interval_only), ["healthcheck"]);
+        let mut alias = d.clone();
+        alias.networks[1].aliases.pop();
+        assert_eq!(fields(&alias), ["networks"]);
+        let mut bridge = d.clone();
+        bridge.networks.clear();
+        let differences = compare(&bridge, &live);
+        assert_eq!(differences[0].declared, "(the default bridge)");
+        let mut none = d.clone();
+        none.healthcheck = None;
+        assert_eq!(
+            fields(&none),
+            ["healthcheck"],
+            "the image's is another check"
+        );
+        // On the default bridge, no network is declared.
+        let plain = LiveContainer::from_inspect(&inspect(), Some(&image()), Path::new("/"));
+        assert!(plain.networks.is_empty());
+        // A fixed address on a network is a gap.
+        i["NetworkSettings"]["Networks"]["back"]["IPAMConfig"] = json!({"IPv4Address": "10.5.0.9"});
+        let fixed = LiveContainer::from_inspect(&i, Some(&img), Path::new("/"));
+        assert_eq!(fixed.gaps[0].what, "IPv4 address on back");
+    }
+
     /// What a declaration cannot say (a network, an entrypoint of its own) is a gap, named.
     #[test]
     fn what_cannot_be_declared_is_a_gap() {
         let mut i = inspect();
-        i["HostConfig"]["NetworkMode"] = json!("backend");
+        i["HostConfig"]["NetworkMode"] = json!("host");
         i["Config"]["Entrypoint"] = json!(["/init"]);
         let live = LiveContainer::from_inspect(&i, Some(&image()), Path::new("/"));
         let what: Vec<&str> = live.gaps.iter().map(|g| g.what.as_str()).collect();

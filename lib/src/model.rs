@@ -772,6 +772,93 @@ pub struct Volume {
     pub read_only: bool,
 }
 
+/// An engine network a container joins, and the names it answers to there.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerNetwork {
+    /// The network's name (a compose project's `PROJECT_default`, say).
+    pub name: String,
+    /// The names other containers on it reach this one by, sorted (beside its own name).
+    pub aliases: Vec<String>,
+}
+
+/// How the engine checks a container is healthy (`docker run --health-*`, compose's
+/// `healthcheck`). A field not given is the image's (or the engine's default).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Healthcheck {
+    /// `["CMD", ARG…]`, `["CMD-SHELL", COMMAND]`, or `["NONE"]` (the image's check disabled);
+    /// empty for the image's.
+    pub test: Vec<String>,
+    /// Between checks, in nanoseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<u64>,
+    /// A check's limit, in nanoseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// Failures in a row before it is unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// The start's grace, in nanoseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_period: Option<u64>,
+}
+
+/// The units of a duration as the engine and compose write it (Go's): `1h30m`, `500ms`.
+const DURATION_UNITS: [(&str, u64); 6] = [
+    ("h", 3_600_000_000_000),
+    ("m", 60_000_000_000),
+    ("s", 1_000_000_000),
+    ("ms", 1_000_000),
+    ("us", 1_000),
+    ("ns", 1),
+];
+
+/// A duration written as compose writes one (`30s`, `1m30s`, `500ms`), in nanoseconds.
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let bad = || format!("`{text}` is not a duration such as 30s, 1m30s or 500ms");
+    let mut rest = text;
+    let mut total: u64 = 0;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let (_, scale) = DURATION_UNITS
+            .iter()
+            .find(|(u, _)| *u == &rest[..unit])
+            .ok_or_else(bad)?;
+        rest = &rest[unit..];
+        total = number
+            .checked_mul(*scale)
+            .and_then(|n| total.checked_add(n))
+            .ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+/// `nanos` as [`parse_duration`] reads it, shortest first (`1m30s`, `500ms`, `0s`).
+pub fn format_duration(nanos: u64) -> String {
+    if nanos == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let mut rest = nanos;
+    for (unit, scale) in DURATION_UNITS {
+        if rest >= scale {
+            out.push_str(&format!("{}{unit}", rest / scale));
+            rest %= scale;
+        }
+    }
+    out
+}
+
 /// What the mesh does with a declared container on this node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
@@ -831,6 +918,13 @@ pub struct ContainerEntry {
     /// none when not declared (and then not encoded: a generation without one keeps its id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<String>,
+    /// The engine networks it joins instead of the default bridge, sorted by name; none when
+    /// not declared (and then not encoded: a generation without them keeps its id).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<ContainerNetwork>,
+    /// Its health check, when it declares one (not encoded otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthcheck: Option<Healthcheck>,
     /// What the mesh does with it here.
     pub state: ContainerState,
 }
@@ -874,6 +968,17 @@ impl ContainerEntry {
         for v in &self.volumes {
             check_printable("volume source", &v.source)?;
             check_printable("volume target", &v.target)?;
+        }
+        for n in &self.networks {
+            check_printable("network", &n.name)?;
+            for a in &n.aliases {
+                check_printable("network alias", a)?;
+            }
+        }
+        if let Some(h) = &self.healthcheck {
+            for a in &h.test {
+                check_printable("healthcheck argument", a)?;
+            }
         }
         Ok(())
     }
@@ -1188,6 +1293,23 @@ pub struct Counts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A duration as compose and the engine write one, read back as written, shortest first.
+    #[test]
+    fn durations_read_and_written_as_compose_writes_them() {
+        assert_eq!(parse_duration("30s"), Ok(30_000_000_000));
+        assert_eq!(parse_duration("1m30s"), Ok(90_000_000_000));
+        assert_eq!(parse_duration("500ms"), Ok(500_000_000));
+        assert_eq!(parse_duration("1h2m3s4ms5us6ns"), Ok(3_723_004_005_006));
+        for bad in ["", "30", "s", "1x", "-1s", "1.5s", "99999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        for nanos in [0, 1, 500_000_000, 90_000_000_000, 3_723_004_005_006] {
+            assert_eq!(parse_duration(&format_duration(nanos)), Ok(nanos));
+        }
+        assert_eq!(format_duration(90_000_000_000), "1m30s");
+        assert_eq!(format_duration(0), "0s");
+    }
 
     fn generation() -> Generation {
         let settings = Settings {

@@ -100,6 +100,22 @@ impl Drop for Made {
                     .output();
             }
         }
+        if let Ok(networks) = Command::new("docker")
+            .args([
+                "network",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("name={}", self.prefix),
+            ])
+            .output()
+        {
+            for network in String::from_utf8_lossy(&networks.stdout).split_whitespace() {
+                let _ = Command::new("docker")
+                    .args(["network", "rm", network])
+                    .output();
+            }
+        }
         let _ = Command::new("docker")
             .args(["rmi", "-f", &self.image])
             .output();

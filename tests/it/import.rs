@@ -389,25 +389,8 @@ fn engine_facts_of(facts: &[String], i: usize) -> Vec<String> {
     vec![facts[i].clone()]
 }
 
-/// Removes a Docker network when dropped (also when the test fails), after the containers on
-/// it: dropped before the test's `Made`, it removes them first (a network with a container
-/// attached is not removed).
-struct Network(String);
-
-impl Drop for Network {
-    fn drop(&mut self) {
-        let docker = |args: &[&str]| std::process::Command::new("docker").args(args).output();
-        if let Ok(ids) = docker(&["ps", "-aq", "--filter", &format!("network={}", self.0)]) {
-            for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
-                let _ = docker(&["rm", "-f", id]);
-            }
-        }
-        let _ = docker(&["network", "rm", &self.0]);
-    }
-}
-
-/// What a declaration cannot say is never dropped silently: a container on a network of its
-/// own with a working folder of its own is imported with each gap named (a `NOT DECLARED` comment,
+/// What a declaration cannot say is never dropped silently: a container with no network (`--network none`)
+/// and a working folder of its own is imported with each gap named (a `NOT DECLARED` comment,
 /// stderr, `--json`), `--check` says it differs and why (exit 2), and a take does not keep it
 /// as if it were the declared one.
 #[test]
@@ -418,15 +401,13 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
     let _turn = take_turn();
     let made = Made::new("gap");
     let name = format!("{}-odd", made.prefix);
-    let network = Network(format!("{}-net", made.prefix));
-    docker(&["network", "create", &network.0]);
     docker(&[
         "run",
         "-d",
         "--name",
         &name,
         "--network",
-        &network.0,
+        "none",
         "--workdir",
         "/tmp",
         &made.image,
@@ -550,6 +531,327 @@ fn a_compose_project_is_one_module_taken_in_place() {
     }
     assert_eq!(engine_facts(&refs), before, "the take recreated");
     f.ok(&["import", "--no-firewall", "--check", decl]);
+}
+
+/// What the client container gets from the server by its alias on their network, trying for
+/// 5 s: the name `api` asked of the engine's DNS, then `GET /` of ADDRESS:8080 over `nc` (the
+/// static busybox's own resolver and socket: its wget, through glibc linked statically, crashes).
+fn reached(client: &str) -> String {
+    let fetch = "ip=$(/bin/busybox nslookup api 127.0.0.11 \
+                 | /bin/busybox sed -n 's/^Address: \\([0-9.]*\\)$/\\1/p' | /bin/busybox head -n 1) \
+                 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 2 $ip 8080 | /bin/busybox tail -n 1";
+    let mut got = String::new();
+    for _ in 0..25 {
+        let out = std::process::Command::new("docker")
+            .args(["exec", client, "/bin/busybox", "sh", "-c", fetch])
+            .output()
+            .unwrap();
+        got = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if out.status.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    got
+}
+
+/// `docker inspect -f {{.State.Health.Status}}` of `name` once it is `healthy`, trying for 15 s.
+fn healthy(name: &str) -> String {
+    let mut status = String::new();
+    for _ in 0..75 {
+        status = docker(&["inspect", "-f", "{{.State.Health.Status}}", name]);
+        if status == "healthy" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    status
+}
+
+/// A predecessor's containers on a network of their own, reaching each other by alias (as a
+/// compose project's do), each with a health check its image does not have: imported with
+/// their networks, aliases and checks written, checked equal, adopted and taken in place (same
+/// ids, never restarted) while the client reaches the server by its alias throughout. Then a
+/// declaration naming a network the engine lacks: the switch creates it (a bridge network,
+/// labelled `mesh.owner`) and the container is on it under its alias with its check, equal to
+/// its declaration by `--check`.
+#[test]
+fn networks_and_healthchecks_are_imported_equal_and_taken_in_place() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("nwh");
+    let network = format!("{}-net", made.prefix);
+    let (api, client) = (
+        format!("{}-api", made.prefix),
+        format!("{}-client", made.prefix),
+    );
+    docker(&["network", "create", &network]);
+    // The image is the static busybox alone: a shell check (`CMD-SHELL`) needs its /bin/sh.
+    let serve = "/bin/busybox ln -sf /bin/busybox /bin/sh && mkdir -p /www && echo ok > /www/index.html && exec /bin/busybox httpd -f -p 8080 -h /www";
+    let idle = "/bin/busybox ln -sf /bin/busybox /bin/sh && exec /bin/busybox sleep 100000";
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &api,
+        "--network",
+        &network,
+        "--network-alias",
+        "api",
+        "--health-cmd",
+        "test -f /www/index.html || exit 1",
+        "--health-interval",
+        "1s",
+        "--health-retries",
+        "2",
+        "--health-start-period",
+        "1m30s",
+        &made.image,
+        "/bin/busybox",
+        "sh",
+        "-c",
+        serve,
+    ]);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &client,
+        "--network",
+        &network,
+        "--network-alias",
+        "client",
+        "--network-alias",
+        "probe",
+        "--health-cmd",
+        "true",
+        "--health-interval",
+        "500ms",
+        &made.image,
+        "/bin/busybox",
+        "sh",
+        "-c",
+        idle,
+    ]);
+    assert_eq!(healthy(&api), "healthy");
+    assert_eq!(reached(&client), "ok");
+    let names = [api.as_str(), client.as_str()];
+    let before = engine_facts(&names);
+
+    let f = Fixture::new();
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let result = import_named(&f, &out_dir, &names);
+    assert_eq!(result["gaps"], serde_json::json!({}), "{result}");
+    assert_eq!(engine_facts(&names), before, "the import changed nothing");
+    let written: String = texts(&out_dir.join("catalogue"))
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    for expected in [
+        format!(r#"{{ name = "{network}", aliases = ["api"] }},"#),
+        format!(r#"{{ name = "{network}", aliases = ["client", "probe"] }},"#),
+        r#"healthcheck = { test = ["CMD-SHELL", "test -f /www/index.html || exit 1"], interval = "1s", start_period = "1m30s", retries = 2 }"#.to_owned(),
+        r#"healthcheck = { test = ["CMD-SHELL", "true"], interval = "500ms" }"#.to_owned(),
+    ] {
+        assert!(written.contains(&expected), "{expected} not in:\n{written}");
+    }
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    f.ok(&["import", "--no-firewall", "--check", decl]);
+    f.ok(&["adopt", decl]);
+    for module in result["modules"].as_array().unwrap() {
+        let taken = f.ok(&["take", module.as_str().unwrap(), decl]);
+        assert!(
+            taken.stdout.contains("keep     container"),
+            "{}",
+            taken.stdout
+        );
+        assert_eq!(
+            reached(&client),
+            "ok",
+            "the server answers by its alias throughout"
+        );
+    }
+    assert_eq!(
+        engine_facts(&names),
+        before,
+        "the take recreated or restarted"
+    );
+    assert_eq!(healthy(&api), "healthy");
+
+    // A network the engine lacks is created by the switch, and the container joins it.
+    let fresh = format!("{}-fresh", made.prefix);
+    let name = format!("{}-new", made.prefix);
+    let g = Fixture::new();
+    g.write_decl(
+        "n.ncl",
+        &crate::rejections::node(
+            "store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820",
+            &crate::rejections::module(
+                "fresh",
+                &format!(
+                    r#"containers = [{{
+        name = "{name}",
+        image = "{i}",
+        command = ["/bin/busybox", "sh", "-c", "{serve}"],
+        networks = [{{ name = "{fresh}", aliases = ["api", "again"] }}],
+        healthcheck = {{ test = ["CMD-SHELL", "test -f /www/index.html"], interval = "1s" }},
+    }}]"#,
+                    i = made.image
+                ),
+            ),
+        ),
+    );
+    let decl = g.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    g.ok(&["adopt", decl]);
+    g.ok(&["take", "fresh"]);
+    assert!(
+        !docker(&[
+            "network",
+            "inspect",
+            "-f",
+            "{{index .Labels \"mesh.owner\"}}",
+            &fresh
+        ])
+        .is_empty(),
+        "the network the switch created carries the mesh's label"
+    );
+    let aliases: Vec<String> = serde_json::from_str(&docker(&[
+        "inspect",
+        "-f",
+        &format!("{{{{json (index .NetworkSettings.Networks \"{fresh}\").Aliases}}}}"),
+        &name,
+    ]))
+    .unwrap();
+    let id = docker(&["inspect", "-f", "{{.Id}}", &name]);
+    let aliases: Vec<&str> = aliases
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !id.starts_with(a))
+        .collect();
+    assert_eq!(
+        aliases,
+        ["again", "api"],
+        "besides the short id the engine may add"
+    );
+    assert_eq!(
+        healthy(&name),
+        "healthy",
+        "its declared check runs, through its alias"
+    );
+    g.ok(&["import", "--no-firewall", "--check", decl]);
+}
+
+/// A real compose project (`docker-compose up`): a server with an environment file, a
+/// published port, a named volume, a health check, a restart policy and a stop grace period,
+/// and a worker on a second network of the project's; each reaches the other by its service
+/// name. Imported as one module with every network, alias and check, checked equal, adopted and
+/// taken in place: no container recreated or restarted, the server answering on its port and by
+/// its name throughout.
+#[test]
+fn a_compose_project_with_networks_and_healthchecks_is_taken_in_place() {
+    if !docker_here() || !crate::support::have_root_tools(&["docker-compose"]) {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("dcp");
+    let port = free_ports(1);
+    let project = format!("{}proj", made.prefix);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("api.env"), "MODE=prod\nLEVEL=3\n").unwrap();
+    std::fs::write(
+        dir.path().join("docker-compose.yml"),
+        format!(
+            r#"version: "3.8"
+services:
+  api:
+    image: {image}
+    command: ["/bin/busybox", "sh", "-c", "echo ok > /www/index.html && echo hello > /www/hello && exec /bin/busybox httpd -f -p 8080 -h /www"]
+    env_file: [api.env]
+    environment: {{ ROLE: api }}
+    ports: ["127.0.0.1:{port}:8080"]
+    volumes: ["www:/www"]
+    restart: unless-stopped
+    stop_grace_period: 2s
+    healthcheck:
+      test: ["CMD", "/bin/busybox", "test", "-f", "/www/index.html"]
+      interval: 1s
+      retries: 3
+  client:
+    image: {image}
+    command: ["/bin/busybox", "sleep", "100000"]
+    networks: [default, back]
+networks:
+  back: {{}}
+volumes:
+  www: {{}}
+"#,
+            image = made.image
+        ),
+    )
+    .unwrap();
+    let compose = |args: &[&str]| {
+        let out = std::process::Command::new("docker-compose")
+            .current_dir(dir.path())
+            .args(["-p", &project])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "docker-compose {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    compose(&["up", "-d"]);
+    let (api, client) = (format!("{project}_api_1"), format!("{project}_client_1"));
+    assert_eq!(healthy(&api), "healthy");
+    assert_eq!(reached(&client), "ok");
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
+    let names = [api.as_str(), client.as_str()];
+    let before = engine_facts(&names);
+
+    let f = Fixture::new();
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("fleet");
+    let result = import_named(&f, &out_dir, &names);
+    assert_eq!(result["modules"], serde_json::json!([project]), "{result}");
+    assert_eq!(result["gaps"], serde_json::json!({}), "{result}");
+    let module = std::fs::read_to_string(out_dir.join(format!("catalogue/{project}.ncl"))).unwrap();
+    for expected in [
+        format!(r#"{{ name = "{project}_back", aliases = ["client"] }},"#),
+        format!(r#"{{ name = "{project}_default", aliases = ["api"] }},"#),
+        r#"healthcheck = { test = ["CMD", "/bin/busybox", "test", "-f", "/www/index.html"], interval = "1s", retries = 3 }"#.to_owned(),
+        "MODE = \"prod\"".to_owned(),
+        "stop_timeout = 2".to_owned(),
+    ] {
+        assert!(module.contains(&expected), "{expected} not in:\n{module}");
+    }
+    let decl = out_dir.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    f.ok(&["import", "--no-firewall", "--check", decl]);
+    f.ok(&["adopt", decl]);
+    let taken = f.ok(&["take", &project, decl]);
+    for n in names {
+        assert!(
+            taken.stdout.contains(&format!("keep     container {n}")),
+            "{}",
+            taken.stdout
+        );
+    }
+    assert_eq!(
+        engine_facts(&names),
+        before,
+        "the take recreated or restarted"
+    );
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
+    assert_eq!(reached(&client), "ok");
+    f.ok(&["import", "--no-firewall", "--check", decl]);
+    compose(&["down", "-v"]);
 }
 
 /// The seed's control node at its scale: sixty containers as a predecessor started them — twelve

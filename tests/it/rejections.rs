@@ -122,6 +122,42 @@ fn stop_timeout_out_of_range() {
     assert_says(&ran, &["stop_timeout"]);
 }
 
+/// A health check's test of another form, a duration compose would not read, retries out of
+/// range, a network joined twice: each pointed at, nothing written.
+#[test]
+fn bad_healthchecks_and_networks() {
+    for (field, says) in [
+        (
+            r#"healthcheck = { test = ["curl", "-f", "x"] }"#,
+            r#"container db: a healthcheck test is ["CMD", ARG…], ["CMD-SHELL", COMMAND] or ["NONE"]"#,
+        ),
+        (
+            r#"healthcheck = { test = ["CMD-SHELL", "a", "b"] }"#,
+            "a healthcheck test is",
+        ),
+        (
+            r#"healthcheck = { test = ["CMD", "true"], retries = 1001 }"#,
+            "container db: healthcheck retries 1001 is not 0 to 1000",
+        ),
+        (
+            r#"networks = [{ name = "back" }, { name = "back", aliases = ["db"] }]"#,
+            "container db: network back is listed twice",
+        ),
+    ] {
+        let c = format!(r#"containers = [{{ name = "db", image = "busybox", {field} }}]"#);
+        let ran = rejected(&node(PORTS, &module("db", &c)), None);
+        assert_says(&ran, &[says, "bad-node.ncl:9:"]);
+    }
+    // A duration compose would not read is the contract's to refuse.
+    for d in ["30", "1.5s", "30 s", "1d"] {
+        let c = format!(
+            r#"containers = [{{ name = "db", image = "busybox", healthcheck = {{ interval = "{d}" }} }}]"#
+        );
+        let ran = rejected(&node(PORTS, &module("db", &c)), None);
+        assert_says(&ran, &["interval"]);
+    }
+}
+
 /// Instances only for a template (`NAME@.TYPE`), each one an instance name, each once.
 #[test]
 fn unit_instances_only_for_a_template() {
