@@ -623,6 +623,15 @@ pub struct ImportArgs {
     /// A file to import, by its absolute path on the node (repeat it).
     #[arg(long, value_name = "PATH")]
     pub file: Vec<String>,
+    /// A compose file on the node, by its absolute path (repeat it): the containers of the
+    /// project it started are imported (beside any --container), with the file itself and the
+    /// environment files it names. An imported container's compose project brings its files
+    /// so anyway.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_containers")]
+    pub compose: Vec<String>,
+    /// Import no compose file, nor the environment files one names (its containers still are).
+    #[arg(long)]
+    pub no_compose_files: bool,
     /// Read no firewall: write no openings (with --check: compare none). By default every port
     /// published on the node that someone outside reaches through the firewall in force gets an
     /// opening from whom it is reached now, so the flip leaves it so.
@@ -637,7 +646,7 @@ pub struct ImportArgs {
     #[arg(
         long,
         value_name = "NODE.ncl",
-        conflicts_with_all = ["out", "force", "node", "container", "no_containers", "file"]
+        conflicts_with_all = ["out", "force", "node", "container", "no_containers", "file", "compose", "no_compose_files"]
     )]
     pub check: Option<PathBuf>,
     /// Print one JSON object instead of text.

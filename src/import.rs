@@ -69,9 +69,42 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
                     .join(", ")
             )));
         }
-        mesh_activator::import::live_containers(&engine, &args.container, &machine.root)
-            .map_err(docker)?
+        if args.compose.is_empty() {
+            mesh_activator::import::live_containers(&engine, &args.container, &machine.root)
+                .map_err(docker)?
+        } else {
+            let all = mesh_activator::import::live_containers(&engine, &[], &machine.root)
+                .map_err(docker)?;
+            of_compose_files(all, &args.compose, &args.container, &machine.root)?
+        }
     };
+    // The compose files the containers' projects were started from, and the environment
+    // files they name: what an operator edits beside the containers.
+    let mut skipped = Vec::new();
+    let mut live_files = live_files;
+    if !args.no_compose_files {
+        let given: std::collections::BTreeSet<&str> =
+            paths.iter().map(TargetPath::as_str).collect();
+        let (wanted, mut passed) = compose_paths(&containers, &machine.root);
+        let wanted: Vec<TargetPath> = wanted
+            .into_iter()
+            .filter(|p| !given.contains(p.as_str()))
+            .collect();
+        let (found, not_there) = node.live_files(&wanted)?;
+        live_files.extend(found);
+        passed.extend(
+            not_there
+                .into_iter()
+                .map(|p| (p.to_string(), "no regular file there".to_owned())),
+        );
+        for (path, why) in passed {
+            eprintln!(
+                "compose file not imported: {} ({why})",
+                mesh_lib::text::escape(&path)
+            );
+            skipped.push(json!({ "path": path, "why": why }));
+        }
+    }
     let files: Vec<FileToImport> = live_files
         .into_iter()
         .map(|f| FileToImport {
@@ -135,6 +168,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         let mut v = serde_json::to_value(&imported).map_err(Failure::system)?;
         v["node"] = json!(name);
         v["written"] = json!(written);
+        v["skipped"] = json!(skipped);
         say!("{v}");
     } else {
         for w in &written {
@@ -148,6 +182,100 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// The containers of the compose projects the files `compose` (absolute paths on the node)
+/// started, and those `names` names; a file that started none is bad input.
+fn of_compose_files(
+    all: Vec<mesh_lib::import::LiveContainer>,
+    compose: &[String],
+    names: &[String],
+    root: &std::path::Path,
+) -> Result<Vec<mesh_lib::import::LiveContainer>, Failure> {
+    let host = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let mut wanted = std::collections::BTreeSet::new();
+    let mut started_none = Vec::new();
+    for file in compose {
+        let path =
+            TargetPath::new(file).map_err(|e| Failure::user(format!("--compose {file}: {e}")))?;
+        let at = host(&root.join(path.as_str().trim_start_matches('/')));
+        let theirs: Vec<&str> = all
+            .iter()
+            .filter(|c| c.compose_files().iter().any(|f| host(f) == at))
+            .map(|c| c.name.as_str())
+            .collect();
+        if theirs.is_empty() {
+            started_none.push(mesh_lib::text::escape(file).into_owned());
+        }
+        wanted.extend(theirs.into_iter().map(str::to_owned));
+    }
+    if !started_none.is_empty() {
+        return Err(Failure::user(format!(
+            "--compose: no container on the engine was started from {} (compose's labels name the files a project was started from); nothing was written",
+            started_none.join(", ")
+        )));
+    }
+    // A name not on the engine was refused before.
+    wanted.extend(names.iter().cloned());
+    Ok(all
+        .into_iter()
+        .filter(|c| wanted.contains(&c.name))
+        .collect())
+}
+
+/// The files the containers' compose projects were started from — each compose file, the
+/// environment files it names, the `.env` beside it — as declared paths; and those passed
+/// over, each with why (not under the root, not a compose file's YAML).
+fn compose_paths(
+    containers: &[mesh_lib::import::LiveContainer],
+    root: &std::path::Path,
+) -> (Vec<TargetPath>, Vec<(String, String)>) {
+    let mut wanted = std::collections::BTreeSet::new();
+    let mut passed = Vec::new();
+    let compose: std::collections::BTreeSet<std::path::PathBuf> =
+        containers.iter().flat_map(|c| c.compose_files()).collect();
+    let mut declared = |host: &std::path::Path, passed: &mut Vec<(String, String)>| {
+        let shown = host.display().to_string();
+        match mesh_lib::import::under_root(&shown, root).map(|p| TargetPath::new(&p)) {
+            Some(Ok(p)) => {
+                wanted.insert(p);
+                true
+            }
+            Some(Err(e)) => {
+                passed.push((shown, e.to_string()));
+                false
+            }
+            None => {
+                passed.push((shown, format!("not under the root {}", root.display())));
+                false
+            }
+        }
+    };
+    for file in &compose {
+        if !declared(file, &mut passed) {
+            continue;
+        }
+        let folder = file.parent().unwrap_or(std::path::Path::new("/"));
+        // One not there any more is said by live_files.
+        if let Ok(text) = std::fs::read_to_string(file) {
+            match mesh_lib::import::compose_env_files(&text, folder) {
+                Ok(env_files) => {
+                    for env in env_files {
+                        declared(&env, &mut passed);
+                    }
+                }
+                Err(e) => passed.push((
+                    file.display().to_string(),
+                    format!("its environment files not found: not a compose file's YAML: {e}"),
+                )),
+            }
+        }
+        let dotenv = folder.join(".env");
+        if dotenv.is_file() {
+            declared(&dotenv, &mut passed);
+        }
+    }
+    (wanted.into_iter().collect(), passed)
 }
 
 /// The ports an engine says its containers publish, to name them; none without an engine.

@@ -200,7 +200,7 @@ pub fn render(
     // One module per compose project, else per container.
     let mut groups: Vec<Group> = Vec::new();
     for c in containers {
-        let project = c.labels.get("com.docker.compose.project").cloned();
+        let project = c.labels.get(mesh_lib::import::COMPOSE_PROJECT).cloned();
         match project
             .as_ref()
             .and_then(|p| groups.iter_mut().find(|g| g.project.as_ref() == Some(p)))

@@ -283,7 +283,7 @@ fn env_map(v: &Value) -> BTreeMap<String, String> {
 }
 
 /// A host path as a declared path under `root` names it, or `None` when it is not under it.
-fn under_root(path: &str, root: &Path) -> Option<String> {
+pub fn under_root(path: &str, root: &Path) -> Option<String> {
     if root == Path::new("/") {
         return Some(path.to_owned());
     }
@@ -852,6 +852,70 @@ fn short(id: &str) -> String {
     format!("sha256:{}", &hex[..hex.len().min(12)])
 }
 
+/// The labels compose puts on a project's containers: the project, its folder, its files.
+pub const COMPOSE_PROJECT: &str = "com.docker.compose.project";
+const COMPOSE_WORKING_DIR: &str = "com.docker.compose.project.working_dir";
+const COMPOSE_CONFIG_FILES: &str = "com.docker.compose.project.config_files";
+
+impl LiveContainer {
+    /// The compose files its project was started from, as host paths (compose v1 writes them
+    /// relative to the project's folder, v2 absolute); none for a container compose did not
+    /// start.
+    pub fn compose_files(&self) -> Vec<std::path::PathBuf> {
+        let Some(files) = self.labels.get(COMPOSE_CONFIG_FILES) else {
+            return Vec::new();
+        };
+        let folder = self
+            .labels
+            .get(COMPOSE_WORKING_DIR)
+            .map(Path::new)
+            .unwrap_or(Path::new("/"));
+        files
+            .split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .map(|f| folder.join(f).components().collect())
+            .collect()
+    }
+}
+
+/// The environment files a compose file names: each service's `env_file` (a path, a list of
+/// paths, or of `{ path, required }`), as paths from the compose file's `folder`. An error
+/// when it is not a compose file's YAML.
+pub fn compose_env_files(
+    text: &str,
+    folder: &Path,
+) -> Result<BTreeSet<std::path::PathBuf>, String> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let mut out = BTreeSet::new();
+    let Some(services) = doc.get("services") else {
+        return Ok(out);
+    };
+    let services = services
+        .as_mapping()
+        .ok_or("its `services` is not a map of services")?;
+    for service in services.values() {
+        let named = match service.get("env_file") {
+            None => continue,
+            Some(serde_yaml::Value::Sequence(list)) => list.clone(),
+            Some(one) => vec![one.clone()],
+        };
+        for entry in named {
+            let path = match &entry {
+                serde_yaml::Value::String(p) => p.clone(),
+                other => other
+                    .get("path")
+                    .and_then(serde_yaml::Value::as_str)
+                    .ok_or("an `env_file` entry is neither a path nor { path }")?
+                    .to_owned(),
+            };
+            // `./c.env` is `c.env`: a path's components drop an inner `.`.
+            out.insert(folder.join(path).components().collect());
+        }
+    }
+    Ok(out)
+}
+
 /// Why an environment variable looks like a credential (`by name`, `by entropy`), if it does:
 /// its value is then never written in clear.
 pub fn looks_like_credential(name: &str, value: &str) -> Option<&'static str> {
@@ -1124,6 +1188,40 @@ mod tests {
         i["NetworkSettings"]["Networks"]["back"]["IPAMConfig"] = json!({"IPv4Address": "10.5.0.9"});
         let fixed = LiveContainer::from_inspect(&i, Some(&img), Path::new("/"));
         assert_eq!(fixed.gaps[0].what, "IPv4 address on back");
+    }
+
+    /// A compose file's environment files, in each form compose reads, from its folder; the
+    /// project's files from its labels, as v1 (relative) and v2 (absolute) write them.
+    #[test]
+    fn a_compose_projects_files() {
+        let text = "services:\n  a:\n    env_file: a.env\n  b:\n    env_file: [b.env, /etc/shared.env]\n  c:\n    env_file:\n      - path: ./c.env\n        required: false\n  d:\n    image: x\n";
+        let files = compose_env_files(text, Path::new("/srv/app")).unwrap();
+        let files: Vec<&str> = files.iter().map(|p| p.to_str().unwrap()).collect();
+        assert_eq!(
+            files,
+            [
+                "/etc/shared.env",
+                "/srv/app/a.env",
+                "/srv/app/b.env",
+                "/srv/app/c.env"
+            ]
+        );
+        assert!(compose_env_files("services: [1, 2]", Path::new("/")).is_err());
+        assert!(compose_env_files(": : :", Path::new("/")).is_err());
+        let mut live = LiveContainer::from_inspect(&inspect(), Some(&image()), Path::new("/"));
+        live.labels
+            .insert(COMPOSE_WORKING_DIR.into(), "/srv/app".into());
+        live.labels.insert(
+            COMPOSE_CONFIG_FILES.into(),
+            "docker-compose.yml,/srv/o.yml".into(),
+        );
+        assert_eq!(
+            live.compose_files(),
+            [
+                Path::new("/srv/app/docker-compose.yml"),
+                Path::new("/srv/o.yml")
+            ]
+        );
     }
 
     /// What a declaration cannot say (a network, an entrypoint of its own) is a gap, named.

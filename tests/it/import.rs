@@ -749,9 +749,10 @@ fn networks_and_healthchecks_are_imported_equal_and_taken_in_place() {
 /// A real compose project (`docker-compose up`): a server with an environment file, a
 /// published port, a named volume, a health check, a restart policy and a stop grace period,
 /// and a worker on a second network of the project's; each reaches the other by its service
-/// name. Imported as one module with every network, alias and check, checked equal, adopted and
-/// taken in place: no container recreated or restarted, the server answering on its port and by
-/// its name throughout.
+/// name. Imported by its compose file (`--compose`) as one module with every network, alias and
+/// check, and the compose file, its environment file and its `.env` as files; checked equal
+/// (containers and files), adopted and taken in place: no container recreated or restarted,
+/// the server answering on its port and by its name throughout.
 #[test]
 fn a_compose_project_with_networks_and_healthchecks_is_taken_in_place() {
     if !docker_here() || !crate::support::have_root_tools(&["docker-compose"]) {
@@ -761,10 +762,14 @@ fn a_compose_project_with_networks_and_healthchecks_is_taken_in_place() {
     let made = Made::new("dcp");
     let port = free_ports(1);
     let project = format!("{}proj", made.prefix);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("api.env"), "MODE=prod\nLEVEL=3\n").unwrap();
+    // The project's folder is on the node, under its root: its files are imported too.
+    let f = Fixture::new();
+    let dir = f.at("/srv/app");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("api.env"), "MODE=prod\nLEVEL=3\n").unwrap();
+    std::fs::write(dir.join(".env"), "UNUSED=1\n").unwrap();
     std::fs::write(
-        dir.path().join("docker-compose.yml"),
+        dir.join("docker-compose.yml"),
         format!(
             r#"version: "3.8"
 services:
@@ -796,7 +801,7 @@ volumes:
     .unwrap();
     let compose = |args: &[&str]| {
         let out = std::process::Command::new("docker-compose")
-            .current_dir(dir.path())
+            .current_dir(&dir)
             .args(["-p", &project])
             .args(args)
             .output()
@@ -815,11 +820,55 @@ volumes:
     let names = [api.as_str(), client.as_str()];
     let before = engine_facts(&names);
 
-    let f = Fixture::new();
     let out = tempfile::tempdir().unwrap();
     let out_dir = out.path().join("fleet");
-    let result = import_named(&f, &out_dir, &names);
-    assert_eq!(result["modules"], serde_json::json!([project]), "{result}");
+    let import = |compose: &str| {
+        f.mesh(&[
+            "import",
+            "--no-firewall",
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--node",
+            "n1",
+            "--compose",
+            compose,
+            "--json",
+        ])
+    };
+    // A compose file that started nothing is bad input, and nothing is written.
+    std::fs::write(dir.join("other.yml"), "services: {}\n").unwrap();
+    let refused = import("/srv/app/other.yml");
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("no container on the engine was started from /srv/app/other.yml"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!out_dir.exists(), "nothing written");
+    // The project by its compose file: its containers, the file, its env file and its .env.
+    let imported = import("/srv/app/docker-compose.yml");
+    assert_eq!(imported.code, 0, "{}", imported.stderr);
+    let result: serde_json::Value = serde_json::from_str(imported.last_line()).unwrap();
+    assert_eq!(result["skipped"], serde_json::json!([]), "{result}");
+    let files = std::fs::read_to_string(out_dir.join("catalogue/files.ncl")).unwrap();
+    for path in [
+        "/srv/app/docker-compose.yml",
+        "/srv/app/api.env",
+        "/srv/app/.env",
+    ] {
+        assert!(
+            files.contains(&format!("path = \"{path}\"")),
+            "{path} not in:\n{files}"
+        );
+    }
+    assert!(!files.contains("other.yml"), "{files}");
+    assert_eq!(
+        result["modules"],
+        serde_json::json!([project, "files"]),
+        "{result}"
+    );
     assert_eq!(result["gaps"], serde_json::json!({}), "{result}");
     let module = std::fs::read_to_string(out_dir.join(format!("catalogue/{project}.ncl"))).unwrap();
     for expected in [
@@ -835,7 +884,7 @@ volumes:
     let decl = decl.to_str().unwrap();
     f.ok(&["import", "--no-firewall", "--check", decl]);
     f.ok(&["adopt", decl]);
-    let taken = f.ok(&["take", &project, decl]);
+    let taken = f.ok(&["take", &project, "files", decl]);
     for n in names {
         assert!(
             taken.stdout.contains(&format!("keep     container {n}")),
