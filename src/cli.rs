@@ -365,6 +365,11 @@ pub enum FleetCommand {
     /// builds), modules held and taken, file and firewall drift; and, for nodes that pull,
     /// the generation their tag names (with --registry), and their last pull and its result.
     Status(FleetStatusArgs),
+    /// Write the declaration of what each node runs into the fleet's tree (`mesh import` on
+    /// the node, over SSH, read-only): a module the catalogue has already, saying the same, is
+    /// shared; one saying another thing gets a module of the node's own (NAME_NODE). Each
+    /// node's declaration goes to nodes/NODE.ncl.
+    Import(FleetImportArgs),
 }
 
 /// How many of the fleet's nodes at once: every fleet command takes it (and the global --fleet).
@@ -607,12 +612,39 @@ pub struct AdoptArgs {
 #[derive(Args, Debug)]
 pub struct ImportArgs {
     /// The folder the catalogue (catalogue/NAME.ncl) and the node's declaration
-    /// (nodes/NODE.ncl) are written into: a fleet's tree.
-    #[arg(long, value_name = "DIR", required_unless_present = "check")]
+    /// (nodes/NODE.ncl) are written into: a fleet's tree. A module already in its catalogue
+    /// that says the same is shared, not written again.
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["check", "found_json"])]
     pub out: Option<PathBuf>,
     /// The node's name (default: the root's /etc/hostname).
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
+    #[command(flatten)]
+    pub what: ImportWhat,
+    /// Write over files that are already there.
+    #[arg(long)]
+    pub force: bool,
+    /// Compare the declaration's every container, file and opening with what runs, each
+    /// `equal` or what differs and why (an opening: who reaches the port now against who would
+    /// after the flip); exit 2 unless all are equal. Writes nothing.
+    #[arg(
+        long,
+        value_name = "NODE.ncl",
+        conflicts_with_all = ["out", "force", "node", "container", "no_containers", "file", "compose", "no_compose_files", "found_json"]
+    )]
+    pub check: Option<PathBuf>,
+    /// Print what was found (the containers as the engine says them, the files' bytes, the
+    /// openings) as one JSON object, and write nothing: what `mesh fleet import` reads over SSH.
+    #[arg(long, conflicts_with_all = ["out", "force"])]
+    pub found_json: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `mesh import` and `mesh fleet import` read on a node.
+#[derive(Args, Debug, Clone)]
+pub struct ImportWhat {
     /// A container to import (repeat it); default: every container on the engine but the
     /// mesh's own.
     #[arg(long, value_name = "NAME")]
@@ -637,19 +669,47 @@ pub struct ImportArgs {
     /// opening from whom it is reached now, so the flip leaves it so.
     #[arg(long)]
     pub no_firewall: bool,
-    /// Write over files that are already there.
+}
+
+impl ImportWhat {
+    /// As arguments of the node's `mesh import`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (flag, values) in [
+            ("--container", &self.container),
+            ("--file", &self.file),
+            ("--compose", &self.compose),
+        ] {
+            for v in values {
+                out.push(flag.to_owned());
+                out.push(v.clone());
+            }
+        }
+        for (flag, on) in [
+            ("--no-containers", self.no_containers),
+            ("--no-compose-files", self.no_compose_files),
+            ("--no-firewall", self.no_firewall),
+        ] {
+            if on {
+                out.push(flag.to_owned());
+            }
+        }
+        out
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct FleetImportArgs {
+    /// The nodes to import, one after the other, as `mesh fleet status` reaches them (default:
+    /// every node of the fleet).
+    #[arg(long = "node", value_name = "NODE")]
+    pub nodes: Vec<String>,
+    #[command(flatten)]
+    pub what: ImportWhat,
+    /// Write over files that are already there (a node's own modules from an import before).
     #[arg(long)]
     pub force: bool,
-    /// Compare the declaration's every container, file and opening with what runs, each
-    /// `equal` or what differs and why (an opening: who reaches the port now against who would
-    /// after the flip); exit 2 unless all are equal. Writes nothing.
-    #[arg(
-        long,
-        value_name = "NODE.ncl",
-        conflicts_with_all = ["out", "force", "node", "container", "no_containers", "file", "compose", "no_compose_files"]
-    )]
-    pub check: Option<PathBuf>,
-    /// Print one JSON object instead of text.
+    /// Print one JSON object per node, a line each, instead of text.
     #[arg(long)]
     pub json: bool,
 }

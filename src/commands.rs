@@ -173,6 +173,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Fleet {
             command: FleetCommand::Status(args),
         } => crate::fleet::status(&state, &place, args),
+        Command::Fleet {
+            command: FleetCommand::Import(args),
+        } => crate::fleet::import(&state, &place, args),
         Command::Deploy(args) => crate::fleet::deploy(&state, &place, args),
         Command::Push(args) => crate::registry::push(&state, &place, args),
         Command::Prune(args) => crate::registry::prune(&state, &args),

@@ -8,7 +8,7 @@ use mesh_fleet::progress::Progress;
 use mesh_fleet::{Fleet, Node};
 use serde_json::json;
 
-use crate::cli::{DeployArgs, FleetArgs, FleetBuildArgs, FleetStatusArgs};
+use crate::cli::{DeployArgs, FleetArgs, FleetBuildArgs, FleetImportArgs, FleetStatusArgs};
 use crate::failure::{Exit, Failure};
 
 /// Where the fleet is, as the global options say.
@@ -44,6 +44,52 @@ pub(crate) fn select<'a>(fleet: &'a Fleet, names: &[String]) -> Result<Vec<&'a N
 
 fn short(id: Option<&mesh_lib::GenerationId>) -> String {
     id.map_or("-".to_owned(), |i| i.short().to_string())
+}
+
+/// `mesh fleet import`: each node's `mesh import --found-json` over SSH, one node after the
+/// other, rendered beside the fleet's catalogue (a module it has, saying the same, shared) and
+/// written into the fleet's tree. A node that cannot be read is named and the others still
+/// imported; the command then exits 3.
+pub fn import(state: &Path, place: &Place, args: FleetImportArgs) -> Result<(), Failure> {
+    let fleet = load(state, place)?;
+    let nodes = select(&fleet, &args.nodes)?;
+    let tree = place.tree.clone().unwrap_or_else(|| {
+        fleet
+            .file
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    });
+    let selection = args.what.to_args();
+    let mut failed = Vec::new();
+    for node in nodes {
+        let found = match mesh_fleet::import::fetch(&fleet, node, &selection) {
+            Ok(found) => found,
+            Err(e) => {
+                eprintln!("{}: {e}", node.name);
+                failed.push(node.name.to_string());
+                continue;
+            }
+        };
+        let done = crate::import::written_into(&tree, &found, args.force, false)?;
+        let declared = tree.join(format!("nodes/{}.ncl", node.name));
+        if node.declaration != declared {
+            eprintln!(
+                "{}: the fleet file names {} as its declaration; the import wrote {}",
+                node.name,
+                node.declaration.display(),
+                declared.display()
+            );
+        }
+        crate::import::report(&found, &tree, &done, args.json)?;
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            Exit::System,
+            miette::miette!("not imported: {}", failed.join(", ")),
+        ))
+    }
 }
 
 /// `mesh fleet build`.

@@ -2,7 +2,7 @@
 //! `mesh import --check`: a declaration compared, item by item, with what runs.
 
 use mesh_activator::node::Node;
-use mesh_fleet::import::{render, write, FileToImport};
+use mesh_fleet::import::{render, write, FileToImport, Found, Imported};
 use mesh_lib::TargetPath;
 use serde_json::json;
 
@@ -13,18 +13,19 @@ use crate::failure::{Exit, Failure};
 pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
     // What the user gave, checked before anything is read.
     let paths = args
+        .what
         .file
         .iter()
         .map(|p| TargetPath::new(p).map_err(|e| Failure::user(format!("--file {p}: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(decl) = &args.check {
-        return check(machine, decl, !args.no_firewall, args.json);
+        return check(machine, decl, !args.what.no_firewall, args.json);
     }
-    let Some(out) = &args.out else {
+    if args.out.is_none() && !args.found_json {
         return Err(Failure::user(
             "mesh import needs --out DIR (where the catalogue and the node's declaration go), or --check NODE.ncl",
         ));
-    };
+    }
     let node = Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
     let name = match &args.node {
         Some(n) => n.clone(),
@@ -48,13 +49,14 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
             machine.root.display()
         )));
     }
-    let containers = if args.no_containers {
+    let containers = if args.what.no_containers {
         Vec::new()
     } else {
         let docker = |e| Failure::from(mesh_activator::ActivateError::from(e));
         let engine = mesh_activator::docker::Engine::connect().map_err(docker)?;
         let present = engine.containers().map_err(docker)?;
         let unknown: Vec<&String> = args
+            .what
             .container
             .iter()
             .filter(|n| !present.contains_key(n.as_str()))
@@ -69,20 +71,20 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
                     .join(", ")
             )));
         }
-        if args.compose.is_empty() {
-            mesh_activator::import::live_containers(&engine, &args.container, &machine.root)
+        if args.what.compose.is_empty() {
+            mesh_activator::import::live_containers(&engine, &args.what.container, &machine.root)
                 .map_err(docker)?
         } else {
             let all = mesh_activator::import::live_containers(&engine, &[], &machine.root)
                 .map_err(docker)?;
-            of_compose_files(all, &args.compose, &args.container, &machine.root)?
+            of_compose_files(all, &args.what.compose, &args.what.container, &machine.root)?
         }
     };
     // The compose files the containers' projects were started from, and the environment
     // files they name: what an operator edits beside the containers.
     let mut skipped = Vec::new();
     let mut live_files = live_files;
-    if !args.no_compose_files {
+    if !args.what.no_compose_files {
         let given: std::collections::BTreeSet<&str> =
             paths.iter().map(TargetPath::as_str).collect();
         let (wanted, mut passed) = compose_paths(&containers, &machine.root);
@@ -98,10 +100,6 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
                 .map(|p| (p.to_string(), "no regular file there".to_owned())),
         );
         for (path, why) in passed {
-            eprintln!(
-                "compose file not imported: {} ({why})",
-                mesh_lib::text::escape(&path)
-            );
             skipped.push(json!({ "path": path, "why": why }));
         }
     }
@@ -115,7 +113,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
             group: f.group,
         })
         .collect();
-    let openings = if args.no_firewall {
+    let openings = if args.what.no_firewall {
         Vec::new()
     } else {
         let (range, address) = mesh_fleet::import::PRIVATE_NETWORK;
@@ -126,12 +124,48 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         };
         node.found_openings(engine_published(), &private)?
     };
-    let mut imported = render(&name, &containers, &files, &openings);
-    // A folder that is no fleet yet becomes one: its declaration imports the catalogue beside it.
-    if !out.join("fleet.ncl").exists() {
-        imported.files.push(mesh_fleet::import::fleet_file(&name));
+    let found = Found {
+        node: name,
+        containers,
+        files,
+        openings,
+        skipped,
+    };
+    if args.found_json {
+        say!(
+            "{}",
+            serde_json::to_string(&found).map_err(Failure::system)?
+        );
+        return Ok(());
     }
-    let written = write(out, &imported, args.force).map_err(|e| match e {
+    let out = args.out.as_deref().expect("--out or --found-json");
+    let imported = written_into(out, &found, args.force, true)?;
+    report(&found, out, &imported, args.json)
+}
+
+/// What an import wrote into the fleet's tree `out` from what was `found`: rendered beside the
+/// catalogue there, written (refused, nothing written, where a file there says another thing,
+/// unless `force`); a fleet file too when `fleet_file` and the folder has none.
+pub(crate) fn written_into(
+    out: &std::path::Path,
+    found: &Found,
+    force: bool,
+    fleet_file: bool,
+) -> Result<(Imported, Vec<std::path::PathBuf>), Failure> {
+    let mut imported = render(
+        &found.node,
+        &found.containers,
+        &found.files,
+        &found.openings,
+        &mesh_fleet::import::catalogue(out),
+    );
+    // A folder that is no fleet yet becomes one: its declaration imports the catalogue beside it.
+    if fleet_file && !out.join("fleet.ncl").exists() {
+        imported
+            .files
+            .push(mesh_fleet::import::fleet_file(&found.node));
+    }
+    let written = write(out, &imported, force).map_err(|e| match e {
         mesh_fleet::import::WriteError::Exists(_) => Failure::new(
             Exit::Refused,
             miette::miette!(
@@ -141,6 +175,18 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         ),
         other => Failure::system(other),
     })?;
+    Ok((imported, written))
+}
+
+/// What an import did, said: the credentials not written and the gaps on stderr, then the
+/// files written and the modules (shared, or the node's own) on stdout, or one JSON object.
+pub(crate) fn report(
+    found: &Found,
+    out: &std::path::Path,
+    (imported, written): &(Imported, Vec<std::path::PathBuf>),
+    json_out: bool,
+) -> Result<(), Failure> {
+    let name = &found.node;
     for c in &imported.credentials {
         eprintln!(
             "credential not written: {}{} ({}); supply it in {}",
@@ -164,15 +210,28 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
             );
         }
     }
-    if args.json {
-        let mut v = serde_json::to_value(&imported).map_err(Failure::system)?;
+    for s in &found.skipped {
+        eprintln!(
+            "compose file not imported: {} ({})",
+            mesh_lib::text::escape(s["path"].as_str().unwrap_or_default()),
+            s["why"].as_str().unwrap_or_default()
+        );
+    }
+    if json_out {
+        let mut v = serde_json::to_value(imported).map_err(Failure::system)?;
         v["node"] = json!(name);
         v["written"] = json!(written);
-        v["skipped"] = json!(skipped);
+        v["skipped"] = json!(found.skipped);
         say!("{v}");
     } else {
-        for w in &written {
+        for w in written {
             say!("wrote {}", out.join(w).display());
+        }
+        for m in &imported.shared {
+            say!("shared {m}: catalogue/{m}.ncl says the same");
+        }
+        for (m, why) in &imported.renamed {
+            say!("module {m} of {name}'s own: {why}");
         }
         say!(
             "{} module{} for {name}; check it: mesh import --check {}",

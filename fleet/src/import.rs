@@ -16,14 +16,18 @@ use std::path::{Path, PathBuf};
 
 use mesh_lib::import::{looks_like_credential, FoundOpening, Gap, LiveContainer};
 use mesh_lib::model::{Protocol, TrafficPath};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::file::{Fleet, Node};
+use crate::ssh::Link;
 
 /// A file read at a path given to `mesh import`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileToImport {
     /// Its absolute path on the node.
     pub path: String,
-    /// Its content.
+    /// Its content (base64 in JSON).
+    #[serde(with = "base64_bytes")]
     pub content: Vec<u8>,
     /// Its mode, four octal digits.
     pub mode: String,
@@ -31,6 +35,94 @@ pub struct FileToImport {
     pub owner: String,
     /// Group's name.
     pub group: String,
+}
+
+/// Bytes as base64 text, for JSON.
+mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// What `mesh import` found on a node, before any Nickel is written: what `mesh import
+/// --found-json` prints there, and `mesh fleet import` reads over SSH to write into the fleet's
+/// tree beside the catalogue it has.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Found {
+    /// The node's name.
+    pub node: String,
+    /// Its containers, as `docker inspect` says them.
+    pub containers: Vec<LiveContainer>,
+    /// Its files read.
+    pub files: Vec<FileToImport>,
+    /// The ports someone outside reaches through the firewall in force.
+    pub openings: Vec<FoundOpening>,
+    /// Compose projects' files passed over: `{ path, why }`.
+    pub skipped: Vec<serde_json::Value>,
+}
+
+/// Why a node's import over SSH failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// No connection, or it dropped.
+    #[error(transparent)]
+    Ssh(#[from] crate::ssh::SshError),
+    /// The node's `mesh import` refused or failed (its exit code and what it said).
+    #[error("mesh import on {node} exited {code}: {message}")]
+    Refused {
+        /// The node.
+        node: String,
+        /// Its exit code (`None`: killed).
+        code: String,
+        /// Its stderr.
+        message: String,
+    },
+    /// It answered something else than what was found.
+    #[error("mesh import on {node} answered what is not a found node's JSON: {message}")]
+    Answer {
+        /// The node.
+        node: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// What `node` runs, read over SSH as `mesh fleet status` reaches it: the node's own `mesh
+/// import --found-json` with `args` (its selection: `--container`, `--compose`, `--file`, …),
+/// which changes nothing there.
+pub fn fetch(fleet: &Fleet, node: &Node, args: &[String]) -> Result<Found, FetchError> {
+    let mut link = Link::open(fleet, node)?;
+    let mut argv = vec!["import", "--found-json", "--node", node.name.as_str()];
+    argv.extend(args.iter().map(String::as_str));
+    let ran = link.mesh(&argv, None);
+    link.close();
+    let ran = ran?;
+    if !ran.ok() {
+        return Err(FetchError::Refused {
+            node: node.name.to_string(),
+            code: ran.code.map_or("(killed)".to_owned(), |c| c.to_string()),
+            message: ran.stderr.trim().to_owned(),
+        });
+    }
+    let last = ran
+        .stdout
+        .split(|b| *b == b'\n')
+        .rfind(|l| !l.is_empty())
+        .unwrap_or_default();
+    serde_json::from_slice(last).map_err(|e| FetchError::Answer {
+        node: node.name.to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// A value not written in clear: to be supplied (`mesh secret edit`).
@@ -57,6 +149,11 @@ pub struct Imported {
     pub modules: Vec<String>,
     /// The port settings, by name.
     pub ports: BTreeMap<String, u16>,
+    /// Modules of the catalogue this node shares: already there, saying the same.
+    pub shared: Vec<String>,
+    /// Modules named after the node because the catalogue's module of the name says another
+    /// thing (another node runs it otherwise): the name, and why.
+    pub renamed: BTreeMap<String, String>,
     /// The credentials not written.
     pub credentials: Vec<Credential>,
     /// What a declaration cannot say, per container.
@@ -194,6 +291,7 @@ pub fn render(
     containers: &[LiveContainer],
     files: &[FileToImport],
     openings: &[FoundOpening],
+    catalogue: &Catalogue,
 ) -> Imported {
     let mut out = Imported::default();
     let credentials_file = format!("nodes/{node}.credentials.ncl");
@@ -366,56 +464,42 @@ pub fn render(
     let mut module_refs: Vec<String> = Vec::new();
     let mut credential_fields: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for g in &groups {
-        let mut text = String::new();
-        let mut creds: Vec<(String, String, String)> = Vec::new();
-        let _ = writeln!(
-            text,
-            "# Imported by `mesh import` from {}: the declaration of what runs, checked by",
-            match &g.project {
-                Some(p) =>
-                    format!("the compose project {p} (label com.docker.compose.project) on {node}"),
-                None => format!("the container {} on {node}", g.containers[0].name),
-            }
-        );
-        let _ = writeln!(
-            text,
-            "# `mesh import --check`. Each host port is a setting of the node (settings.ports)."
-        );
-        let mut body = String::new();
-        for c in &g.containers {
-            render_container(
-                c,
-                &setting_of,
-                &mut body,
-                &mut creds,
-                &mut out.gaps,
-                &declared_files,
+        let openings = opening_lines.remove(&g.module);
+        let context = GroupContext {
+            setting_of: &setting_of,
+            declared_files: &declared_files,
+            openings: openings.as_deref(),
+        };
+        // A module of the same name already in the catalogue (another node's) is shared when
+        // it says the same; when it says something else, this node's is a module of its own.
+        let mut module = g.module.clone();
+        let mut rendered = render_group(g, &module, &context);
+        if catalogue
+            .get(&module)
+            .is_some_and(|there| there != rendered.text.as_bytes())
+        {
+            // The node's own, from an import of it before: written over only with --force.
+            module = format!("{}_{}", g.module, slug(node));
+            rendered = render_group(g, &module, &context);
+            out.renamed.insert(
+                module.clone(),
+                format!("catalogue/{}.ncl says another thing", g.module),
             );
+        } else if catalogue.contains_key(&module) {
+            out.shared.push(module.clone());
         }
-        let uses_credentials = !creds.is_empty();
-        if uses_credentials {
-            let _ = writeln!(
-                text,
-                "# Credentials are not written here: this module reads them from `credentials`,\n\
-                 # which the node's declaration passes from {credentials_file}."
-            );
-            text.push_str("fun credentials =>\n");
-        }
-        let _ = writeln!(text, "{{\n  name = {},", string(&g.module));
-        text.push_str("  config = fun s => {\n    containers = [\n");
-        text.push_str(&body);
-        text.push_str("    ],\n");
-        if let Some(lines) = opening_lines.remove(&g.module) {
-            text.push_str("    openings = [\n");
-            text.push_str(&lines);
-            text.push_str("    ],\n");
-        }
-        text.push_str("  },\n}\n");
-        let path = format!("catalogue/{}.ncl", g.module);
+        let GroupText {
+            text,
+            creds,
+            gaps,
+            uses_credentials,
+        } = rendered;
+        out.gaps.extend(gaps);
+        let path = format!("catalogue/{module}.ncl");
         if uses_credentials {
             module_refs.push(format!(
                 "(import \"../{path}\") credentials.{}",
-                field(&g.module)
+                field(&module)
             ));
         } else {
             module_refs.push(format!("import \"../{path}\""));
@@ -425,92 +509,42 @@ pub fn render(
                 item: container,
                 variable: Some(var.clone()),
                 why: why.clone(),
-                supply_in: credential_file_field(&credentials_file, &g.module, &var),
+                supply_in: credential_file_field(&credentials_file, &module, &var),
             });
             credential_fields
-                .entry(g.module.clone())
+                .entry(module.clone())
                 .or_default()
                 .push((var, why));
         }
-        out.modules.push(g.module.clone());
+        out.modules.push(module);
         out.files.push((PathBuf::from(path), text.into_bytes()));
     }
     if !files.is_empty() {
-        let module = "files".to_owned();
-        let mut text = String::new();
-        let _ = writeln!(
-            text,
-            "# Imported by `mesh import` from the files of {node} at the paths it was given: each\n\
-             # file's content is beside this module (files/), its mode and owner as found."
-        );
-        let _ = writeln!(
-            text,
-            "{{\n  name = {},\n  config = fun s => {{\n    files = [",
-            string(&module)
-        );
-        for f in files {
-            let mode_bits = u32::from_str_radix(&f.mode, 8).unwrap_or(0o644);
-            let special = mode_bits & 0o7000 != 0 || mode_bits & 0o002 != 0;
-            let secret_line = std::str::from_utf8(&f.content).ok().and_then(|t| {
-                t.lines().find_map(|l| {
-                    let (k, v) = l.trim_start_matches("export ").split_once('=')?;
-                    looks_like_credential(k.trim(), v.trim().trim_matches('"'))
-                        .map(|why| (k.trim().to_owned(), why))
-                })
-            });
-            let _ = writeln!(
-                text,
-                "      # from {}: mode {}, owner {}:{}",
-                f.path, f.mode, f.owner, f.group
+        // Another node's files module, saying another thing, keeps its name and its contents.
+        let mut module = "files".to_owned();
+        let mut rendered = files_module(node, &module, files);
+        if catalogue
+            .get(&module)
+            .is_some_and(|there| there != rendered.0.as_bytes())
+        {
+            module = format!("files_{}", slug(node));
+            rendered = files_module(node, &module, files);
+            out.renamed.insert(
+                module.clone(),
+                "catalogue/files.ncl says another thing".into(),
             );
-            let mut entry = format!("      {{ path = {}", string(&f.path));
-            match (std::str::from_utf8(&f.content), secret_line) {
-                (Ok(_), None) => {
-                    let rel = format!("files{}", f.path);
-                    let _ = write!(entry, ", content = import {} as 'Text", string(&rel));
-                    out.files
-                        .push((PathBuf::from("catalogue").join(&rel[..]), f.content.clone()));
-                }
-                (text_or_not, why) => {
-                    let secret = format!("secrets/{node}{}.age", f.path);
-                    let reason = match (text_or_not, why) {
-                        (Ok(_), Some((var, why))) => {
-                            format!("its line {var}= looks like a credential ({why})")
-                        }
-                        _ => "it is not text (a Nickel file's content is text)".to_owned(),
-                    };
-                    let _ = writeln!(
-                        text,
-                        "      # Not written in clear: {reason}. Its content goes into {secret}\n\
-                         \x20     # (`mesh secret edit {secret}`, its recipients in secrets.ncl)."
-                    );
-                    let _ = write!(entry, ", secret = {}", string(&secret));
-                    out.credentials.push(Credential {
-                        item: f.path.clone(),
-                        variable: None,
-                        why: reason,
-                        supply_in: secret,
-                    });
-                }
-            }
-            let _ = write!(entry, ", mode = {}", string(&f.mode));
-            if f.owner != "root" {
-                let _ = write!(entry, ", owner = {}", string(&f.owner));
-            }
-            if f.group != "root" {
-                let _ = write!(entry, ", group = {}", string(&f.group));
-            }
-            if special {
-                entry.push_str(", special_mode = true");
-            }
-            entry.push_str(" },");
-            let _ = writeln!(text, "{entry}");
+        } else if catalogue.contains_key(&module) {
+            out.shared.push(module.clone());
         }
-        text.push_str("    ],\n  },\n}\n");
-        module_refs.push("import \"../catalogue/files.ncl\"".to_owned());
+        let (text, contents, creds) = rendered;
+        out.files.extend(contents);
+        out.credentials.extend(creds);
+        module_refs.push(format!("import \"../catalogue/{module}.ncl\""));
+        out.files.push((
+            PathBuf::from(format!("catalogue/{module}.ncl")),
+            text.into_bytes(),
+        ));
         out.modules.push(module);
-        out.files
-            .push((PathBuf::from("catalogue/files.ncl"), text.into_bytes()));
     }
     if let Some(lines) = opening_lines.remove(&host_module) {
         let mut text = String::new();
@@ -614,6 +648,180 @@ pub fn render(
     out
 }
 
+/// The files to write, each relative to the output folder, with its bytes.
+type Written = Vec<(PathBuf, Vec<u8>)>;
+
+/// The module `module` declaring the imported files, each one's content beside it in
+/// `catalogue/MODULE/PATH`: its text, the contents to write, the credentials not written.
+fn files_module(
+    node: &str,
+    module: &str,
+    files: &[FileToImport],
+) -> (String, Written, Vec<Credential>) {
+    let mut contents = Vec::new();
+    let mut creds = Vec::new();
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "# Imported by `mesh import` from the files of {node} at the paths it was given: each\n\
+         # file's content is beside this module (files/), its mode and owner as found."
+    );
+    let _ = writeln!(
+        text,
+        "{{\n  name = {},\n  config = fun s => {{\n    files = [",
+        string(module)
+    );
+    for f in files {
+        let mode_bits = u32::from_str_radix(&f.mode, 8).unwrap_or(0o644);
+        let special = mode_bits & 0o7000 != 0 || mode_bits & 0o002 != 0;
+        let secret_line = std::str::from_utf8(&f.content).ok().and_then(|t| {
+            t.lines().find_map(|l| {
+                let (k, v) = l.trim_start_matches("export ").split_once('=')?;
+                looks_like_credential(k.trim(), v.trim().trim_matches('"'))
+                    .map(|why| (k.trim().to_owned(), why))
+            })
+        });
+        let _ = writeln!(
+            text,
+            "      # from {}: mode {}, owner {}:{}",
+            f.path, f.mode, f.owner, f.group
+        );
+        let mut entry = format!("      {{ path = {}", string(&f.path));
+        match (std::str::from_utf8(&f.content), secret_line) {
+            (Ok(_), None) => {
+                let rel = format!("{module}{}", f.path);
+                let _ = write!(entry, ", content = import {} as 'Text", string(&rel));
+                contents.push((PathBuf::from("catalogue").join(&rel[..]), f.content.clone()));
+            }
+            (text_or_not, why) => {
+                let secret = format!("secrets/{node}{}.age", f.path);
+                let reason = match (text_or_not, why) {
+                    (Ok(_), Some((var, why))) => {
+                        format!("its line {var}= looks like a credential ({why})")
+                    }
+                    _ => "it is not text (a Nickel file's content is text)".to_owned(),
+                };
+                let _ = writeln!(
+                    text,
+                    "      # Not written in clear: {reason}. Its content goes into {secret}\n\
+                     \x20     # (`mesh secret edit {secret}`, its recipients in secrets.ncl)."
+                );
+                let _ = write!(entry, ", secret = {}", string(&secret));
+                creds.push(Credential {
+                    item: f.path.clone(),
+                    variable: None,
+                    why: reason,
+                    supply_in: secret,
+                });
+            }
+        }
+        let _ = write!(entry, ", mode = {}", string(&f.mode));
+        if f.owner != "root" {
+            let _ = write!(entry, ", owner = {}", string(&f.owner));
+        }
+        if f.group != "root" {
+            let _ = write!(entry, ", group = {}", string(&f.group));
+        }
+        if special {
+            entry.push_str(", special_mode = true");
+        }
+        entry.push_str(" },");
+        let _ = writeln!(text, "{entry}");
+    }
+    text.push_str("    ],\n  },\n}\n");
+    (text, contents, creds)
+}
+
+/// The modules already in the fleet's catalogue (`catalogue/NAME.ncl`), by name: their text.
+pub type Catalogue = BTreeMap<String, Vec<u8>>;
+
+/// The catalogue's modules under `out`, as [`render`] compares them (none when it has none).
+pub fn catalogue(out: &Path) -> Catalogue {
+    let Ok(entries) = std::fs::read_dir(out.join("catalogue")) else {
+        return Catalogue::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.strip_suffix(".ncl")?.to_owned();
+            Some((name, std::fs::read(e.path()).ok()?))
+        })
+        .collect()
+}
+
+/// What a group's module is rendered from beside the group itself.
+struct GroupContext<'a> {
+    setting_of: &'a BTreeMap<(String, u16), String>,
+    declared_files: &'a BTreeSet<&'a str>,
+    /// Its openings' lines, if any.
+    openings: Option<&'a str>,
+}
+
+/// A group's module, rendered.
+struct GroupText {
+    text: String,
+    /// (container, variable, why) of each credential not written.
+    creds: Vec<(String, String, String)>,
+    gaps: BTreeMap<String, Vec<Gap>>,
+    uses_credentials: bool,
+}
+
+/// The module `module` declaring a group's containers. It names no node: the same containers
+/// on two nodes are the same text, one module the fleet shares.
+fn render_group(g: &Group, module: &str, context: &GroupContext) -> GroupText {
+    let mut text = String::new();
+    let mut creds: Vec<(String, String, String)> = Vec::new();
+    let mut gaps = BTreeMap::new();
+    let _ = writeln!(
+        text,
+        "# Imported by `mesh import` from {}: the declaration of what runs, checked by",
+        match &g.project {
+            Some(p) => format!("the compose project {p} (label com.docker.compose.project)"),
+            None => format!("the container {}", g.containers[0].name),
+        }
+    );
+    let _ = writeln!(
+        text,
+        "# `mesh import --check`. Each host port is a setting of the node (settings.ports)."
+    );
+    let mut body = String::new();
+    for c in &g.containers {
+        render_container(
+            c,
+            context.setting_of,
+            &mut body,
+            &mut creds,
+            &mut gaps,
+            context.declared_files,
+        );
+    }
+    let uses_credentials = !creds.is_empty();
+    if uses_credentials {
+        let _ = writeln!(
+            text,
+            "# Credentials are not written here: this module reads them from `credentials`,\n\
+             # which the node's declaration passes from its credentials file (nodes/NODE.credentials.ncl)."
+        );
+        text.push_str("fun credentials =>\n");
+    }
+    let _ = writeln!(text, "{{\n  name = {},", string(module));
+    text.push_str("  config = fun s => {\n    containers = [\n");
+    text.push_str(&body);
+    text.push_str("    ],\n");
+    if let Some(lines) = context.openings {
+        text.push_str("    openings = [\n");
+        text.push_str(lines);
+        text.push_str("    ],\n");
+    }
+    text.push_str("  },\n}\n");
+    GroupText {
+        text,
+        creds,
+        gaps,
+        uses_credentials,
+    }
+}
+
 /// A fleet file naming the node, for an output folder that has none: the folder is then the
 /// fleet's tree (the node's declaration imports the catalogue beside it).
 pub fn fleet_file(node: &str) -> (PathBuf, Vec<u8>) {
@@ -652,12 +860,7 @@ fn render_container(
         labels,
         healthcheck,
     } = c.declared_part();
-    let short = &c.id[..c.id.len().min(12)];
-    let _ = writeln!(
-        body,
-        "      # from docker inspect: container {} ({short})",
-        c.name
-    );
+    let _ = writeln!(body, "      # from docker inspect: container {}", c.name);
     for g in &c.gaps {
         let _ = writeln!(
             body,
@@ -873,12 +1076,20 @@ pub enum WriteError {
     },
 }
 
-/// Writes `imported`'s files under `out` (folders made as needed): none is written when one is
-/// there already, unless `force`.
+/// Writes `imported`'s files under `out` (folders made as needed), returning those written:
+/// none is written when one is there already saying something else, unless `force`.
 pub fn write(out: &Path, imported: &Imported, force: bool) -> Result<Vec<PathBuf>, WriteError> {
+    // A file there already with these very bytes (a module another node shares, an import
+    // of the same machine again) is left as it is: no conflict, not written.
+    let same = |rel: &PathBuf, bytes: &[u8]| {
+        let path = out.join(rel);
+        path.symlink_metadata().is_ok_and(|m| m.is_file())
+            && std::fs::read(&path).is_ok_and(|b| b == bytes)
+    };
     let there: Vec<PathBuf> = imported
         .files
         .iter()
+        .filter(|(rel, bytes)| !same(rel, bytes))
         .map(|(p, _)| out.join(p))
         .filter(|p| p.symlink_metadata().is_ok())
         .collect();
@@ -887,6 +1098,9 @@ pub fn write(out: &Path, imported: &Imported, force: bool) -> Result<Vec<PathBuf
     }
     let mut written = Vec::new();
     for (rel, bytes) in &imported.files {
+        if same(rel, bytes) {
+            continue;
+        }
         let path = out.join(rel);
         let io = |source| WriteError::Io {
             path: path.clone(),
@@ -961,7 +1175,7 @@ mod tests {
             owner: "root".into(),
             group: "root".into(),
         }];
-        let out = render("web-1", &containers, &files, &[]);
+        let out = render("web-1", &containers, &files, &[], &Catalogue::new());
         assert_eq!(out.modules, ["shop", "cache", "files"]);
         let all: String = out
             .files
@@ -990,6 +1204,88 @@ mod tests {
             "{node}"
         );
         assert!(node.contains("cache = 16379,"), "{node}");
+    }
+
+    /// A module the catalogue has already, saying the same, is shared (its text names no node,
+    /// no container id); saying another thing, this node's is a module of its own and the
+    /// catalogue's is not written over; the files module likewise, its contents in a folder of
+    /// its own. What is there with the same bytes is no conflict and not written again.
+    #[test]
+    fn a_catalogue_module_saying_the_same_is_shared_another_is_the_nodes_own() {
+        let mut cache = container("cache", None, &[(16379, 6379)]);
+        let files = [FileToImport {
+            path: "/etc/app.conf".into(),
+            content: b"a\n".to_vec(),
+            mode: "0644".into(),
+            owner: "root".into(),
+            group: "root".into(),
+        }];
+        let first = render("web-1", &[cache.clone()], &files, &[], &Catalogue::new());
+        let catalogue: Catalogue = first
+            .files
+            .iter()
+            .filter_map(|(p, b)| {
+                let name = p
+                    .strip_prefix("catalogue")
+                    .ok()?
+                    .to_str()?
+                    .strip_suffix(".ncl")?;
+                Some((name.to_owned(), b.clone()))
+            })
+            .collect();
+        assert_eq!(catalogue.keys().collect::<Vec<_>>(), ["cache", "files"]);
+        // Another node, another container id, the same container: shared.
+        cache.id = "fedcba9876543210".into();
+        let second = render("web-2", &[cache.clone()], &[], &[], &catalogue);
+        assert_eq!(second.modules, ["cache"]);
+        assert_eq!(second.shared, ["cache"]);
+        let text = |out: &Imported, rel: &str| {
+            out.files
+                .iter()
+                .find(|(p, _)| p == Path::new(rel))
+                .map(|(_, b)| b.clone())
+        };
+        assert_eq!(
+            text(&second, "catalogue/cache.ncl"),
+            catalogue.get("cache").cloned()
+        );
+        // Another environment, another files content: the node's own modules.
+        cache.environment.insert("LEVEL".into(), "9".into());
+        let mut other = files.clone();
+        other[0].content = b"b\n".to_vec();
+        let third = render("web-3", &[cache], &other, &[], &catalogue);
+        assert_eq!(third.modules, ["cache_web_3", "files_web_3"]);
+        assert!(third.renamed.contains_key("cache_web_3"));
+        assert!(text(&third, "catalogue/cache.ncl").is_none());
+        assert_eq!(
+            text(&third, "catalogue/files_web_3/etc/app.conf"),
+            Some(b"b\n".to_vec())
+        );
+        let node = String::from_utf8(text(&third, "nodes/web-3.ncl").unwrap()).unwrap();
+        assert!(
+            node.contains("import \"../catalogue/cache_web_3.ncl\""),
+            "{node}"
+        );
+        // Written into a tree that has the first node's: only what differs is a conflict.
+        let tree = tempfile::tempdir().unwrap();
+        assert_eq!(
+            write(tree.path(), &first, false).unwrap().len(),
+            first.files.len()
+        );
+        let again = write(tree.path(), &first, false).unwrap();
+        assert!(
+            again.is_empty(),
+            "the same bytes are not written again: {again:?}"
+        );
+        let shared = write(tree.path(), &second, false).unwrap();
+        assert_eq!(
+            shared,
+            [
+                PathBuf::from("nodes/web-2.ncl"),
+                PathBuf::from("nodes/web-2.credentials.ncl")
+            ],
+            "the node's own files only"
+        );
     }
 
     fn opening(port: u16, name: &str, from: &[&str], containers: &[&str]) -> FoundOpening {
@@ -1025,7 +1321,7 @@ mod tests {
             opening(443, "nginx", &["anywhere"], &[]),
             opening(4222, "nats", &[], &[]),
         ];
-        let out = render("web-1", &containers, &[], &openings);
+        let out = render("web-1", &containers, &[], &openings, &Catalogue::new());
         assert_eq!(out.modules, ["cache", "firewall"]);
         let text = |path: &str| {
             out.files

@@ -268,9 +268,26 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
         assert!(!elsewhere.exists());
     }
 
-    // Written over nothing: a second import is refused and leaves the files as they are.
+    // The same machine again: nothing to write, nothing written.
     let again = f.mesh(&import_args);
-    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let again: serde_json::Value = serde_json::from_str(again.last_line()).unwrap();
+    assert_eq!(again["written"], serde_json::json!([]), "{again}");
+    assert_eq!(texts(&out_dir), written);
+    // Written over nothing that says another thing: a file the operator edited is refused,
+    // and every file is left as it is.
+    let node_file = out_dir.join("nodes/n1.ncl");
+    let edited = format!("# edited\n{}", std::fs::read_to_string(&node_file).unwrap());
+    std::fs::write(&node_file, &edited).unwrap();
+    let refused = f.mesh(&import_args);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("nodes/n1.ncl"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&node_file).unwrap(), edited);
+    std::fs::write(&node_file, edited.trim_start_matches("# edited\n")).unwrap();
     assert_eq!(texts(&out_dir), written);
 
     // Until the credential is supplied, the declaration does not build.
@@ -1005,4 +1022,187 @@ fn sixty_containers_imported_checked_equal_and_taken_in_place() {
         before,
         "the take recreated or restarted"
     );
+}
+
+/// Every file under `dir` with the hash of its bytes: what "nothing changed there" means for a
+/// node's state and root.
+fn tree_bytes(dir: &Path) -> Vec<(String, String)> {
+    walkdir::WalkDir::new(dir)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|e| {
+            (
+                e.path().display().to_string(),
+                mesh_lib::BlobHash::of(&std::fs::read(e.path()).unwrap_or_default()).to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `mesh fleet import` over real OpenSSH servers, one node after the other, into the fleet's
+/// tree: a container both nodes run alike is one module the second node shares (written once);
+/// a compose project that runs otherwise on the second node is a module of that node's own
+/// (NAME_node1), the first node's left as it was; each node's written declaration is checked
+/// equal on its node. Nothing changes on a node: its containers and root stay as they were,
+/// its state holds no record nor generation. A node's declaration that is there already is written over only with `--force`.
+#[test]
+fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
+    if !docker_here()
+        || !crate::support::have_root_tools(&["sshd", "ssh", "ssh-keygen", "ip", "nft", "ss"])
+    {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("fim");
+    let (common, app_a, app_b) = (
+        format!("{}-common", made.prefix),
+        format!("{}-app-a", made.prefix),
+        format!("{}-app-b", made.prefix),
+    );
+    let project = format!("{}app", made.prefix);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &common,
+        "-e",
+        "LEVEL=2",
+        "-l",
+        "team=ops",
+        &made.image,
+        "/bin/busybox",
+        "sleep",
+        "100000",
+    ]);
+    for (name, role) in [(&app_a, "a"), (&app_b, "b")] {
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "-l",
+            &format!("com.docker.compose.project={project}"),
+            "-l",
+            "com.docker.compose.service=app",
+            "-e",
+            &format!("ROLE={role}"),
+            &made.image,
+            "/bin/busybox",
+            "sleep",
+            "100000",
+        ]);
+    }
+    let names = [common.as_str(), app_a.as_str(), app_b.as_str()];
+    let before = engine_facts(&names);
+    let lab = crate::sshlab::Lab::new("fim", 2, |n| crate::sshlab::node_decl(n, "x\\n", true));
+    let nodes_before: Vec<_> = lab.nodes.iter().map(|n| tree_bytes(&n.root())).collect();
+    let import = |node: &str, app: &str, force: bool| {
+        let mut args = vec![
+            "fleet",
+            "import",
+            "--node",
+            node,
+            "--container",
+            &common,
+            "--container",
+            app,
+            "--no-firewall",
+            "--json",
+        ];
+        if force {
+            args.push("--force");
+        }
+        lab.mesh(&args)
+    };
+    // The lab's fleet has a declaration for each node already: not written over unasked.
+    let refused = import("node0", &app_a, false);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("nodes/node0.ncl"));
+
+    let first = import("node0", &app_a, true);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let first: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    let (common_module, app_module) = (
+        first["modules"][0].as_str().unwrap().to_owned(),
+        first["modules"][1].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(first["shared"], serde_json::json!([]), "{first}");
+    let catalogue = lab.dir.path().join("catalogue");
+    let app_text = std::fs::read(catalogue.join(format!("{app_module}.ncl"))).unwrap();
+
+    let second = import("node1", &app_b, true);
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let second: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
+    let own = format!("{app_module}_node1");
+    assert_eq!(
+        second["modules"],
+        serde_json::json!([common_module, own]),
+        "{second}"
+    );
+    assert_eq!(
+        second["shared"],
+        serde_json::json!([common_module]),
+        "{second}"
+    );
+    assert!(second["renamed"][&own].is_string(), "{second}");
+    let written: Vec<&str> = second["written"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert!(
+        !written.contains(&format!("catalogue/{common_module}.ncl").as_str()),
+        "the shared module is not written again: {written:?}"
+    );
+    assert_eq!(
+        std::fs::read(catalogue.join(format!("{app_module}.ncl"))).unwrap(),
+        app_text,
+        "the first node's module is left as it was"
+    );
+    let node1 = std::fs::read_to_string(lab.dir.path().join("nodes/node1.ncl")).unwrap();
+    assert!(
+        node1.contains(&format!("catalogue/{common_module}.ncl")),
+        "{node1}"
+    );
+    assert!(node1.contains(&format!("catalogue/{own}.ncl")), "{node1}");
+
+    // Nothing changed on the nodes: the engine, the root; the mesh's state opened (as any
+    // command opens it) holds no record and no generation.
+    assert_eq!(engine_facts(&names), before);
+    for (n, root) in lab.nodes.iter().zip(&nodes_before) {
+        assert_eq!(&tree_bytes(&n.root()), root, "{}'s root", n.name);
+        assert!(!n.state().join("record.json").exists(), "{}", n.name);
+        let profile = std::fs::read_dir(n.state().join("profile")).map_or(0, Iterator::count);
+        assert_eq!(profile, 0, "{}: no generation in its profile", n.name);
+    }
+    // Each node's declaration is what runs there.
+    for n in &lab.nodes {
+        let decl = lab.dir.path().join(format!("nodes/{}.ncl", n.name));
+        let checked = n.mesh(&["import", "--no-firewall", "--check", decl.to_str().unwrap()]);
+        assert!(
+            checked.status.success(),
+            "{}: {}{}",
+            n.name,
+            String::from_utf8_lossy(&checked.stdout),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    }
+    // A node not reached is named, and the command fails.
+    let lost = lab.mesh(&["fleet", "import", "--node", "nowhere", "--no-firewall"]);
+    assert_ne!(lost.status.code(), Some(0));
 }
