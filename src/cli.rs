@@ -645,9 +645,9 @@ pub struct ImportArgs {
 /// What `mesh import` and `mesh fleet import` read on a node.
 #[derive(Args, Debug, Clone)]
 pub struct ImportWhat {
-    /// A container to import (repeat it); default: every container on the engine but the
-    /// mesh's own.
-    #[arg(long, value_name = "NAME")]
+    /// A container to import, by name or by a shell pattern matching names (`app-*`; quote
+    /// it), repeat it; default: every container on the engine but the mesh's own.
+    #[arg(long, value_name = "NAME|PATTERN")]
     pub container: Vec<String>,
     /// Import no container (files only).
     #[arg(long, conflicts_with = "container")]

@@ -55,29 +55,14 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         let docker = |e| Failure::from(mesh_activator::ActivateError::from(e));
         let engine = mesh_activator::docker::Engine::connect().map_err(docker)?;
         let present = engine.containers().map_err(docker)?;
-        let unknown: Vec<&String> = args
-            .what
-            .container
-            .iter()
-            .filter(|n| !present.contains_key(n.as_str()))
-            .collect();
-        if !unknown.is_empty() {
-            return Err(Failure::user(format!(
-                "--container: no container {} on the engine; nothing was written",
-                unknown
-                    .iter()
-                    .map(|n| mesh_lib::text::escape(n).into_owned())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
+        let named = chosen(&present, &args.what.container)?;
         if args.what.compose.is_empty() {
-            mesh_activator::import::live_containers(&engine, &args.what.container, &machine.root)
+            mesh_activator::import::live_containers(&engine, &named, &machine.root)
                 .map_err(docker)?
         } else {
             let all = mesh_activator::import::live_containers(&engine, &[], &machine.root)
                 .map_err(docker)?;
-            of_compose_files(all, &args.what.compose, &args.what.container, &machine.root)?
+            of_compose_files(all, &args.what.compose, &named, &machine.root)?
         }
     };
     // The compose files the containers' projects were started from, and the environment
@@ -241,6 +226,53 @@ pub(crate) fn report(
         );
     }
     Ok(())
+}
+
+/// The containers `given` names on the engine: each a name, or a shell pattern (`*`, `?`,
+/// `[…]`) matching names (the mesh's own and kept `.found` ones aside). A name not there, or a
+/// pattern matching none, is bad input; a bad pattern too.
+fn chosen(
+    present: &std::collections::BTreeMap<String, mesh_activator::docker::Present>,
+    given: &[String],
+) -> Result<Vec<String>, Failure> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut none = Vec::new();
+    for g in given {
+        if !g.contains(['*', '?', '[']) {
+            if present.contains_key(g.as_str()) {
+                out.insert(g.clone());
+            } else {
+                none.push(mesh_lib::text::escape(g).into_owned());
+            }
+            continue;
+        }
+        let pattern = glob::Pattern::new(g).map_err(|e| {
+            Failure::user(format!(
+                "--container {}: not a pattern: {e}",
+                mesh_lib::text::escape(g)
+            ))
+        })?;
+        let matched: Vec<&String> = present
+            .iter()
+            .filter(|(n, p)| {
+                !p.is_ours()
+                    && !n.ends_with(mesh_activator::docker::FOUND_SUFFIX)
+                    && pattern.matches(n)
+            })
+            .map(|(n, _)| n)
+            .collect();
+        if matched.is_empty() {
+            none.push(format!("matching {}", mesh_lib::text::escape(g)));
+        }
+        out.extend(matched.into_iter().cloned());
+    }
+    if !none.is_empty() {
+        return Err(Failure::user(format!(
+            "--container: no container {} on the engine; nothing was written",
+            none.join(", ")
+        )));
+    }
+    Ok(out.into_iter().collect())
 }
 
 /// The containers of the compose projects the files `compose` (absolute paths on the node)

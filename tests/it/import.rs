@@ -496,7 +496,8 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
 }
 
 /// Containers a compose project grouped (its `com.docker.compose.project` label) are one
-/// module: imported, checked equal, and taken together, each kept as it is (same ids).
+/// module: imported (chosen by a pattern over their names; one matching none is bad input),
+/// checked equal, and taken together, each kept as it is (same ids).
 #[test]
 fn a_compose_project_is_one_module_taken_in_place() {
     if !docker_here() {
@@ -532,7 +533,26 @@ fn a_compose_project_is_one_module_taken_in_place() {
     let f = Fixture::new();
     let out = tempfile::tempdir().unwrap();
     let out_dir = out.path().join("fleet");
-    let result = import_named(&f, &out_dir, &refs);
+    // Named by a pattern: the project's containers, no other.
+    let pattern = format!("{}-*", made.prefix);
+    let nothing = f.mesh(&[
+        "import",
+        "--no-firewall",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--node",
+        "n1",
+        "--container",
+        &format!("{}-nothing-*", made.prefix),
+    ]);
+    assert_eq!(nothing.code, 1, "{}", nothing.stderr);
+    assert!(
+        nothing.stderr.contains("no container matching"),
+        "{}",
+        nothing.stderr
+    );
+    assert!(!out_dir.exists(), "nothing written");
+    let result = import_named(&f, &out_dir, &[&pattern]);
     assert_eq!(result["modules"], serde_json::json!([project]), "{result}");
     let decl = out_dir.join("nodes/n1.ncl");
     let decl = decl.to_str().unwrap();
