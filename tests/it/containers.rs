@@ -84,35 +84,24 @@ impl Drop for Made {
         for id in String::from_utf8_lossy(&names.stdout).split_whitespace() {
             let _ = Command::new("docker").args(["rm", "-f", id]).output();
         }
-        if let Ok(volumes) = Command::new("docker")
-            .args([
-                "volume",
-                "ls",
-                "-q",
-                "--filter",
-                &format!("name={}", self.prefix),
-            ])
-            .output()
-        {
-            for volume in String::from_utf8_lossy(&volumes.stdout).split_whitespace() {
+        for (kind, remove) in [("volume", ["rm", "-f"].as_slice()), ("network", &["rm"])] {
+            let Ok(listed) = Command::new("docker")
+                .args([
+                    kind,
+                    "ls",
+                    "-q",
+                    "--filter",
+                    &format!("name={}", self.prefix),
+                ])
+                .output()
+            else {
+                continue;
+            };
+            for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
                 let _ = Command::new("docker")
-                    .args(["volume", "rm", "-f", volume])
-                    .output();
-            }
-        }
-        if let Ok(networks) = Command::new("docker")
-            .args([
-                "network",
-                "ls",
-                "-q",
-                "--filter",
-                &format!("name={}", self.prefix),
-            ])
-            .output()
-        {
-            for network in String::from_utf8_lossy(&networks.stdout).split_whitespace() {
-                let _ = Command::new("docker")
-                    .args(["network", "rm", network])
+                    .arg(kind)
+                    .args(remove)
+                    .arg(id)
                     .output();
             }
         }

@@ -49,9 +49,9 @@ fn engine_facts(names: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// `mesh import --json` of the containers `names` into `out` as node `n1` (no firewall read):
-/// its result.
-fn import_named(f: &Fixture, out: &Path, names: &[&str]) -> serde_json::Value {
+/// `mesh import --json` of the containers `names` (or patterns) into `out` as node `n1` (no
+/// firewall read), as it ran.
+fn import_into(f: &Fixture, out: &Path, names: &[&str]) -> crate::support::Ran {
     let mut args = vec![
         "import",
         "--no-firewall",
@@ -64,7 +64,14 @@ fn import_named(f: &Fixture, out: &Path, names: &[&str]) -> serde_json::Value {
         args.extend(["--container", n]);
     }
     args.push("--json");
-    serde_json::from_str(f.ok(&args).last_line()).unwrap()
+    f.mesh(&args)
+}
+
+/// [`import_into`], which must succeed: its result.
+fn import_named(f: &Fixture, out: &Path, names: &[&str]) -> serde_json::Value {
+    let ran = import_into(f, out, names);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    serde_json::from_str(ran.last_line()).unwrap()
 }
 
 /// Every written file's text under `dir`, by relative path.
@@ -436,17 +443,8 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
     let f = Fixture::new();
     let out = tempfile::tempdir().unwrap();
     let out_dir = out.path().join("fleet");
-    let imported = f.ok(&[
-        "import",
-        "--no-firewall",
-        "--out",
-        out_dir.to_str().unwrap(),
-        "--node",
-        "n1",
-        "--container",
-        &name,
-        "--json",
-    ]);
+    let imported = import_into(&f, &out_dir, &[&name]);
+    assert_eq!(imported.code, 0, "{}", imported.stderr);
     let result: serde_json::Value = serde_json::from_str(imported.last_line()).unwrap();
     let gaps: Vec<&str> = result["gaps"][&name]
         .as_array()
@@ -535,16 +533,7 @@ fn a_compose_project_is_one_module_taken_in_place() {
     let out_dir = out.path().join("fleet");
     // Named by a pattern: the project's containers, no other.
     let pattern = format!("{}-*", made.prefix);
-    let nothing = f.mesh(&[
-        "import",
-        "--no-firewall",
-        "--out",
-        out_dir.to_str().unwrap(),
-        "--node",
-        "n1",
-        "--container",
-        &format!("{}-nothing-*", made.prefix),
-    ]);
+    let nothing = import_into(&f, &out_dir, &[&format!("{}-nothing-*", made.prefix)]);
     assert_eq!(nothing.code, 1, "{}", nothing.stderr);
     assert!(
         nothing.stderr.contains("no container matching"),
@@ -1152,10 +1141,12 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         String::from_utf8_lossy(&first.stderr)
     );
     let first: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
-    let (common_module, app_module) = (
+    // The modules in the order of the containers' names (app before common).
+    let (app_module, common_module) = (
         first["modules"][0].as_str().unwrap().to_owned(),
         first["modules"][1].as_str().unwrap().to_owned(),
     );
+    assert!(common_module.ends_with("common"), "{first}");
     assert_eq!(first["shared"], serde_json::json!([]), "{first}");
     let catalogue = lab.dir.path().join("catalogue");
     let app_text = std::fs::read(catalogue.join(format!("{app_module}.ncl"))).unwrap();
@@ -1170,7 +1161,7 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
     let own = format!("{app_module}_node1");
     assert_eq!(
         second["modules"],
-        serde_json::json!([common_module, own]),
+        serde_json::json!([own, common_module]),
         "{second}"
     );
     assert_eq!(
