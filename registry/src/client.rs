@@ -696,16 +696,21 @@ impl tokio::io::AsyncWrite for Bounded {
 /// `UNAUTHORIZED` / `DENIED` codes.
 pub(crate) fn refuses_credentials(why: &str) -> bool {
     let lower = why.to_ascii_lowercase();
-    [
-        "401",
-        "403",
-        "unauthorized",
-        "not authorized",
-        "denied",
-        "authentication",
-    ]
-    .iter()
-    .any(|w| lower.contains(w))
+    // A status code as a number of its own: never the digits of a port or a digest
+    // (`127.0.0.1:40309` holds 403).
+    let status = |code: &str| {
+        lower.match_indices(code).any(|(at, _)| {
+            let before = lower[..at].chars().next_back();
+            let after = lower[at + code.len()..].chars().next();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == ':')
+                && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+        })
+    };
+    status("401")
+        || status("403")
+        || ["unauthorized", "not authorized", "denied", "authentication"]
+            .iter()
+            .any(|w| lower.contains(w))
 }
 
 #[cfg(test)]
@@ -721,6 +726,17 @@ mod tests {
             assert!(super::refuses_credentials(refused), "{refused}");
         }
         assert!(!super::refuses_credentials("connection refused"));
+        // A port or a digest holding the digits is no status.
+        assert!(!super::refuses_credentials(
+            "error sending request for url (http://127.0.0.1:40309/v2/x/manifests/1): tcp connect error: Connection refused"
+        ));
+        assert!(!super::refuses_credentials("blob sha256:a4031b: not found"));
+        assert!(super::refuses_credentials(
+            "HTTP status client error (401 Unauthorized)"
+        ));
+        assert!(super::refuses_credentials(
+            "Server error: code 403: forbidden"
+        ));
     }
 
     /// A registry failing for now (5xx) is asked again; an answer (4xx, not found) is not.
