@@ -57,7 +57,7 @@ echo "checking flake.nix parses"
 nix-instantiate --parse flake.nix >/dev/null
 
 cargo fmt --check
-cargo clippy --all-targets --locked --features crash-points -- -D warnings
+cargo clippy --workspace --all-targets --locked --features crash-points -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked --features crash-points 2>&1 | tee "$log"
