@@ -709,7 +709,8 @@ pub struct FleetImportArgs {
     /// Write over files that are already there (a node's own modules from an import before).
     #[arg(long)]
     pub force: bool,
-    /// Print one JSON object per node, a line each, instead of text.
+    /// Print one JSON object instead of text: `nodes`, each node's import as `mesh import
+    /// --json` says it, and `failed`, each node not imported with why.
     #[arg(long)]
     pub json: bool,
 }

@@ -61,12 +61,13 @@ pub fn import(state: &Path, place: &Place, args: FleetImportArgs) -> Result<(), 
     });
     let selection = args.what.to_args();
     let mut failed = Vec::new();
+    let mut imported = Vec::new();
     for node in nodes {
         let found = match mesh_fleet::import::fetch(&fleet, node, &selection) {
             Ok(found) => found,
             Err(e) => {
                 eprintln!("{}: {e}", node.name);
-                failed.push(node.name.to_string());
+                failed.push(json!({ "node": node.name.to_string(), "problem": e.to_string() }));
                 continue;
             }
         };
@@ -80,14 +81,18 @@ pub fn import(state: &Path, place: &Place, args: FleetImportArgs) -> Result<(), 
                 declared.display()
             );
         }
-        crate::import::report(&found, &tree, &done, args.json)?;
+        imported.extend(crate::import::report(&found, &tree, &done, args.json)?);
+    }
+    if args.json {
+        say!("{}", json!({ "nodes": imported, "failed": failed }));
     }
     if failed.is_empty() {
         Ok(())
     } else {
+        let names: Vec<&str> = failed.iter().filter_map(|f| f["node"].as_str()).collect();
         Err(Failure::new(
             Exit::System,
-            miette::miette!("not imported: {}", failed.join(", ")),
+            miette::miette!("not imported: {}", names.join(", ")),
         ))
     }
 }

@@ -125,7 +125,10 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
     }
     let out = args.out.as_deref().expect("--out or --found-json");
     let imported = written_into(out, &found, args.force, true)?;
-    report(&found, out, &imported, args.json)
+    if let Some(v) = report(&found, out, &imported, args.json)? {
+        say!("{v}");
+    }
+    Ok(())
 }
 
 /// What an import wrote into the fleet's tree `out` from what was `found`: rendered beside the
@@ -164,13 +167,14 @@ pub(crate) fn written_into(
 }
 
 /// What an import did, said: the credentials not written and the gaps on stderr, then the
-/// files written and the modules (shared, or the node's own) on stdout, or one JSON object.
+/// files written and the modules (shared, or the node's own) on stdout — or, with `json_out`,
+/// nothing on stdout: its JSON object is returned.
 pub(crate) fn report(
     found: &Found,
     out: &std::path::Path,
     (imported, written): &(Imported, Vec<std::path::PathBuf>),
     json_out: bool,
-) -> Result<(), Failure> {
+) -> Result<Option<serde_json::Value>, Failure> {
     let name = &found.node;
     for c in &imported.credentials {
         eprintln!(
@@ -207,7 +211,7 @@ pub(crate) fn report(
         v["node"] = json!(name);
         v["written"] = json!(written);
         v["skipped"] = json!(found.skipped);
-        say!("{v}");
+        return Ok(Some(v));
     } else {
         for w in written {
             say!("wrote {}", out.join(w).display());
@@ -225,7 +229,7 @@ pub(crate) fn report(
             out.join(format!("nodes/{name}.ncl")).display()
         );
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The containers `given` names on the engine: each a name, or a shell pattern (`*`, `?`,

@@ -1141,6 +1141,7 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         String::from_utf8_lossy(&first.stderr)
     );
     let first: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    let first = first["nodes"][0].clone();
     // The modules in the order of the containers' names (app before common).
     let (app_module, common_module) = (
         first["modules"][0].as_str().unwrap().to_owned(),
@@ -1158,6 +1159,7 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         String::from_utf8_lossy(&second.stderr)
     );
     let second: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
+    let second = second["nodes"][0].clone();
     let own = format!("{app_module}_node1");
     assert_eq!(
         second["modules"],
@@ -1213,7 +1215,39 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
             String::from_utf8_lossy(&checked.stderr)
         );
     }
-    // A node not reached is named, and the command fails.
-    let lost = lab.mesh(&["fleet", "import", "--node", "nowhere", "--no-firewall"]);
-    assert_ne!(lost.status.code(), Some(0));
+    // A node the fleet does not name is bad input; one that cannot be reached is named with
+    // why, the others still imported, and the command fails (exit 3).
+    let unknown = lab.mesh(&["fleet", "import", "--node", "nowhere", "--no-firewall"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    lab.cut("node1");
+    let cut = lab.mesh(&[
+        "fleet",
+        "import",
+        "--node",
+        "node0",
+        "--node",
+        "node1",
+        "--container",
+        &common,
+        "--container",
+        &app_a,
+        "--no-firewall",
+        "--json",
+    ]);
+    lab.uncut("node1");
+    assert_eq!(
+        cut.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&cut.stderr)
+    );
+    let cut: serde_json::Value = serde_json::from_slice(&cut.stdout).unwrap();
+    assert_eq!(cut["nodes"][0]["node"], "node0", "{cut}");
+    assert_eq!(
+        cut["nodes"][0]["written"],
+        serde_json::json!([]),
+        "the same again: {cut}"
+    );
+    assert_eq!(cut["failed"][0]["node"], "node1", "{cut}");
+    assert!(cut["failed"][0]["problem"].is_string(), "{cut}");
 }
