@@ -2,7 +2,7 @@
 //! `mesh import --check`: a declaration compared, item by item, with what runs.
 
 use mesh_activator::node::Node;
-use mesh_fleet::import::{render, write, FileToImport, Found, Imported};
+use mesh_fleet::import::{render, write, FileToImport, Found, Imported, Skipped};
 use mesh_lib::TargetPath;
 use serde_json::json;
 
@@ -84,9 +84,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
                 .into_iter()
                 .map(|p| (p.to_string(), "no regular file there".to_owned())),
         );
-        for (path, why) in passed {
-            skipped.push(json!({ "path": path, "why": why }));
-        }
+        skipped.extend(passed.into_iter().map(|(path, why)| Skipped { path, why }));
     }
     let files: Vec<FileToImport> = live_files
         .into_iter()
@@ -202,8 +200,8 @@ pub(crate) fn report(
     for s in &found.skipped {
         eprintln!(
             "compose file not imported: {} ({})",
-            mesh_lib::text::escape(s["path"].as_str().unwrap_or_default()),
-            s["why"].as_str().unwrap_or_default()
+            mesh_lib::text::escape(&s.path),
+            s.why
         );
     }
     if json_out {
@@ -288,16 +286,24 @@ fn of_compose_files(
     root: &std::path::Path,
 ) -> Result<Vec<mesh_lib::import::LiveContainer>, Failure> {
     let host = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    // Each container's compose files resolved once, whatever the number of files given.
+    let started: Vec<(&str, Vec<std::path::PathBuf>)> = all
+        .iter()
+        .map(|c| {
+            let files = c.compose_files().iter().map(|f| host(f)).collect();
+            (c.name.as_str(), files)
+        })
+        .collect();
     let mut wanted = std::collections::BTreeSet::new();
     let mut started_none = Vec::new();
     for file in compose {
         let path =
             TargetPath::new(file).map_err(|e| Failure::user(format!("--compose {file}: {e}")))?;
         let at = host(&root.join(path.as_str().trim_start_matches('/')));
-        let theirs: Vec<&str> = all
+        let theirs: Vec<&str> = started
             .iter()
-            .filter(|c| c.compose_files().iter().any(|f| host(f) == at))
-            .map(|c| c.name.as_str())
+            .filter(|(_, files)| files.contains(&at))
+            .map(|(name, _)| *name)
             .collect();
         if theirs.is_empty() {
             started_none.push(mesh_lib::text::escape(file).into_owned());

@@ -148,6 +148,9 @@ pub struct Engine {
     docker: Docker,
     runtime: tokio::runtime::Runtime,
     calls: std::sync::atomic::AtomicUsize,
+    /// The networks known to be on the engine (asked, or created, by this engine's calls): a
+    /// switch creating sixty containers on one network asks for it once.
+    networks: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// The digest of a declared container's spec (its state aside): equal digests, equal containers.
@@ -181,6 +184,7 @@ impl Engine {
             docker: docker.map_err(unreachable)?,
             runtime,
             calls: std::sync::atomic::AtomicUsize::new(2),
+            networks: std::sync::Mutex::default(),
         })
     }
 
@@ -442,6 +446,20 @@ impl Engine {
         network: &str,
         owner: &str,
     ) -> Result<(), DockerError> {
+        let known = || {
+            self.networks
+                .lock()
+                .expect("not poisoned")
+                .insert(network.to_owned());
+        };
+        if self
+            .networks
+            .lock()
+            .expect("not poisoned")
+            .contains(network)
+        {
+            return Ok(());
+        }
         match self
             .call_async(
                 "network inspect for",
@@ -450,7 +468,10 @@ impl Engine {
             )
             .await
         {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                known();
+                return Ok(());
+            }
             Err(e) if status(&e) == Some(404) => {}
             Err(e) => return Err(e),
         }
@@ -470,7 +491,10 @@ impl Engine {
         {
             // Another container of the same switch created it meanwhile.
             Err(e) if status(&e) != Some(409) => Err(e),
-            _ => Ok(()),
+            _ => {
+                known();
+                Ok(())
+            }
         }
     }
 

@@ -67,8 +67,18 @@ pub struct Found {
     pub files: Vec<FileToImport>,
     /// The ports someone outside reaches through the firewall in force.
     pub openings: Vec<FoundOpening>,
-    /// Compose projects' files passed over: `{ path, why }`.
-    pub skipped: Vec<serde_json::Value>,
+    /// Compose projects' files passed over.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A compose project's file an import passed over, and why (not under the root, gone, not a
+/// compose file's YAML).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Its path on the node.
+    pub path: String,
+    /// Why.
+    pub why: String,
 }
 
 /// Why a node's import over SSH failed.
@@ -470,24 +480,14 @@ pub fn render(
             declared_files: &declared_files,
             openings: openings.as_deref(),
         };
-        // A module of the same name already in the catalogue (another node's) is shared when
-        // it says the same; when it says something else, this node's is a module of its own.
-        let mut module = g.module.clone();
-        let mut rendered = render_group(g, &module, &context);
-        if catalogue
-            .get(&module)
-            .is_some_and(|there| there != rendered.text.as_bytes())
-        {
-            // The node's own, from an import of it before: written over only with --force.
-            module = format!("{}_{}", g.module, slug(node));
-            rendered = render_group(g, &module, &context);
-            out.renamed.insert(
-                module.clone(),
-                format!("catalogue/{}.ncl says another thing", g.module),
-            );
-        } else if catalogue.contains_key(&module) {
-            out.shared.push(module.clone());
-        }
+        let (module, rendered) = shared_or_own(
+            catalogue,
+            &g.module,
+            node,
+            &mut out,
+            |m| render_group(g, m, &context),
+            |r| r.text.as_bytes(),
+        );
         let GroupText {
             text,
             creds,
@@ -521,22 +521,14 @@ pub fn render(
     }
     if !files.is_empty() {
         // Another node's files module, saying another thing, keeps its name and its contents.
-        let mut module = "files".to_owned();
-        let mut rendered = files_module(node, &module, files);
-        if catalogue
-            .get(&module)
-            .is_some_and(|there| there != rendered.0.as_bytes())
-        {
-            module = format!("files_{}", slug(node));
-            rendered = files_module(node, &module, files);
-            out.renamed.insert(
-                module.clone(),
-                "catalogue/files.ncl says another thing".into(),
-            );
-        } else if catalogue.contains_key(&module) {
-            out.shared.push(module.clone());
-        }
-        let (text, contents, creds) = rendered;
+        let (module, (text, contents, creds)) = shared_or_own(
+            catalogue,
+            "files",
+            node,
+            &mut out,
+            |m| files_module(node, m, files),
+            |r| r.0.as_bytes(),
+        );
         out.files.extend(contents);
         out.credentials.extend(creds);
         module_refs.push(format!("import \"../catalogue/{module}.ncl\""));
@@ -747,6 +739,37 @@ pub fn catalogue(out: &Path) -> Catalogue {
             Some((name, std::fs::read(e.path()).ok()?))
         })
         .collect()
+}
+
+/// The module `name` as `render` makes it under a name, and the name it goes by: `name` when
+/// the catalogue has none of it or one saying the same (then shared: said in `out`), else
+/// `NAME_NODE`, the node's own (said in `out`, with why), the catalogue's left as it is. A node's
+/// own from an import of it before is written over only with --force.
+fn shared_or_own<T>(
+    catalogue: &Catalogue,
+    name: &str,
+    node: &str,
+    out: &mut Imported,
+    render: impl Fn(&str) -> T,
+    text: impl Fn(&T) -> &[u8],
+) -> (String, T) {
+    let rendered = render(name);
+    match catalogue.get(name) {
+        Some(there) if there.as_slice() != text(&rendered) => {
+            let own = format!("{name}_{}", slug(node));
+            out.renamed.insert(
+                own.clone(),
+                format!("catalogue/{name}.ncl says another thing"),
+            );
+            let rendered = render(&own);
+            (own, rendered)
+        }
+        Some(_) => {
+            out.shared.push(name.to_owned());
+            (name.to_owned(), rendered)
+        }
+        None => (name.to_owned(), rendered),
+    }
 }
 
 /// What a group's module is rendered from beside the group itself.

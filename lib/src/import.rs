@@ -79,21 +79,10 @@ fn healthcheck_of(h: &Value) -> Option<Healthcheck> {
         retries: nanos(&h["Retries"]).and_then(|r| u32::try_from(r).ok()),
         start_period: nanos(&h["StartPeriod"]),
     };
-    (check != Healthcheck::empty()).then_some(check)
+    (check != Healthcheck::default()).then_some(check)
 }
 
 impl Healthcheck {
-    /// One that gives nothing.
-    fn empty() -> Self {
-        Healthcheck {
-            test: Vec::new(),
-            interval: None,
-            timeout: None,
-            retries: None,
-            start_period: None,
-        }
-    }
-
     /// `given` over `image`'s, field by field, as the engine merges a create's check with its
     /// image's: a field not given is the image's.
     pub fn merged(given: Option<&Healthcheck>, image: Option<&Healthcheck>) -> Option<Healthcheck> {
@@ -524,7 +513,7 @@ impl LiveContainer {
         let environment = beyond(&self.environment, &d.environment);
         let labels = beyond(&self.labels, &d.labels);
         let healthcheck = (self.healthcheck != d.healthcheck)
-            .then(|| self.healthcheck.clone().unwrap_or_else(Healthcheck::empty));
+            .then(|| self.healthcheck.clone().unwrap_or_default());
         DeclaredPart {
             command,
             environment,

@@ -784,7 +784,7 @@ pub struct ContainerNetwork {
 
 /// How the engine checks a container is healthy (`docker run --health-*`, compose's
 /// `healthcheck`). A field not given is the image's (or the engine's default).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Healthcheck {
     /// `["CMD", ARG…]`, `["CMD-SHELL", COMMAND]`, or `["NONE"]` (the image's check disabled);
