@@ -23,6 +23,7 @@ pub mod bounded;
 pub mod cache;
 pub mod diagnostic;
 pub mod eval;
+pub mod format;
 pub mod imports;
 pub mod incremental;
 pub mod library;
