@@ -71,7 +71,7 @@ pub fn import(state: &Path, place: &Place, args: FleetImportArgs) -> Result<(), 
                 continue;
             }
         };
-        let done = crate::import::written_into(&tree, &found, args.force, false)?;
+        let done = crate::import::written_into(state, &tree, &found, args.force, false)?;
         let declared = tree.join(format!("nodes/{}.ncl", node.name));
         if node.declaration != declared {
             eprintln!(

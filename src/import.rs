@@ -26,7 +26,12 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
             "mesh import needs --out DIR (where the catalogue and the node's declaration go), or --check NODE.ncl",
         ));
     }
-    let node = Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
+    // Read-only, the mesh's own state too: what an import reads (the root's files, the
+    // firewall, the engine) needs no record, so the node is opened over a scratch state
+    // (removed after), not the state folder, which opening would make or fill.
+    let scratch = tempfile::tempdir().map_err(Failure::system)?;
+    let state = scratch.path();
+    let node = Node::inspect(state, &machine.root, machine.netns.clone())?;
     let name = match &args.node {
         Some(n) => n.clone(),
         None => std::fs::read_to_string(machine.root.join("etc/hostname"))
@@ -122,7 +127,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let out = args.out.as_deref().expect("--out or --found-json");
-    let imported = written_into(out, &found, args.force, true)?;
+    let imported = written_into(state, out, &found, args.force, true)?;
     if let Some(v) = report(&found, out, &imported, args.json)? {
         say!("{v}");
     }
@@ -133,18 +138,30 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
 /// catalogue there, written (refused, nothing written, where a file there says another thing,
 /// unless `force`); a fleet file too when `fleet_file` and the folder has none.
 pub(crate) fn written_into(
+    state: &std::path::Path,
     out: &std::path::Path,
     found: &Found,
     force: bool,
     fleet_file: bool,
 ) -> Result<(Imported, Vec<std::path::PathBuf>), Failure> {
+    // Who may read a secret, when the tree says it: a file's content that is not written in
+    // clear is then written encrypted to them.
+    let rules_file = out.join(mesh_lib::secret::RULES_FILE);
+    let rules = if rules_file.is_file() {
+        let tree = crate::secret::tree_at(state, &rules_file)?;
+        Some(crate::secret::rules(state, &tree)?)
+    } else {
+        None
+    };
     let mut imported = render(
         &found.node,
         &found.containers,
         &found.files,
         &found.openings,
         &mesh_fleet::import::catalogue(out),
+        rules.as_ref(),
     );
+    mesh_fleet::import::keep_secrets_there(out, &mut imported);
     // A folder that is no fleet yet becomes one: its declaration imports the catalogue beside it.
     if fleet_file && !out.join("fleet.ncl").exists() {
         imported
@@ -185,6 +202,18 @@ pub(crate) fn report(
             c.why,
             c.supply_in
         );
+    }
+    for w in &imported.secrets {
+        eprintln!(
+            "written encrypted: {} ({}) as {}, to {}",
+            mesh_lib::text::escape(&w.item),
+            w.why,
+            w.secret,
+            w.readers.join(", ")
+        );
+    }
+    for k in &imported.kept {
+        eprintln!("kept as it is: {k} (a secret already in the fleet's tree; --check on the node compares it)");
     }
     for (container, gaps) in &imported.gaps {
         for g in gaps {

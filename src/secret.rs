@@ -57,7 +57,7 @@ fn locate(state: &Path, file: &Path) -> Result<(Tree, String), Failure> {
 /// The tree of a file there (or of `secrets.ncl` in the current folder): `--tree`, `--fleet`'s
 /// folder, else the tree of the nearest `secrets.ncl` above it, else the nearest fleet file or
 /// checkout above.
-fn tree_at(state: &Path, at: &Path) -> Result<Tree, Failure> {
+pub(crate) fn tree_at(state: &Path, at: &Path) -> Result<Tree, Failure> {
     let library = mesh_compiler::library::install(state)
         .map_err(|e| Failure::system(format!("installing the mesh library: {e}")))?;
     let rule = crate::commands::tree_rule();
@@ -71,7 +71,7 @@ fn tree_at(state: &Path, at: &Path) -> Result<Tree, Failure> {
     Tree::find(at, &library, rule).map_err(|e| mesh_compiler::BuildError::from(e).into())
 }
 
-fn rules(state: &Path, tree: &Tree) -> Result<Rules, Failure> {
+pub(crate) fn rules(state: &Path, tree: &Tree) -> Result<Rules, Failure> {
     let library = mesh_compiler::library::install(state)
         .map_err(|e| Failure::system(format!("installing the mesh library: {e}")))?;
     mesh_compiler::secrets::rules(tree, &library)
@@ -347,7 +347,8 @@ fn rekey(state: &Path, args: &SecretIdentity) -> Result<(), Failure> {
     let rules = rules(state, &tree)?;
     let mut id = None;
     let mut changed = 0;
-    for name in rules.files.keys() {
+    for name in declared(&rules, &tree.root) {
+        let name = &name;
         let recipients = rules
             .recipients(name)
             .map_err(|e| Failure::user(e.to_string()))?;
@@ -381,6 +382,29 @@ fn rekey(state: &Path, args: &SecretIdentity) -> Result<(), Failure> {
     }
     say!("{changed} secret(s) re-encrypted");
     Ok(())
+}
+
+/// The secret files `rules` declares under `root`: each file named, and each `.age` file
+/// under a folder named (`"secrets/web-1/"`), in order.
+fn declared(rules: &mesh_lib::secret::Rules, root: &Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for key in rules.files.keys() {
+        if !key.ends_with('/') {
+            out.insert(key.clone());
+            continue;
+        }
+        let found = walkdir::WalkDir::new(root.join(key))
+            .follow_links(false)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_file())
+            .filter_map(|e| {
+                let rel = e.path().strip_prefix(root).ok()?.to_str()?.to_owned();
+                rel.ends_with(".age").then_some(rel)
+            });
+        out.extend(found);
+    }
+    out
 }
 
 /// Who `secrets.ncl` says may read `file`, and whether its ciphertext is encrypted to each.

@@ -139,6 +139,9 @@ impl Node {
             }
         }
         self.check_reach(generation.files.keys())?;
+        // The secret files' plaintexts, decrypted with the node's host key as a switch does:
+        // each compared by its keyed digest (never a plain one), or why it cannot be.
+        let opened = self.open_secrets(generation).map_err(|e| e.to_string());
         for (path, file) in &generation.files {
             let mut c = Checked {
                 kind: "file",
@@ -151,34 +154,50 @@ impl Node {
                 gaps: Vec::new(),
             };
             match self.root.observe(path)? {
-                (Observed::File(f), _) => {
-                    if file.secret.is_some() {
-                        // The declared content is a ciphertext (or a template): its plaintext
-                        // is the node's at switch time only.
-                        c.verdict = "not compared";
-                        c.declared = None;
-                        c.gaps.push(Gap {
-                            what: "content".into(),
-                            found: "a file made from secrets".into(),
-                            why: "its plaintext is decrypted at switch time, never built".into(),
-                        });
-                    } else {
-                        c.found = Some(f.hash.to_string());
-                        let mut differ = |field: &str, declared: String, found: String| {
-                            if declared != found {
-                                c.differences.push(Difference {
-                                    field: field.into(),
-                                    declared,
-                                    found,
-                                });
+                (Observed::File(f), bytes) => {
+                    // The contents compared: a plain file's by its digest; a secret's by the
+                    // keyed digests of its plaintext and of what is found (never a plain one).
+                    let contents = match (&file.secret, &opened) {
+                        (None, _) => Some((file.blob, f.hash)),
+                        (Some(_), Ok(Some((resolved, _)))) => Some((
+                            resolved.files[path].blob,
+                            self.digests.digest(&bytes.unwrap_or_default()),
+                        )),
+                        (Some(_), Ok(None)) => None,
+                        (Some(_), Err(why)) => {
+                            // Not this node's to read: its plaintext is the switch's.
+                            c.gaps.push(Gap {
+                                what: "content".into(),
+                                found: "a file made from secrets".into(),
+                                why: format!("its plaintext cannot be decrypted here: {why}"),
+                            });
+                            None
+                        }
+                    };
+                    match contents {
+                        None => {
+                            c.verdict = "not compared";
+                            c.declared = None;
+                        }
+                        Some((declared, found)) => {
+                            c.declared = Some(declared.to_string());
+                            c.found = Some(found.to_string());
+                            let mut differ = |field: &str, declared: String, found: String| {
+                                if declared != found {
+                                    c.differences.push(Difference {
+                                        field: field.into(),
+                                        declared,
+                                        found,
+                                    });
+                                }
+                            };
+                            differ("content", declared.to_string(), found.to_string());
+                            differ("mode", String::from(file.mode), String::from(f.mode));
+                            differ("owner", file.owner.clone(), self.ids.user_name(f.uid));
+                            differ("group", file.group.clone(), self.ids.group_name(f.gid));
+                            if !c.differences.is_empty() {
+                                c.verdict = "differs";
                             }
-                        };
-                        differ("content", file.blob.to_string(), f.hash.to_string());
-                        differ("mode", String::from(file.mode), String::from(f.mode));
-                        differ("owner", file.owner.clone(), self.ids.user_name(f.uid));
-                        differ("group", file.group.clone(), self.ids.group_name(f.gid));
-                        if !c.differences.is_empty() {
-                            c.verdict = "differs";
                         }
                     }
                 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use mesh_lib::import::{looks_like_credential, FoundOpening, Gap, LiveContainer};
 use mesh_lib::model::{Protocol, TrafficPath};
+use mesh_lib::secret::Rules;
 use serde::{Deserialize, Serialize};
 
 use crate::file::{Fleet, Node};
@@ -166,6 +167,11 @@ pub struct Imported {
     pub renamed: BTreeMap<String, String>,
     /// The credentials not written.
     pub credentials: Vec<Credential>,
+    /// The files' contents written encrypted (`secrets.ncl` names their readers).
+    pub secrets: Vec<WrittenSecret>,
+    /// Secret files already in the fleet's tree, kept as they are (a ciphertext cannot be
+    /// compared with what the node holds here: `mesh import --check` on the node does).
+    pub kept: Vec<String>,
     /// What a declaration cannot say, per container.
     pub gaps: BTreeMap<String, Vec<Gap>>,
 }
@@ -302,6 +308,7 @@ pub fn render(
     files: &[FileToImport],
     openings: &[FoundOpening],
     catalogue: &Catalogue,
+    secrets: Option<&Rules>,
 ) -> Imported {
     let mut out = Imported::default();
     let credentials_file = format!("nodes/{node}.credentials.ncl");
@@ -526,11 +533,16 @@ pub fn render(
             "files",
             node,
             &mut out,
-            |m| files_module(node, m, files),
+            |m| files_module(node, m, files, secrets),
             |r| r.0.as_bytes(),
         );
         out.files.extend(contents);
-        out.credentials.extend(creds);
+        for c in creds {
+            match c {
+                FileSecret::Supply(c) => out.credentials.push(c),
+                FileSecret::Written(w) => out.secrets.push(w),
+            }
+        }
         module_refs.push(format!("import \"../catalogue/{module}.ncl\""));
         out.files.push((
             PathBuf::from(format!("catalogue/{module}.ncl")),
@@ -556,7 +568,8 @@ pub fn render(
         let path = format!("catalogue/{host_module}.ncl");
         module_refs.push(format!("import \"../{path}\""));
         out.modules.push(host_module.clone());
-        out.files.push((PathBuf::from(path), text.into_bytes()));
+        out.files
+            .push((PathBuf::from(path), formatted(text).into_bytes()));
     }
     // The node's declaration.
     let mut text = String::new();
@@ -611,7 +624,7 @@ pub fn render(
     text.push_str("  ],\n}\n");
     out.files.push((
         PathBuf::from(format!("nodes/{node}.ncl")),
-        text.into_bytes(),
+        formatted(text).into_bytes(),
     ));
     if !credential_fields.is_empty() {
         let mut text = String::new();
@@ -634,8 +647,10 @@ pub fn render(
             text.push_str("  },\n");
         }
         text.push_str("}\n");
-        out.files
-            .push((PathBuf::from(&credentials_file), text.into_bytes()));
+        out.files.push((
+            PathBuf::from(&credentials_file),
+            formatted(text).into_bytes(),
+        ));
     }
     out
 }
@@ -649,7 +664,8 @@ fn files_module(
     node: &str,
     module: &str,
     files: &[FileToImport],
-) -> (String, Written, Vec<Credential>) {
+    secrets: Option<&Rules>,
+) -> (String, Written, Vec<FileSecret>) {
     let mut contents = Vec::new();
     let mut creds = Vec::new();
     let mut text = String::new();
@@ -693,18 +709,38 @@ fn files_module(
                     }
                     _ => "it is not text (a Nickel file's content is text)".to_owned(),
                 };
-                let _ = writeln!(
-                    text,
-                    "      # Not written in clear: {reason}. Its content goes into {secret}\n\
-                     \x20     # (`mesh secret edit {secret}`, its recipients in secrets.ncl)."
-                );
                 let _ = write!(entry, ", secret = {}", string(&secret));
-                creds.push(Credential {
-                    item: f.path.clone(),
-                    variable: None,
-                    why: reason,
-                    supply_in: secret,
-                });
+                match encrypted(node, &secret, &f.content, secrets) {
+                    Ok((ciphertext, readers)) => {
+                        // Its readers are secrets.ncl's to say (and to change: a rekey
+                        // changes no module).
+                        let _ = writeln!(
+                            text,
+                            "      # Not written in clear: {reason}. Its content is {secret},\n\
+                             \x20     # encrypted to the readers secrets.ncl names for it."
+                        );
+                        contents.push((PathBuf::from(&secret), ciphertext));
+                        creds.push(FileSecret::Written(WrittenSecret {
+                            item: f.path.clone(),
+                            why: reason,
+                            secret,
+                            readers,
+                        }));
+                    }
+                    Err(not) => {
+                        let _ = writeln!(
+                            text,
+                            "      # Not written in clear: {reason}. Its content goes into {secret}\n\
+                             \x20     # (`mesh secret edit {secret}`, its recipients in secrets.ncl)."
+                        );
+                        creds.push(FileSecret::Supply(Credential {
+                            item: f.path.clone(),
+                            variable: None,
+                            why: format!("{reason}; not written encrypted: {not}"),
+                            supply_in: secret,
+                        }));
+                    }
+                }
             }
         }
         let _ = write!(entry, ", mode = {}", string(&f.mode));
@@ -721,7 +757,48 @@ fn files_module(
         let _ = writeln!(text, "{entry}");
     }
     text.push_str("    ],\n  },\n}\n");
-    (text, contents, creds)
+    (formatted(text), contents, creds)
+}
+
+/// A file's content that is not written in clear: to supply, or written encrypted.
+enum FileSecret {
+    Supply(Credential),
+    Written(WrittenSecret),
+}
+
+/// A file's content written encrypted, as `mesh secret edit` would have: the readers
+/// `secrets.ncl` names for it include the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WrittenSecret {
+    /// The file's path on the node.
+    pub item: String,
+    /// Why it is not in clear.
+    pub why: String,
+    /// The secret file written, relative to the fleet's tree.
+    pub secret: String,
+    /// Who may read it: the names `secrets.ncl` gives.
+    pub readers: Vec<String>,
+}
+
+/// `content` encrypted to the readers `secrets` names for `secret`, and their names; or why
+/// not: no `secrets.ncl`, no readers named for the file (or a folder holding it), a reader
+/// without a key, or readers that leave out the node itself (its build would refuse it).
+fn encrypted(
+    node: &str,
+    secret: &str,
+    content: &[u8],
+    secrets: Option<&Rules>,
+) -> Result<(Vec<u8>, Vec<String>), String> {
+    let rules = secrets.ok_or("the fleet's tree has no secrets.ncl naming its readers")?;
+    let recipients = rules.recipients(secret).map_err(|e| e.to_string())?;
+    if !recipients.iter().any(|r| r.node && r.name == node) {
+        return Err(format!(
+            "secrets.ncl's readers of it do not include the node {node}"
+        ));
+    }
+    let ciphertext =
+        mesh_lib::secret::encrypt(secret, content, &recipients).map_err(|e| e.to_string())?;
+    Ok((ciphertext, recipients.into_iter().map(|r| r.name).collect()))
 }
 
 /// The modules already in the fleet's catalogue (`catalogue/NAME.ncl`), by name: their text.
@@ -838,11 +915,27 @@ fn render_group(g: &Group, module: &str, context: &GroupContext) -> GroupText {
     }
     text.push_str("  },\n}\n");
     GroupText {
-        text,
+        text: formatted(text),
         creds,
         gaps,
         uses_credentials,
     }
+}
+
+/// Each secret file the import would write that is already in the fleet's tree `out`: kept as
+/// it is (said in `kept`), not written over — its ciphertext cannot be compared here with the
+/// content found, and another one of the same plaintext would differ byte for byte.
+pub fn keep_secrets_there(out: &Path, imported: &mut Imported) {
+    let there: BTreeSet<PathBuf> = imported
+        .secrets
+        .iter()
+        .map(|w| PathBuf::from(&w.secret))
+        .filter(|p| out.join(p).symlink_metadata().is_ok())
+        .collect();
+    imported.files.retain(|(p, _)| !there.contains(p));
+    imported
+        .kept
+        .extend(there.iter().map(|p| p.display().to_string()));
 }
 
 /// A fleet file naming the node, for an output folder that has none: the folder is then the
@@ -861,7 +954,20 @@ pub fn fleet_file(node: &str) -> (PathBuf, Vec<u8>) {
         string(&format!("nodes/{node}.ncl")),
         string(&format!("root@{node}")),
     );
-    (PathBuf::from("fleet.ncl"), text.into_bytes())
+    (PathBuf::from("fleet.ncl"), formatted(text).into_bytes())
+}
+
+/// `text` as `nickel format` lays it out, so that the operator's formatter changes nothing in
+/// what an import wrote. Text the formatter cannot read is a fault of the rendering (a unit test
+/// formats every kind of module): written as rendered, for `mesh import --check` to name.
+fn formatted(text: String) -> String {
+    match mesh_compiler::format::format(&text) {
+        Ok(done) => done,
+        Err(e) => {
+            debug_assert!(false, "{e}:\n{text}");
+            text
+        }
+    }
 }
 
 fn credential_file_field(file: &str, module: &str, var: &str) -> String {
@@ -1198,7 +1304,7 @@ mod tests {
             owner: "root".into(),
             group: "root".into(),
         }];
-        let out = render("web-1", &containers, &files, &[], &Catalogue::new());
+        let out = render("web-1", &containers, &files, &[], &Catalogue::new(), None);
         assert_eq!(out.modules, ["shop", "cache", "files"]);
         let all: String = out
             .files
@@ -1243,7 +1349,14 @@ mod tests {
             owner: "root".into(),
             group: "root".into(),
         }];
-        let first = render("web-1", &[cache.clone()], &files, &[], &Catalogue::new());
+        let first = render(
+            "web-1",
+            &[cache.clone()],
+            &files,
+            &[],
+            &Catalogue::new(),
+            None,
+        );
         let catalogue: Catalogue = first
             .files
             .iter()
@@ -1259,7 +1372,7 @@ mod tests {
         assert_eq!(catalogue.keys().collect::<Vec<_>>(), ["cache", "files"]);
         // Another node, another container id, the same container: shared.
         cache.id = "fedcba9876543210".into();
-        let second = render("web-2", &[cache.clone()], &[], &[], &catalogue);
+        let second = render("web-2", &[cache.clone()], &[], &[], &catalogue, None);
         assert_eq!(second.modules, ["cache"]);
         assert_eq!(second.shared, ["cache"]);
         let text = |out: &Imported, rel: &str| {
@@ -1276,7 +1389,7 @@ mod tests {
         cache.environment.insert("LEVEL".into(), "9".into());
         let mut other = files.clone();
         other[0].content = b"b\n".to_vec();
-        let third = render("web-3", &[cache], &other, &[], &catalogue);
+        let third = render("web-3", &[cache], &other, &[], &catalogue, None);
         assert_eq!(third.modules, ["cache_web_3", "files_web_3"]);
         assert!(third.renamed.contains_key("cache_web_3"));
         assert!(text(&third, "catalogue/cache.ncl").is_none());
@@ -1344,7 +1457,14 @@ mod tests {
             opening(443, "nginx", &["anywhere"], &[]),
             opening(4222, "nats", &[], &[]),
         ];
-        let out = render("web-1", &containers, &[], &openings, &Catalogue::new());
+        let out = render(
+            "web-1",
+            &containers,
+            &[],
+            &openings,
+            &Catalogue::new(),
+            None,
+        );
         assert_eq!(out.modules, ["cache", "firewall"]);
         let text = |path: &str| {
             out.files
@@ -1379,6 +1499,85 @@ mod tests {
                 node.matches(&format!(" = {port},")).count(),
                 1,
                 "{port} written once:\n{node}"
+            );
+        }
+    }
+
+    /// Every Nickel file an import writes — a compose project's module reading credentials, a
+    /// container's with an opening, the files module with a secret, the node's own openings, the
+    /// node's declaration, its credentials file, the fleet file — is what `nickel format`
+    /// (nickel-lang-core's own formatter) writes: running it changes nothing, comments kept.
+    #[test]
+    fn every_module_written_passes_nickel_format() {
+        let containers = [
+            container("shop-web-1", Some("shop"), &[(18080, 80), (18443, 443)]),
+            container("shop-db-1", Some("shop"), &[]),
+            container("cache", None, &[(16379, 6379)]),
+        ];
+        let files = [
+            FileToImport {
+                path: "/etc/app/app.env".into(),
+                content: b"API_TOKEN=s3cr3t-t0ken\n".to_vec(),
+                mode: "0600".into(),
+                owner: "root".into(),
+                group: "app".into(),
+            },
+            FileToImport {
+                path: "/etc/app/app.conf".into(),
+                content: b"port = 80\n".to_vec(),
+                mode: "0644".into(),
+                owner: "root".into(),
+                group: "root".into(),
+            },
+        ];
+        let openings = [
+            opening(16379, "cache", &["anywhere"], &["cache"]),
+            opening(22, "sshd", &["192.0.2.0/24"], &[]),
+        ];
+        let mut out = render(
+            "web-1",
+            &containers,
+            &files,
+            &openings,
+            &Catalogue::new(),
+            None,
+        );
+        out.files.push(fleet_file("web-1"));
+        let written: Vec<&Path> = out
+            .files
+            .iter()
+            .map(|(p, _)| p.as_path())
+            .filter(|p| p.extension().is_some_and(|e| e == "ncl"))
+            .collect();
+        for kind in [
+            "catalogue/shop.ncl",
+            "catalogue/cache.ncl",
+            "catalogue/files.ncl",
+            "catalogue/firewall.ncl",
+            "nodes/web-1.ncl",
+            "nodes/web-1.credentials.ncl",
+            "fleet.ncl",
+        ] {
+            assert!(written.contains(&Path::new(kind)), "{kind} in {written:?}");
+        }
+        for (path, bytes) in out
+            .files
+            .iter()
+            .filter(|(p, _)| written.contains(&p.as_path()))
+        {
+            let mut formatted = Vec::new();
+            nickel_lang_core::format::format(bytes.as_slice(), &mut formatted)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(
+                String::from_utf8_lossy(&formatted),
+                String::from_utf8_lossy(bytes),
+                "{} changed by nickel format",
+                path.display()
+            );
+            assert!(
+                bytes.starts_with(b"# "),
+                "{} keeps its comment",
+                path.display()
             );
         }
     }

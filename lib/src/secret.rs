@@ -238,11 +238,25 @@ pub struct Recipient {
 }
 
 impl Rules {
+    /// Who may read `file` (relative to the fleet's tree): its own entry under `files`, else
+    /// the entry of the innermost folder holding it — a key ending in `/` (`"secrets/web-1/"`)
+    /// names the readers of every secret under it, as sops' path rules do; none when neither.
+    pub fn readers(&self, file: &str) -> Option<&[String]> {
+        if let Some(names) = self.files.get(file) {
+            return Some(names);
+        }
+        self.files
+            .iter()
+            .filter(|(folder, _)| folder.ends_with('/') && file.starts_with(folder.as_str()))
+            .max_by_key(|(folder, _)| folder.len())
+            .map(|(_, names)| names.as_slice())
+    }
+
     /// The recipients of `file` (relative to the fleet's tree), sorted by name.
     pub fn recipients(&self, file: &str) -> Result<Vec<Recipient>, SecretError> {
-        let names = self.files.get(file).ok_or_else(|| {
+        let names = self.readers(file).ok_or_else(|| {
             SecretError::Rules(format!(
-                "secret {file} is not declared in {RULES_FILE}: name who may read it under `files`"
+                "secret {file} is not declared in {RULES_FILE}: name who may read it under `files` (the file, or a folder holding it: \"secrets/NODE/\")"
             ))
         })?;
         let mut out = Vec::new();
@@ -564,6 +578,44 @@ mod tests {
         *tampered.last_mut().unwrap() ^= 1;
         assert_eq!(a.unwrap(&tampered), None, "a changed content");
         assert_eq!(a.unwrap(b"hunter2"), None, "a plain content");
+    }
+
+    /// A file's own entry wins; else the innermost folder holding it; a folder's entry covers
+    /// what is under it only (not a file whose name merely starts the same), and nothing else.
+    #[test]
+    fn a_folders_readers_are_those_of_every_secret_under_it() {
+        let names = |n: &[&str]| n.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let rules = Rules {
+            nodes: BTreeMap::from([("web-1".to_owned(), KEY.to_owned())]),
+            operators: BTreeMap::from([("alice".to_owned(), KEY.replace("alice", "a2"))]),
+            files: BTreeMap::from([
+                ("secrets/".to_owned(), names(&["alice"])),
+                ("secrets/web-1/".to_owned(), names(&["web-1", "alice"])),
+                ("secrets/web-1/etc/own.age".to_owned(), names(&["web-1"])),
+            ]),
+        };
+        let readers = |f: &str| rules.readers(f).map(<[String]>::to_vec);
+        assert_eq!(
+            readers("secrets/web-1/etc/own.age"),
+            Some(names(&["web-1"]))
+        );
+        assert_eq!(
+            readers("secrets/web-1/etc/app/app.env.age"),
+            Some(names(&["web-1", "alice"]))
+        );
+        assert_eq!(readers("secrets/web-10/x.age"), Some(names(&["alice"])));
+        assert_eq!(readers("other/x.age"), None);
+        let r = rules
+            .recipients("secrets/web-1/etc/app/app.env.age")
+            .unwrap();
+        assert_eq!(
+            r.iter()
+                .map(|r| (r.name.as_str(), r.node))
+                .collect::<Vec<_>>(),
+            [("alice", false), ("web-1", true)]
+        );
+        let e = rules.recipients("other/x.age").unwrap_err().to_string();
+        assert!(e.contains("a folder holding it"), "{e}");
     }
 
     /// The tag of a key is the one age writes in the stanza of a file encrypted to it.

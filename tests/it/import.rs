@@ -67,11 +67,34 @@ fn import_into(f: &Fixture, out: &Path, names: &[&str]) -> crate::support::Ran {
     f.mesh(&args)
 }
 
-/// [`import_into`], which must succeed: its result.
+/// [`import_into`], which must succeed: its result. Every Nickel file it wrote passes
+/// `nickel format`.
 fn import_named(f: &Fixture, out: &Path, names: &[&str]) -> serde_json::Value {
     let ran = import_into(f, out, names);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
+    passes_nickel_format(out, &[]);
     serde_json::from_str(ran.last_line()).unwrap()
+}
+
+/// Each `.ncl` under `dir` (but those the test wrote itself, `except`) is what `nickel format`
+/// (nickel-lang-core's own formatter) writes: formatting it changes nothing.
+pub(crate) fn passes_nickel_format(dir: &Path, except: &[&str]) {
+    let mut seen = 0;
+    for (path, text) in texts(dir) {
+        if !path.ends_with(".ncl") || except.contains(&path.as_str()) {
+            continue;
+        }
+        let mut formatted = Vec::new();
+        nickel_lang_core::format::format(text.as_bytes(), &mut formatted)
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(
+            String::from_utf8_lossy(&formatted),
+            text,
+            "{path} is changed by nickel format"
+        );
+        seen += 1;
+    }
+    assert!(seen > 0, "no Nickel under {}", dir.display());
 }
 
 /// Every written file's text under `dir`, by relative path.
@@ -185,6 +208,7 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
     ]);
     assert_eq!(hello(port).as_deref(), Some("hello\n"));
     let before = (engine_facts(&[&web, &worker]), f.snapshot());
+    let state_before = tree_bytes(&f.state());
 
     // The import: read-only.
     let out = tempfile::tempdir().unwrap();
@@ -213,6 +237,12 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
         before,
         "import changed the machine"
     );
+    assert_eq!(
+        tree_bytes(&f.state()),
+        state_before,
+        "import changed the mesh's state folder"
+    );
+    passes_nickel_format(&out_dir, &[]);
     // The credential is listed, on stderr and in --json, and written nowhere.
     let credentials = result["credentials"].as_array().unwrap();
     assert!(
@@ -906,6 +936,7 @@ volumes:
     ] {
         assert!(module.contains(&expected), "{expected} not in:\n{module}");
     }
+    passes_nickel_format(&out_dir, &[]);
     let decl = out_dir.join("nodes/n1.ncl");
     let decl = decl.to_str().unwrap();
     f.ok(&["import", "--no-firewall", "--check", decl]);
@@ -1106,6 +1137,7 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
     let before = engine_facts(&names);
     let lab = crate::sshlab::Lab::new("fim", 2, |n| crate::sshlab::node_decl(n, "x\\n", true));
     let nodes_before: Vec<_> = lab.nodes.iter().map(|n| tree_bytes(&n.root())).collect();
+    let states_before: Vec<_> = lab.nodes.iter().map(|n| tree_bytes(&n.state())).collect();
     let import = |node: &str, app: &str, force: bool| {
         let mut args = vec![
             "fleet",
@@ -1194,14 +1226,12 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
     );
     assert!(node1.contains(&format!("catalogue/{own}.ncl")), "{node1}");
 
-    // Nothing changed on the nodes: the engine, the root; the mesh's state opened (as any
-    // command opens it) holds no record and no generation.
+    // Nothing changed on the nodes: the engine, the root, the mesh's state folder (not even
+    // opened: no store, no key made in it).
     assert_eq!(engine_facts(&names), before);
-    for (n, root) in lab.nodes.iter().zip(&nodes_before) {
+    for ((n, root), state) in lab.nodes.iter().zip(&nodes_before).zip(&states_before) {
         assert_eq!(&tree_bytes(&n.root()), root, "{}'s root", n.name);
-        assert!(!n.state().join("record.json").exists(), "{}", n.name);
-        let profile = std::fs::read_dir(n.state().join("profile")).map_or(0, Iterator::count);
-        assert_eq!(profile, 0, "{}: no generation in its profile", n.name);
+        assert_eq!(&tree_bytes(&n.state()), state, "{}'s state", n.name);
     }
     // Each node's declaration is what runs there.
     for n in &lab.nodes {
@@ -1250,4 +1280,147 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
     );
     assert_eq!(cut["failed"][0]["node"], "node1", "{cut}");
     assert!(cut["failed"][0]["problem"].is_string(), "{cut}");
+}
+
+/// A file holding a credential, imported into a fleet whose `secrets.ncl` names the node's
+/// readers (a folder rule, `"secrets/n1/"`): written encrypted to them, never in clear; the
+/// declaration builds as written, and `--check` on the node decrypts it with the host key and
+/// finds it equal — by keyed digests, never a plain one — and a changed file `differs`. A
+/// second import keeps the secret already there; adopt and take leave the file as it is.
+#[test]
+fn a_credential_file_is_written_encrypted_to_the_readers_secrets_ncl_names() {
+    if !crate::support::have_root_tools(&["ssh-keygen"]) {
+        return;
+    }
+    const TOKEN: &str = "tok-5f1c9e2a7b3d4e6f8a0b";
+    let f = Fixture::new();
+    let host_pub = crate::secrets::keygen(&f.at("/etc/ssh/ssh_host_ed25519_key"));
+    let operator_pub = crate::secrets::keygen(&f.dir.path().join("keys/operator"));
+    std::fs::create_dir_all(f.at("/etc/app")).unwrap();
+    let env = format!("MODE=prod\nAPI_TOKEN={TOKEN}\n");
+    std::fs::write(f.at("/etc/app/app.env"), &env).unwrap();
+    std::fs::set_permissions(
+        f.at("/etc/app/app.env"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let tree = out.path().join("fleet");
+    std::fs::create_dir_all(&tree).unwrap();
+    crate::secrets::write_rules(
+        &tree,
+        &[("n1", &host_pub)],
+        &[("op", &operator_pub)],
+        &[("secrets/n1/", r#""n1", "op""#)],
+    );
+    let import = [
+        "import",
+        "--no-containers",
+        "--no-firewall",
+        "--out",
+        tree.to_str().unwrap(),
+        "--node",
+        "n1",
+        "--file",
+        "/etc/app/app.env",
+        "--json",
+    ];
+    let first = f.ok(&import);
+    let result: serde_json::Value = serde_json::from_str(first.last_line()).unwrap();
+    let secret = "secrets/n1/etc/app/app.env.age";
+    assert_eq!(result["secrets"][0]["secret"], secret, "{result}");
+    assert_eq!(
+        result["secrets"][0]["readers"],
+        serde_json::json!(["n1", "op"]),
+        "{result}"
+    );
+    assert_eq!(result["credentials"], serde_json::json!([]), "{result}");
+    assert!(
+        first.stderr.contains("written encrypted"),
+        "{}",
+        first.stderr
+    );
+    let ciphertext = std::fs::read(tree.join(secret)).unwrap();
+    assert!(ciphertext.starts_with(b"-----BEGIN AGE ENCRYPTED FILE-----"));
+    let plain = mesh_lib::BlobHash::of(env.as_bytes()).to_string();
+    for (path, text) in texts(&tree) {
+        assert!(!text.contains(TOKEN), "{path} holds the credential");
+        assert!(
+            !text.contains(&plain[3..15]),
+            "{path} holds its plain digest"
+        );
+    }
+    assert!(!first.stdout.contains(TOKEN) && !first.stderr.contains(TOKEN));
+    passes_nickel_format(&tree, &["secrets.ncl"]);
+
+    // Checked on the node: decrypted with its host key, compared by keyed digests.
+    let decl = tree.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    let check = ["import", "--no-firewall", "--check", decl, "--json"];
+    let checked = f.ok(&check);
+    let items: serde_json::Value = serde_json::from_str(checked.last_line()).unwrap();
+    let item = items["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "/etc/app/app.env")
+        .cloned()
+        .unwrap_or_else(|| panic!("{items}"));
+    assert_eq!(item["verdict"], "equal", "{item}");
+    assert_eq!(item["declared"], item["found"], "{item}");
+    assert_ne!(item["found"].as_str().unwrap(), plain, "a keyed digest");
+    assert!(
+        !checked.stdout.contains(&plain[3..15]),
+        "{}",
+        checked.stdout
+    );
+    // Another value on the node: differs, by content, the value never shown.
+    std::fs::write(f.at("/etc/app/app.env"), "MODE=prod\nAPI_TOKEN=other\n").unwrap();
+    let differs = f.mesh(&check);
+    assert_eq!(differs.code, 2, "{}{}", differs.stdout, differs.stderr);
+    assert!(
+        differs.stdout.contains("\"field\":\"content\""),
+        "{}",
+        differs.stdout
+    );
+    assert!(!differs.stdout.contains("other"), "{}", differs.stdout);
+    std::fs::write(f.at("/etc/app/app.env"), &env).unwrap();
+
+    // The folder's readers changed: `mesh secret rekey` finds the secret under the folder and
+    // re-encrypts it to them (with the operator's key); the node still reads it.
+    crate::secrets::write_rules(
+        &tree,
+        &[("n1", &host_pub)],
+        &[("op", &operator_pub)],
+        &[("secrets/n1/", r#""n1""#)],
+    );
+    let mut rekey = crate::support::mesh(&f.state());
+    rekey
+        .current_dir(&tree)
+        .args(["secret", "rekey", "-i"])
+        .arg(f.dir.path().join("keys/operator"));
+    let rekeyed = crate::support::run(rekey);
+    assert_eq!(rekeyed.code, 0, "{}{}", rekeyed.stdout, rekeyed.stderr);
+    assert!(
+        rekeyed
+            .stdout
+            .contains(&format!("{secret}: re-encrypted to n1")),
+        "{}",
+        rekeyed.stdout
+    );
+    let ciphertext = std::fs::read(tree.join(secret)).unwrap();
+    f.ok(&check);
+
+    // Imported again: the secret there is kept, byte for byte.
+    let again = f.ok(&import);
+    let result: serde_json::Value = serde_json::from_str(again.last_line()).unwrap();
+    assert_eq!(result["kept"], serde_json::json!([secret]), "{result}");
+    assert_eq!(std::fs::read(tree.join(secret)).unwrap(), ciphertext);
+
+    // Adopted, then taken: the file as it was, and still equal.
+    f.ok(&["adopt", decl]);
+    f.ok(&["take", "files", decl]);
+    assert_eq!(f.read("/etc/app/app.env").unwrap(), env);
+    assert_eq!(f.meta("/etc/app/app.env").0, 0o600);
+    f.ok(&check);
 }
