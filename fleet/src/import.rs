@@ -480,19 +480,30 @@ pub fn render(
     let declared_files: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let mut module_refs: Vec<String> = Vec::new();
     let mut credential_fields: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    for g in &groups {
-        let openings = opening_lines.remove(&g.module);
-        let context = GroupContext {
+    let openings: Vec<Option<String>> = groups
+        .iter()
+        .map(|g| opening_lines.remove(&g.module))
+        .collect();
+    let contexts: Vec<GroupContext> = openings
+        .iter()
+        .map(|o| GroupContext {
             setting_of: &setting_of,
             declared_files: &declared_files,
-            openings: openings.as_deref(),
-        };
+            openings: o.as_deref(),
+        })
+        .collect();
+    // Each group's module under its own name, rendered (and formatted) on every core at once.
+    let mut first = rendered_at_once(&groups, &contexts);
+    for ((g, context), first) in groups.iter().zip(&contexts).zip(first.iter_mut()) {
         let (module, rendered) = shared_or_own(
             catalogue,
             &g.module,
             node,
             &mut out,
-            |m| render_group(g, m, &context),
+            |m| match first.take() {
+                Some(done) if m == g.module => done,
+                _ => render_group(g, m, context),
+            },
             |r| r.text.as_bytes(),
         );
         let GroupText {
@@ -827,7 +838,7 @@ fn shared_or_own<T>(
     name: &str,
     node: &str,
     out: &mut Imported,
-    render: impl Fn(&str) -> T,
+    mut render: impl FnMut(&str) -> T,
     text: impl Fn(&T) -> &[u8],
 ) -> (String, T) {
     let rendered = render(name);
@@ -847,6 +858,31 @@ fn shared_or_own<T>(
         }
         None => (name.to_owned(), rendered),
     }
+}
+
+/// Each group's module under its own name, as [`render_group`] renders it: the groups split
+/// between the machine's cores (formatting a module is most of the work).
+fn rendered_at_once(groups: &[Group], contexts: &[GroupContext]) -> Vec<Option<GroupText>> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let per = groups.len().div_ceil(cores).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = groups
+            .chunks(per)
+            .zip(contexts.chunks(per))
+            .map(|(gs, cs)| {
+                scope.spawn(move || {
+                    gs.iter()
+                        .zip(cs)
+                        .map(|(g, c)| Some(render_group(g, &g.module, c)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("rendering a module does not panic"))
+            .collect()
+    })
 }
 
 /// What a group's module is rendered from beside the group itself.
@@ -1579,6 +1615,37 @@ mod tests {
                 "{} keeps its comment",
                 path.display()
             );
+        }
+    }
+
+    /// Values as odd as a machine holds — a control character, a newline, a tab, a quote, an
+    /// interpolation, non-ASCII, a key Nickel must quote — are formatted like any (the
+    /// formatter reads every escape `string` writes) and stay the same text.
+    #[test]
+    fn odd_values_are_formatted_and_kept() {
+        let mut c = container("odd", None, &[]);
+        c.environment = BTreeMap::from([
+            ("CTRL".to_owned(), "a\u{1}b".to_owned()),
+            ("LINES".to_owned(), "one\ntwo\tthree\r".to_owned()),
+            ("QUOTE".to_owned(), "say \"%{x}\" \\ done".to_owned()),
+            ("UNI".to_owned(), "héllo ✓".to_owned()),
+            ("in".to_owned(), "keyword".to_owned()),
+            ("with.dot-dash".to_owned(), "x".to_owned()),
+        ]);
+        let out = render("web-1", &[c], &[], &[], &Catalogue::new(), None);
+        let module = String::from_utf8(out.files[0].1.clone()).unwrap();
+        let mut formatted = Vec::new();
+        nickel_lang_core::format::format(module.as_bytes(), &mut formatted).unwrap();
+        assert_eq!(String::from_utf8(formatted).unwrap(), module);
+        for line in [
+            r#"CTRL = "a\u{1}b","#,
+            r#"LINES = "one\ntwo\tthree\r","#,
+            r#"QUOTE = "say \"\%{x}\" \\ done","#,
+            r#"UNI = "héllo ✓","#,
+            r#""in" = "keyword","#,
+            r#""with.dot-dash" = "x","#,
+        ] {
+            assert!(module.contains(line), "{line} not in:\n{module}");
         }
     }
 
