@@ -367,8 +367,10 @@ pub enum FleetCommand {
     Status(FleetStatusArgs),
     /// Write the declaration of what each node runs into the fleet's tree (`mesh import` on
     /// the node, over SSH, read-only): a module the catalogue has already, saying the same, is
-    /// shared; one saying another thing gets a module of the node's own (NAME_NODE). Each
-    /// node's declaration goes to nodes/NODE.ncl.
+    /// shared; one saying another thing gets a module of the node's own (NAME_NODE), unless
+    /// the nodes imported together run it alike but for its containers' names and environment
+    /// values: then it is one module, each node's own passed by its declaration. Each node's
+    /// declaration goes to nodes/NODE.ncl.
     Import(FleetImportArgs),
 }
 

@@ -62,16 +62,22 @@ pub fn import(state: &Path, place: &Place, args: FleetImportArgs) -> Result<(), 
     let selection = args.what.to_args();
     let mut failed = Vec::new();
     let mut imported = Vec::new();
+    // Every node read first: what several of them run alike but for names and environment
+    // values is then one module, each node's own passed by its declaration.
+    let mut reached = Vec::new();
     for node in nodes {
-        let found = match mesh_fleet::import::fetch(&fleet, node, &selection) {
-            Ok(found) => found,
+        match mesh_fleet::import::fetch(&fleet, node, &selection) {
+            Ok(found) => reached.push((node, found)),
             Err(e) => {
                 eprintln!("{}: {e}", node.name);
                 failed.push(json!({ "node": node.name.to_string(), "problem": e.to_string() }));
-                continue;
             }
-        };
-        let done = crate::import::written_into(state, &tree, &found, args.force, false)?;
+        }
+    }
+    let founds: Vec<&mesh_fleet::import::Found> = reached.iter().map(|(_, f)| f).collect();
+    let varying = mesh_fleet::import::varying(&founds);
+    for (node, found) in reached {
+        let done = crate::import::written_into(state, &tree, &found, args.force, false, &varying)?;
         let declared = tree.join(format!("nodes/{}.ncl", node.name));
         if node.declaration != declared {
             eprintln!(

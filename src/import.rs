@@ -127,7 +127,14 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let out = args.out.as_deref().expect("--out or --found-json");
-    let imported = written_into(state, out, &found, args.force, true)?;
+    let imported = written_into(
+        state,
+        out,
+        &found,
+        args.force,
+        true,
+        &mesh_fleet::import::Varying::new(),
+    )?;
     if let Some(v) = report(&found, out, &imported, args.json)? {
         say!("{v}");
     }
@@ -143,6 +150,7 @@ pub(crate) fn written_into(
     found: &Found,
     force: bool,
     fleet_file: bool,
+    varying: &mesh_fleet::import::Varying,
 ) -> Result<(Imported, Vec<std::path::PathBuf>), Failure> {
     // Who may read a secret, when the tree says it: a file's content that is not written in
     // clear is then written encrypted to them.
@@ -160,6 +168,7 @@ pub(crate) fn written_into(
         &found.openings,
         &mesh_fleet::import::catalogue(out),
         rules.as_ref(),
+        varying,
     );
     mesh_fleet::import::keep_secrets_there(out, &mut imported);
     // A folder that is no fleet yet becomes one: its declaration imports the catalogue beside it.
@@ -245,6 +254,11 @@ pub(crate) fn report(
         }
         for m in &imported.shared {
             say!("shared {m}: catalogue/{m}.ncl says the same");
+        }
+        for m in &imported.parametrized {
+            say!(
+                "module {m}: each node passes what differs between the nodes that run it (values)"
+            );
         }
         for (m, why) in &imported.renamed {
             say!("module {m} of {name}'s own: {why}");

@@ -165,6 +165,9 @@ pub struct Imported {
     /// Modules named after the node because the catalogue's module of the name says another
     /// thing (another node runs it otherwise): the name, and why.
     pub renamed: BTreeMap<String, String>,
+    /// Modules several nodes run alike but for names and environment values, which each
+    /// node's declaration passes (`values`).
+    pub parametrized: Vec<String>,
     /// The credentials not written.
     pub credentials: Vec<Credential>,
     /// The files' contents written encrypted (`secrets.ncl` names their readers).
@@ -296,23 +299,34 @@ struct Group<'a> {
     containers: Vec<&'a LiveContainer>,
 }
 
-/// The private network an imported declaration names: not something an import finds, `mesh
-/// init`'s defaults.
-pub const PRIVATE_NETWORK: (&str, &str) = ("10.77.0.0/24", "10.77.0.1");
+impl<'a> Group<'a> {
+    /// Each container by its key in the group: its compose service when no other container
+    /// of the group has it, else its name. Two nodes' containers of one key are the same
+    /// thing run on each.
+    fn members(&self) -> BTreeMap<String, &'a LiveContainer> {
+        let service = |c: &LiveContainer| c.labels.get(COMPOSE_SERVICE).cloned();
+        let mut out = BTreeMap::new();
+        for c in &self.containers {
+            let key = service(c)
+                .filter(|s| {
+                    self.containers
+                        .iter()
+                        .filter(|o| service(o).as_ref() == Some(s))
+                        .count()
+                        == 1
+                })
+                .unwrap_or_else(|| c.name.clone());
+            out.insert(key, *c);
+        }
+        out
+    }
+}
 
-/// The Nickel for `node`: its containers, files and the found firewall's openings (every port
-/// published on the node, each with who reaches it now).
-pub fn render(
-    node: &str,
-    containers: &[LiveContainer],
-    files: &[FileToImport],
-    openings: &[FoundOpening],
-    catalogue: &Catalogue,
-    secrets: Option<&Rules>,
-) -> Imported {
-    let mut out = Imported::default();
-    let credentials_file = format!("nodes/{node}.credentials.ncl");
-    // One module per compose project, else per container.
+/// The label naming a container's service in its compose project.
+const COMPOSE_SERVICE: &str = "com.docker.compose.service";
+
+/// The containers in groups: one per compose project, else one per container.
+fn groups(containers: &[LiveContainer]) -> Vec<Group<'_>> {
     let mut groups: Vec<Group> = Vec::new();
     for c in containers {
         let project = c.labels.get(mesh_lib::import::COMPOSE_PROJECT).cloned();
@@ -328,6 +342,122 @@ pub fn render(
             }),
         }
     }
+    groups
+}
+
+/// What differs between the nodes that run a module's containers alike, per module and per
+/// member ([`Group::members`]): the node's own, passed by its declaration (`values`), so that
+/// one module serves them all.
+pub type Varying = BTreeMap<String, BTreeMap<String, MemberVarying>>;
+
+/// What differs of one member between the nodes: its name, and environment values.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MemberVarying {
+    /// Whether its container's name differs.
+    pub name: bool,
+    /// The environment variables whose values differ (none a credential).
+    pub environment: BTreeSet<String>,
+}
+
+/// What differs between the nodes `found` of each module they run alike: the same members
+/// (by key), the same environment variables, only names and values otherwise — a credential
+/// stays each node's credential, and a module whose members or variables differ is left to
+/// be the node's own (as without this).
+pub fn varying(found: &[&Found]) -> Varying {
+    let mut by_module: BTreeMap<String, Vec<BTreeMap<String, &LiveContainer>>> = BTreeMap::new();
+    for f in found {
+        for g in groups(&f.containers) {
+            by_module
+                .entry(g.module.clone())
+                .or_default()
+                .push(g.members());
+        }
+    }
+    let mut out = Varying::new();
+    for (module, nodes) in by_module {
+        let Some((first, rest)) = nodes.split_first() else {
+            continue;
+        };
+        if rest.is_empty() || rest.iter().any(|n| !n.keys().eq(first.keys())) {
+            continue;
+        }
+        let mut members = BTreeMap::new();
+        let mut alike = true;
+        for (key, c) in first {
+            let envs: Vec<BTreeMap<String, String>> = nodes
+                .iter()
+                .map(|n| n[key].declared_part().environment)
+                .collect();
+            if envs.iter().any(|e| !e.keys().eq(envs[0].keys())) {
+                alike = false;
+                break;
+            }
+            let mut m = MemberVarying {
+                name: nodes.iter().any(|n| n[key].name != c.name),
+                environment: BTreeSet::new(),
+            };
+            for var in envs[0].keys() {
+                let values: BTreeSet<&String> = envs.iter().map(|e| &e[var]).collect();
+                let credential = values
+                    .iter()
+                    .any(|v| looks_like_credential(var, v).is_some());
+                if values.len() > 1 && !credential {
+                    m.environment.insert(var.clone());
+                }
+            }
+            if m != MemberVarying::default() {
+                members.insert(key.clone(), m);
+            }
+        }
+        if alike && !members.is_empty() {
+            out.insert(module, members);
+        }
+    }
+    out
+}
+
+/// The node's own of a module's varying members: `{ KEY = { name = …, environment = { … } } }`.
+fn values_record(g: &Group, varying: &BTreeMap<String, MemberVarying>) -> String {
+    let members = g.members();
+    let mut text = String::from("{ ");
+    for (key, m) in varying {
+        let Some(c) = members.get(key) else { continue };
+        let _ = write!(text, "{} = {{ ", field(key));
+        if m.name {
+            let _ = write!(text, "name = {}, ", string(&c.name));
+        }
+        if !m.environment.is_empty() {
+            let env = c.declared_part().environment;
+            text.push_str("environment = { ");
+            for var in &m.environment {
+                let _ = write!(text, "{} = {}, ", field(var), string(&env[var]));
+            }
+            text.push_str("}, ");
+        }
+        text.push_str("}, ");
+    }
+    text.push('}');
+    text
+}
+
+/// The private network an imported declaration names: not something an import finds, `mesh
+/// init`'s defaults.
+pub const PRIVATE_NETWORK: (&str, &str) = ("10.77.0.0/24", "10.77.0.1");
+
+/// The Nickel for `node`: its containers, files and the found firewall's openings (every port
+/// published on the node, each with who reaches it now).
+pub fn render(
+    node: &str,
+    containers: &[LiveContainer],
+    files: &[FileToImport],
+    openings: &[FoundOpening],
+    catalogue: &Catalogue,
+    secrets: Option<&Rules>,
+    varying: &Varying,
+) -> Imported {
+    let mut out = Imported::default();
+    let credentials_file = format!("nodes/{node}.credentials.ncl");
+    let groups = groups(containers);
     // The port settings: one per published host port, named after its container.
     let mut taken: BTreeSet<String> = FOUNDATION.iter().map(|(n, _)| (*n).to_owned()).collect();
     taken.insert("files".into());
@@ -486,10 +616,12 @@ pub fn render(
         .collect();
     let contexts: Vec<GroupContext> = openings
         .iter()
-        .map(|o| GroupContext {
+        .zip(&groups)
+        .map(|(o, g)| GroupContext {
             setting_of: &setting_of,
             declared_files: &declared_files,
             openings: o.as_deref(),
+            varying: varying.get(&g.module),
         })
         .collect();
     // Each group's module under its own name, rendered (and formatted) on every core at once.
@@ -514,13 +646,18 @@ pub fn render(
         } = rendered;
         out.gaps.extend(gaps);
         let path = format!("catalogue/{module}.ncl");
+        let mut arguments = String::new();
         if uses_credentials {
-            module_refs.push(format!(
-                "(import \"../{path}\") credentials.{}",
-                field(&module)
-            ));
-        } else {
+            let _ = write!(arguments, " credentials.{}", field(&module));
+        }
+        if let Some(v) = context.varying {
+            let _ = write!(arguments, " {}", values_record(g, v));
+            out.parametrized.push(module.clone());
+        }
+        if arguments.is_empty() {
             module_refs.push(format!("import \"../{path}\""));
+        } else {
+            module_refs.push(format!("(import \"../{path}\"){arguments}"));
         }
         for (container, var, why) in creds {
             out.credentials.push(Credential {
@@ -830,9 +967,11 @@ pub fn catalogue(out: &Path) -> Catalogue {
 }
 
 /// The module `name` as `render` makes it under a name, and the name it goes by: `name` when
-/// the catalogue has none of it or one saying the same (then shared: said in `out`), else
-/// `NAME_NODE`, the node's own (said in `out`, with why), the catalogue's left as it is. A node's
-/// own from an import of it before is written over only with --force.
+/// the catalogue has none of it or one saying the same (then shared: said in `out`); else
+/// another node's `NAME_…` saying the same (shared: two nodes imported together, whose
+/// `name` is an earlier import's); else `NAME_NODE`, the node's own (said in `out`, with why),
+/// the catalogue's left as it is. A node's own from an import of it before is written over
+/// only with --force.
 fn shared_or_own<T>(
     catalogue: &Catalogue,
     name: &str,
@@ -844,6 +983,19 @@ fn shared_or_own<T>(
     let rendered = render(name);
     match catalogue.get(name) {
         Some(there) if there.as_slice() != text(&rendered) => {
+            let prefix = format!("{name}_");
+            let alike: Vec<&String> = catalogue
+                .range(prefix.clone()..)
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .map(|(k, _)| k)
+                .collect();
+            for k in alike {
+                let rendered = render(k);
+                if catalogue[k].as_slice() == text(&rendered) {
+                    out.shared.push(k.clone());
+                    return (k.clone(), rendered);
+                }
+            }
             let own = format!("{name}_{}", slug(node));
             out.renamed.insert(
                 own.clone(),
@@ -891,6 +1043,8 @@ struct GroupContext<'a> {
     declared_files: &'a BTreeSet<&'a str>,
     /// Its openings' lines, if any.
     openings: Option<&'a str>,
+    /// What of its members is the node's own (they differ between the nodes that run it).
+    varying: Option<&'a BTreeMap<String, MemberVarying>>,
 }
 
 /// A group's module, rendered.
@@ -921,7 +1075,16 @@ fn render_group(g: &Group, module: &str, context: &GroupContext) -> GroupText {
         "# `mesh import --check`. Each host port is a setting of the node (settings.ports)."
     );
     let mut body = String::new();
+    let keys: BTreeMap<&str, String> = g
+        .members()
+        .into_iter()
+        .map(|(k, c)| (c.name.as_str(), k))
+        .collect();
     for c in &g.containers {
+        let varies = context.varying.and_then(|v| {
+            let key = &keys[c.name.as_str()];
+            v.get(key).map(|m| (key.as_str(), m))
+        });
         render_container(
             c,
             context.setting_of,
@@ -929,6 +1092,7 @@ fn render_group(g: &Group, module: &str, context: &GroupContext) -> GroupText {
             &mut creds,
             &mut gaps,
             context.declared_files,
+            varies,
         );
     }
     let uses_credentials = !creds.is_empty();
@@ -938,7 +1102,19 @@ fn render_group(g: &Group, module: &str, context: &GroupContext) -> GroupText {
             "# Credentials are not written here: this module reads them from `credentials`,\n\
              # which the node's declaration passes from its credentials file (nodes/NODE.credentials.ncl)."
         );
-        text.push_str("fun credentials =>\n");
+    }
+    if context.varying.is_some() {
+        let _ = writeln!(
+            text,
+            "# Several nodes run it, alike but for what each node's declaration passes in `values`:\n\
+             # the names and environment values that differ between them."
+        );
+    }
+    match (uses_credentials, context.varying.is_some()) {
+        (true, true) => text.push_str("fun credentials values =>\n"),
+        (true, false) => text.push_str("fun credentials =>\n"),
+        (false, true) => text.push_str("fun values =>\n"),
+        (false, false) => {}
     }
     let _ = writeln!(text, "{{\n  name = {},", string(module));
     text.push_str("  config = fun s => {\n    containers = [\n");
@@ -1018,6 +1194,7 @@ fn render_container(
     creds: &mut Vec<(String, String, String)>,
     gaps: &mut BTreeMap<String, Vec<Gap>>,
     declared_files: &BTreeSet<&str>,
+    varies: Option<(&str, &MemberVarying)>,
 ) {
     let mesh_lib::import::DeclaredPart {
         command,
@@ -1025,7 +1202,18 @@ fn render_container(
         labels,
         healthcheck,
     } = c.declared_part();
-    let _ = writeln!(body, "      # from docker inspect: container {}", c.name);
+    let values = |what: &str| format!("values.{}.{what}", field(varies.map_or("", |v| v.0)));
+    match varies {
+        Some((key, m)) if m.name => {
+            let _ = writeln!(
+                body,
+                "      # from docker inspect: the container of {key}, named by each node"
+            );
+        }
+        _ => {
+            let _ = writeln!(body, "      # from docker inspect: container {}", c.name);
+        }
+    }
     for g in &c.gaps {
         let _ = writeln!(
             body,
@@ -1036,7 +1224,11 @@ fn render_container(
     if !c.gaps.is_empty() {
         gaps.insert(c.name.clone(), c.gaps.clone());
     }
-    let _ = writeln!(body, "      {{\n        name = {},", string(&c.name));
+    let name = match varies {
+        Some((_, m)) if m.name => values("name"),
+        _ => string(&c.name),
+    };
+    let _ = writeln!(body, "      {{\n        name = {name},");
     match c.pinned_image() {
         Some(pinned) => {
             let _ = writeln!(
@@ -1078,6 +1270,10 @@ fn render_container(
                     );
                     let _ = writeln!(body, "          {} = credentials.{},", field(k), field(k));
                     creds.push((c.name.clone(), k.clone(), why.to_owned()));
+                }
+                None if varies.is_some_and(|(_, m)| m.environment.contains(k)) => {
+                    let from = values(&format!("environment.{}", field(k)));
+                    let _ = writeln!(body, "          {} = {from},", field(k));
                 }
                 None => {
                     let _ = writeln!(body, "          {} = {},", field(k), string(v));
@@ -1323,6 +1519,22 @@ mod tests {
         }
     }
 
+    /// The catalogue an import's modules make, as the next import reads it.
+    fn catalogue_of(imported: &Imported) -> Catalogue {
+        imported
+            .files
+            .iter()
+            .filter_map(|(p, b)| {
+                let name = p
+                    .strip_prefix("catalogue")
+                    .ok()?
+                    .to_str()?
+                    .strip_suffix(".ncl")?;
+                Some((name.to_owned(), b.clone()))
+            })
+            .collect()
+    }
+
     /// A compose project is one module; every host port is one setting whose number is
     /// written once, in the node's declaration, and read by the module; no credential's value
     /// is written anywhere (an environment's, by name or by entropy, or a file's line).
@@ -1340,7 +1552,15 @@ mod tests {
             owner: "root".into(),
             group: "root".into(),
         }];
-        let out = render("web-1", &containers, &files, &[], &Catalogue::new(), None);
+        let out = render(
+            "web-1",
+            &containers,
+            &files,
+            &[],
+            &Catalogue::new(),
+            None,
+            &Varying::new(),
+        );
         assert_eq!(out.modules, ["shop", "cache", "files"]);
         let all: String = out
             .files
@@ -1392,23 +1612,21 @@ mod tests {
             &[],
             &Catalogue::new(),
             None,
+            &Varying::new(),
         );
-        let catalogue: Catalogue = first
-            .files
-            .iter()
-            .filter_map(|(p, b)| {
-                let name = p
-                    .strip_prefix("catalogue")
-                    .ok()?
-                    .to_str()?
-                    .strip_suffix(".ncl")?;
-                Some((name.to_owned(), b.clone()))
-            })
-            .collect();
+        let catalogue = catalogue_of(&first);
         assert_eq!(catalogue.keys().collect::<Vec<_>>(), ["cache", "files"]);
         // Another node, another container id, the same container: shared.
         cache.id = "fedcba9876543210".into();
-        let second = render("web-2", &[cache.clone()], &[], &[], &catalogue, None);
+        let second = render(
+            "web-2",
+            &[cache.clone()],
+            &[],
+            &[],
+            &catalogue,
+            None,
+            &Varying::new(),
+        );
         assert_eq!(second.modules, ["cache"]);
         assert_eq!(second.shared, ["cache"]);
         let text = |out: &Imported, rel: &str| {
@@ -1425,7 +1643,15 @@ mod tests {
         cache.environment.insert("LEVEL".into(), "9".into());
         let mut other = files.clone();
         other[0].content = b"b\n".to_vec();
-        let third = render("web-3", &[cache], &other, &[], &catalogue, None);
+        let third = render(
+            "web-3",
+            &[cache],
+            &other,
+            &[],
+            &catalogue,
+            None,
+            &Varying::new(),
+        );
         assert_eq!(third.modules, ["cache_web_3", "files_web_3"]);
         assert!(third.renamed.contains_key("cache_web_3"));
         assert!(text(&third, "catalogue/cache.ncl").is_none());
@@ -1500,6 +1726,7 @@ mod tests {
             &openings,
             &Catalogue::new(),
             None,
+            &Varying::new(),
         );
         assert_eq!(out.modules, ["cache", "firewall"]);
         let text = |path: &str| {
@@ -1577,6 +1804,7 @@ mod tests {
             &openings,
             &Catalogue::new(),
             None,
+            &Varying::new(),
         );
         out.files.push(fleet_file("web-1"));
         let written: Vec<&Path> = out
@@ -1632,7 +1860,15 @@ mod tests {
             ("in".to_owned(), "keyword".to_owned()),
             ("with.dot-dash".to_owned(), "x".to_owned()),
         ]);
-        let out = render("web-1", &[c], &[], &[], &Catalogue::new(), None);
+        let out = render(
+            "web-1",
+            &[c],
+            &[],
+            &[],
+            &Catalogue::new(),
+            None,
+            &Varying::new(),
+        );
         let module = String::from_utf8(out.files[0].1.clone()).unwrap();
         let mut formatted = Vec::new();
         nickel_lang_core::format::format(module.as_bytes(), &mut formatted).unwrap();
@@ -1647,6 +1883,96 @@ mod tests {
         ] {
             assert!(module.contains(line), "{line} not in:\n{module}");
         }
+    }
+
+    /// Two nodes running a compose project alike but for a container's name and an
+    /// environment value: one module, naming neither, shared by the second node; each node's
+    /// declaration passes its own. A credential stays each node's credential; a module whose
+    /// variables differ is not made alike.
+    #[test]
+    fn what_nodes_run_alike_but_for_names_and_values_is_one_module() {
+        let node = |name: &str, mode: &str, extra: bool| {
+            let mut c = container(name, Some("shop"), &[]);
+            c.labels.insert(COMPOSE_SERVICE.into(), "web".into());
+            c.environment.insert("MODE".into(), mode.into());
+            if extra {
+                c.environment.insert("EXTRA".into(), "1".into());
+            }
+            let mut cache = container("cache", None, &[]);
+            cache.environment.insert("LEVEL".into(), mode.into());
+            Found {
+                node: name.into(),
+                containers: vec![c, cache],
+                files: vec![],
+                openings: vec![],
+                skipped: vec![],
+            }
+        };
+        let (a, b) = (
+            node("shop-web-a", "blue", false),
+            node("shop-web-b", "green", false),
+        );
+        let varying = varying(&[&a, &b]);
+        assert_eq!(
+            varying["shop"]["web"],
+            MemberVarying {
+                name: true,
+                environment: BTreeSet::from(["MODE".to_owned()]),
+            }
+        );
+        // DB_PASSWORD and UPSTREAM differ nowhere here, and are credentials anyway.
+        assert_eq!(
+            varying["cache"]["cache"].environment,
+            BTreeSet::from(["LEVEL".to_owned()])
+        );
+        assert!(!varying["cache"]["cache"].name);
+
+        let first = render(
+            "a",
+            &a.containers,
+            &[],
+            &[],
+            &Catalogue::new(),
+            None,
+            &varying,
+        );
+        let catalogue = catalogue_of(&first);
+        let second = render("b", &b.containers, &[], &[], &catalogue, None, &varying);
+        assert_eq!(second.shared, ["shop", "cache"], "{:?}", second.renamed);
+        assert_eq!(second.parametrized, ["shop", "cache"]);
+        let text = |out: &Imported, path: &str| {
+            out.files
+                .iter()
+                .find(|(p, _)| p == Path::new(path))
+                .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+                .unwrap()
+        };
+        let shop = text(&first, "catalogue/shop.ncl");
+        for absent in ["shop-web-a", "blue", "green"] {
+            assert!(
+                !shop.contains(absent),
+                "{absent} in the shared module:\n{shop}"
+            );
+        }
+        assert!(shop.contains("name = values.web.name,"), "{shop}");
+        assert!(
+            shop.contains("MODE = values.web.environment.MODE,"),
+            "{shop}"
+        );
+        assert!(shop.contains("fun credentials values =>"), "{shop}");
+        let decl = text(&second, "nodes/b.ncl");
+        assert!(decl.contains("credentials.shop"), "{decl}");
+        assert!(decl.contains("name = \"shop-web-b\""), "{decl}");
+        assert!(decl.contains("MODE = \"green\""), "{decl}");
+        assert!(decl.contains("LEVEL = \"green\""), "{decl}");
+
+        // Another variable on one node: not alike; that module is left to each node.
+        let c = node("shop-web-c", "red", true);
+        let varying = super::varying(&[&a, &c]);
+        assert!(!varying.contains_key("shop"), "{varying:?}");
+        assert!(varying.contains_key("cache"));
+        // One node alone: nothing differs.
+        assert!(super::varying(&[&a]).is_empty());
     }
 
     /// A string with quotes, a backslash, a newline and an interpolation stays the same text.

@@ -1083,8 +1083,9 @@ fn tree_bytes(dir: &Path) -> Vec<(String, String)> {
 /// `mesh fleet import` over real OpenSSH servers, one node after the other, into the fleet's
 /// tree: a container both nodes run alike is one module the second node shares (written once);
 /// a compose project that runs otherwise on the second node is a module of that node's own
-/// (NAME_node1), the first node's left as it was; each node's written declaration is checked
-/// equal on its node. Nothing changes on a node: its containers and root stay as they were,
+/// (NAME_node1), the first node's left as it was — unless both nodes are imported at once:
+/// then it is one module, their containers' names and values each node's; each node's
+/// written declaration is checked equal on its node. Nothing changes on a node: its containers and root stay as they were,
 /// its state holds no record nor generation. A node's declaration that is there already is written over only with `--force`.
 #[test]
 fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
@@ -1234,17 +1235,7 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         assert_eq!(&tree_bytes(&n.state()), state, "{}'s state", n.name);
     }
     // Each node's declaration is what runs there.
-    for n in &lab.nodes {
-        let decl = lab.dir.path().join(format!("nodes/{}.ncl", n.name));
-        let checked = n.mesh(&["import", "--no-firewall", "--check", decl.to_str().unwrap()]);
-        assert!(
-            checked.status.success(),
-            "{}: {}{}",
-            n.name,
-            String::from_utf8_lossy(&checked.stdout),
-            String::from_utf8_lossy(&checked.stderr)
-        );
-    }
+    checked_equal_on_each(&lab);
     // A node the fleet does not name is bad input; one that cannot be reached is named with
     // why, the others still imported, and the command fails (exit 3).
     let unknown = lab.mesh(&["fleet", "import", "--node", "nowhere", "--no-firewall"]);
@@ -1280,6 +1271,115 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
     );
     assert_eq!(cut["failed"][0]["node"], "node1", "{cut}");
     assert!(cut["failed"][0]["problem"].is_string(), "{cut}");
+
+    // Both nodes in one import: the project they run alike but for its container's name and
+    // ROLE is one module naming neither, each node's passed by its declaration. (The lab's
+    // nodes share one engine: a wrapper narrows each node's mesh to its own app container, as
+    // two machines would have it.)
+    let fleet_text = std::fs::read_to_string(lab.fleet()).unwrap();
+    let mut narrowed = fleet_text.clone();
+    for (n, app) in lab.nodes.iter().zip([&app_a, &app_b]) {
+        let wrapper = lab.dir.path().join(format!("mesh-{}", n.name));
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nexec {} \"$@\" --container {app}\n",
+                env!("CARGO_BIN_EXE_mesh")
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        narrowed = narrowed
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with(&format!("{} = ", n.name)) {
+                    l.replace(env!("CARGO_BIN_EXE_mesh"), wrapper.to_str().unwrap())
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+    }
+    std::fs::write(lab.fleet(), narrowed).unwrap();
+    let both = lab.mesh(&[
+        "fleet",
+        "import",
+        "--node",
+        "node0",
+        "--node",
+        "node1",
+        "--container",
+        &common,
+        "--no-firewall",
+        "--json",
+        "--force",
+    ]);
+    std::fs::write(lab.fleet(), fleet_text).unwrap();
+    assert!(
+        both.status.success(),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+    let both: serde_json::Value = serde_json::from_slice(&both.stdout).unwrap();
+    // The catalogue's module of the name is node0's from before (naming its container): the
+    // one both share now is node0's own, written by it and shared by node1.
+    let alike = both["nodes"][0]["modules"][0].as_str().unwrap().to_owned();
+    assert!(alike.starts_with(&app_module), "{both}");
+    for (i, n) in [(0, "node0"), (1, "node1")] {
+        assert_eq!(both["nodes"][i]["node"], n, "{both}");
+        assert_eq!(
+            both["nodes"][i]["modules"],
+            serde_json::json!([alike, common_module]),
+            "{both}"
+        );
+        assert_eq!(
+            both["nodes"][i]["parametrized"],
+            serde_json::json!([alike]),
+            "{both}"
+        );
+    }
+    assert!(
+        both["nodes"][1]["shared"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(alike)),
+        "{both}"
+    );
+    assert_eq!(
+        std::fs::read(catalogue.join(format!("{app_module}.ncl"))).unwrap(),
+        app_text,
+        "the catalogue's module is left as it was"
+    );
+    let shared = std::fs::read_to_string(catalogue.join(format!("{alike}.ncl"))).unwrap();
+    for absent in [app_a.as_str(), app_b.as_str(), "\"a\"", "\"b\""] {
+        assert!(!shared.contains(absent), "{absent} in:\n{shared}");
+    }
+    for (n, app, role) in [("node0", &app_a, "a"), ("node1", &app_b, "b")] {
+        let decl = std::fs::read_to_string(lab.dir.path().join(format!("nodes/{n}.ncl"))).unwrap();
+        assert!(decl.contains(&format!("name = \"{app}\"")), "{decl}");
+        assert!(decl.contains(&format!("ROLE = \"{role}\"")), "{decl}");
+    }
+    passes_nickel_format(&catalogue, &[]);
+
+    // Each node's declaration, its values passed to the module both share, is what runs there.
+    checked_equal_on_each(&lab);
+    assert_eq!(engine_facts(&names), before);
+}
+
+/// Each lab node's written declaration (`nodes/NODE.ncl`) checks equal on the node.
+fn checked_equal_on_each(lab: &crate::sshlab::Lab) {
+    for n in &lab.nodes {
+        let decl = lab.dir.path().join(format!("nodes/{}.ncl", n.name));
+        let checked = n.mesh(&["import", "--no-firewall", "--check", decl.to_str().unwrap()]);
+        assert!(
+            checked.status.success(),
+            "{}: {}{}",
+            n.name,
+            String::from_utf8_lossy(&checked.stdout),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    }
 }
 
 /// A file holding a credential, imported into a fleet whose `secrets.ncl` names the node's
