@@ -416,6 +416,69 @@ pub fn varying(found: &[&Found]) -> Varying {
     out
 }
 
+/// What a module's text (as [`render_group`] writes it) reads from `values`, per member: none
+/// when it is no function of `values`.
+fn reads_values(text: &str) -> Option<BTreeMap<String, MemberVarying>> {
+    if !text.contains("fun values =>") && !text.contains("fun credentials values =>") {
+        return None;
+    }
+    let mut out: BTreeMap<String, MemberVarying> = BTreeMap::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("values.") {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + "values.".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        let Some((key, after)) = field_token(rest) else {
+            continue;
+        };
+        if after.starts_with(".name") {
+            out.entry(key).or_default().name = true;
+        } else if let Some(var) = after.strip_prefix(".environment.") {
+            if let Some((var, _)) = field_token(var) {
+                out.entry(key).or_default().environment.insert(var);
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// A record field's name at the start of `text` as [`field`] writes it (bare, or a string
+/// literal as [`string`] writes it), and the text after it.
+fn field_token(text: &str) -> Option<(String, &str)> {
+    if let Some(quoted) = text.strip_prefix('"') {
+        let mut out = String::new();
+        let mut chars = quoted.char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '"' => return Some((out, &quoted[i + 1..])),
+                '\\' => match chars.next()?.1 {
+                    'n' => out.push('\n'),
+                    'r' => out.push('\r'),
+                    't' => out.push('\t'),
+                    'u' => {
+                        let hex: String = chars
+                            .by_ref()
+                            .map(|(_, c)| c)
+                            .skip_while(|c| *c == '{')
+                            .take_while(|c| *c != '}')
+                            .collect();
+                        out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                    }
+                    other => out.push(other),
+                },
+                c => out.push(c),
+            }
+        }
+        return None;
+    }
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .unwrap_or(text.len());
+    (end > 0).then(|| (text[..end].to_owned(), &text[end..]))
+}
+
 /// The node's own of a module's varying members: `{ KEY = { name = …, environment = { … } } }`.
 fn values_record(g: &Group, varying: &BTreeMap<String, MemberVarying>) -> String {
     let members = g.members();
@@ -429,8 +492,8 @@ fn values_record(g: &Group, varying: &BTreeMap<String, MemberVarying>) -> String
         if !m.environment.is_empty() {
             let env = c.declared_part().environment;
             text.push_str("environment = { ");
-            for var in &m.environment {
-                let _ = write!(text, "{} = {}, ", field(var), string(&env[var]));
+            for (var, value) in m.environment.iter().filter_map(|v| Some((v, env.get(v)?))) {
+                let _ = write!(text, "{} = {}, ", field(var), string(value));
             }
             text.push_str("}, ");
         }
@@ -614,6 +677,14 @@ pub fn render(
         .iter()
         .map(|g| opening_lines.remove(&g.module))
         .collect();
+    // A module of the catalogue that is a function of `values` (a fleet import made it for
+    // nodes that run it alike): a node running it alike too passes its own and shares it.
+    let in_catalogue: BTreeMap<String, BTreeMap<String, MemberVarying>> = catalogue
+        .iter()
+        .filter_map(|(name, text)| {
+            Some((name.clone(), reads_values(std::str::from_utf8(text).ok()?)?))
+        })
+        .collect();
     let contexts: Vec<GroupContext> = openings
         .iter()
         .zip(&groups)
@@ -621,7 +692,9 @@ pub fn render(
             setting_of: &setting_of,
             declared_files: &declared_files,
             openings: o.as_deref(),
-            varying: varying.get(&g.module),
+            varying: varying
+                .get(&g.module)
+                .or_else(|| in_catalogue.get(&g.module)),
         })
         .collect();
     // Each group's module under its own name, rendered (and formatted) on every core at once.
@@ -634,7 +707,17 @@ pub fn render(
             &mut out,
             |m| match first.take() {
                 Some(done) if m == g.module => done,
-                _ => render_group(g, m, context),
+                _ => {
+                    let varying = varying.get(&g.module).or_else(|| in_catalogue.get(m));
+                    render_group(
+                        g,
+                        m,
+                        &GroupContext {
+                            varying,
+                            ..*context
+                        },
+                    )
+                }
             },
             |r| r.text.as_bytes(),
         );
@@ -643,6 +726,7 @@ pub fn render(
             creds,
             gaps,
             uses_credentials,
+            parametrized,
         } = rendered;
         out.gaps.extend(gaps);
         let path = format!("catalogue/{module}.ncl");
@@ -650,7 +734,7 @@ pub fn render(
         if uses_credentials {
             let _ = write!(arguments, " credentials.{}", field(&module));
         }
-        if let Some(v) = context.varying {
+        if let Some(v) = &parametrized {
             let _ = write!(arguments, " {}", values_record(g, v));
             out.parametrized.push(module.clone());
         }
@@ -1038,6 +1122,7 @@ fn rendered_at_once(groups: &[Group], contexts: &[GroupContext]) -> Vec<Option<G
 }
 
 /// What a group's module is rendered from beside the group itself.
+#[derive(Clone, Copy)]
 struct GroupContext<'a> {
     setting_of: &'a BTreeMap<(String, u16), String>,
     declared_files: &'a BTreeSet<&'a str>,
@@ -1054,6 +1139,8 @@ struct GroupText {
     creds: Vec<(String, String, String)>,
     gaps: BTreeMap<String, Vec<Gap>>,
     uses_credentials: bool,
+    /// What of its members it reads from `values`, if it is a function of them.
+    parametrized: Option<BTreeMap<String, MemberVarying>>,
 }
 
 /// The module `module` declaring a group's containers. It names no node: the same containers
@@ -1131,6 +1218,7 @@ fn render_group(g: &Group, module: &str, context: &GroupContext) -> GroupText {
         creds,
         gaps,
         uses_credentials,
+        parametrized: context.varying.cloned(),
     }
 }
 
@@ -1966,6 +2054,26 @@ mod tests {
         assert!(decl.contains("MODE = \"green\""), "{decl}");
         assert!(decl.contains("LEVEL = \"green\""), "{decl}");
 
+        // A third node imported alone later, running it alike: it shares the catalogue's
+        // module (a function of `values`, read from its text), passing its own.
+        let mut catalogue = catalogue;
+        catalogue.extend(catalogue_of(&second));
+        let later = node("shop-web-d", "amber", false);
+        let third = render(
+            "d",
+            &later.containers,
+            &[],
+            &[],
+            &catalogue,
+            None,
+            &Varying::new(),
+        );
+        assert_eq!(third.shared, ["shop", "cache"], "{:?}", third.renamed);
+        assert_eq!(third.parametrized, ["shop", "cache"]);
+        let decl = text(&third, "nodes/d.ncl");
+        assert!(decl.contains("name = \"shop-web-d\""), "{decl}");
+        assert!(decl.contains("MODE = \"amber\""), "{decl}");
+
         // Another variable on one node: not alike; that module is left to each node.
         let c = node("shop-web-c", "red", true);
         let varying = super::varying(&[&a, &c]);
@@ -1973,6 +2081,40 @@ mod tests {
         assert!(varying.contains_key("cache"));
         // One node alone: nothing differs.
         assert!(super::varying(&[&a]).is_empty());
+    }
+
+    /// What a module reads from `values` is read back from its text, keys Nickel quotes too;
+    /// a module that is no function of `values` reads nothing.
+    #[test]
+    fn what_a_module_reads_from_values_is_read_from_its_text() {
+        let text = "fun credentials values =>\n  { containers = [{ name = values.\"web.1\".name, \
+                    environment = { A = values.\"web.1\".environment.A, \"B.C\" = values.db.environment.\"B.C\", \
+                    D = credentials.D, E = myvalues.x.name } }] }";
+        let read = reads_values(text).unwrap();
+        assert_eq!(
+            read,
+            BTreeMap::from([
+                (
+                    "web.1".to_owned(),
+                    MemberVarying {
+                        name: true,
+                        environment: BTreeSet::from(["A".to_owned()]),
+                    }
+                ),
+                (
+                    "db".to_owned(),
+                    MemberVarying {
+                        name: false,
+                        environment: BTreeSet::from(["B.C".to_owned()]),
+                    }
+                ),
+            ])
+        );
+        assert_eq!(reads_values("{ name = values.x.name }"), None);
+        assert_eq!(
+            field_token("\"a\\\"b\\u{1}\" rest"),
+            Some(("a\"b\u{1}".to_owned(), " rest"))
+        );
     }
 
     /// A string with quotes, a backslash, a newline and an interpolation stays the same text.

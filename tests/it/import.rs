@@ -1302,20 +1302,28 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
             .join("\n");
     }
     std::fs::write(lab.fleet(), narrowed).unwrap();
-    let both = lab.mesh(&[
-        "fleet",
-        "import",
-        "--node",
-        "node0",
-        "--node",
-        "node1",
-        "--container",
-        &common,
-        "--no-firewall",
-        "--json",
-        "--force",
-    ]);
+    let narrowed_import = |nodes: &[&str], force: bool| {
+        let mut args = vec!["fleet", "import"];
+        for n in nodes {
+            args.extend(["--node", n]);
+        }
+        args.extend(["--container", &common, "--no-firewall", "--json"]);
+        if force {
+            args.push("--force");
+        }
+        lab.mesh(&args)
+    };
+    let both = narrowed_import(&["node0", "node1"], true);
+    // node1 alone, later: it reads the shared module's `values` from its text and shares it;
+    // nothing is written (the same again).
+    let alone = narrowed_import(&["node1"], false);
     std::fs::write(lab.fleet(), fleet_text).unwrap();
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let alone: serde_json::Value = serde_json::from_slice(&alone.stdout).unwrap();
     assert!(
         both.status.success(),
         "{}",
@@ -1350,6 +1358,16 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         std::fs::read(catalogue.join(format!("{app_module}.ncl"))).unwrap(),
         app_text,
         "the catalogue's module is left as it was"
+    );
+    assert_eq!(
+        alone["nodes"][0]["shared"],
+        serde_json::json!([alike, common_module]),
+        "{alone}"
+    );
+    assert_eq!(
+        alone["nodes"][0]["written"],
+        serde_json::json!([]),
+        "{alone}"
     );
     let shared = std::fs::read_to_string(catalogue.join(format!("{alike}.ncl"))).unwrap();
     for absent in [app_a.as_str(), app_b.as_str(), "\"a\"", "\"b\""] {
