@@ -445,13 +445,10 @@ pub fn once(fleet: &Fleet, node: &Node, args: &[&str]) -> Result<Ran, SshError> 
         .collect::<Vec<_>>()
         .join(" ");
     c.arg("--").arg(&node.ssh.destination).arg(command);
-    let out = c
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| SshError::Unreachable {
-            node: node.name.to_string(),
-            message: format!("cannot run ssh: {e}"),
-        })?;
+    let out = output_of_ssh(&mut c).map_err(|e| SshError::Unreachable {
+        node: node.name.to_string(),
+        message: format!("cannot run ssh: {e}"),
+    })?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     // ssh's own failures exit 255 (the node's mesh never does).
     if out.status.code() == Some(255) {
@@ -467,6 +464,50 @@ pub fn once(fleet: &Fleet, node: &Node, args: &[&str]) -> Result<Ran, SshError> 
     Ok(Ran {
         code: out.status.code(),
         stdout: out.stdout,
+        stderr,
+    })
+}
+
+/// How long ssh's stderr is read on after ssh has exited: what a child of its ProxyCommand
+/// still holds open (a background process of the operator's) is not waited for.
+const STDERR_AFTER_EXIT: Duration = Duration::from_millis(500);
+
+/// `c`'s output, as [`std::process::Command::output`] gives it, but ended when ssh has exited
+/// and its stdout is closed: ssh's stderr is read on for [`STDERR_AFTER_EXIT`] at most, since a
+/// ProxyCommand (the operator's) may leave a process behind that holds it open for as long as
+/// it lives.
+fn output_of_ssh(c: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+    use std::io::Read as _;
+    use std::process::Stdio;
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (done, finished) = std::sync::mpsc::channel();
+    {
+        let said = said.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            while let Ok(n @ 1..) = stderr.read(&mut chunk) {
+                said.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&chunk[..n]);
+            }
+            let _ = done.send(());
+        });
+    }
+    let mut out = Vec::new();
+    stdout.read_to_end(&mut out)?;
+    let status = child.wait()?;
+    let _ = finished.recv_timeout(STDERR_AFTER_EXIT);
+    let stderr = std::mem::take(&mut *said.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(std::process::Output {
+        status,
+        stdout: out,
         stderr,
     })
 }

@@ -701,3 +701,48 @@ fn one_changed_file_sends_a_delta() {
     );
     assert!(on_wire < 17_000, "{on_wire} bytes on the wire");
 }
+
+/// An operator's `ProxyCommand` that leaves a process behind holding ssh's stderr (here a
+/// `sleep` started in the background) does not hold the deploy until that process ends: the
+/// confirmation's `ssh` has exited, its answer read, and what it said on stderr is read on
+/// for a moment only. The deploy used to wait for the `sleep` (60.5 s) before confirming.
+#[test]
+fn a_proxy_leaving_a_process_behind_does_not_hold_the_deploy() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("linger", 1, |n| node_decl(n, "one\n", true));
+    let mesh = env!("CARGO_BIN_EXE_mesh");
+    let marker = lab.dir.path().join("lingered");
+    lab.ssh_option(&format!(
+        "ProxyCommand sh -c 'echo %h >> {}; (exec sleep 60.5 > /dev/null < /dev/null &); exec {mesh} __mesh-ssh-proxy %h %p'\n  ProxyUseFdpass yes",
+        marker.display()
+    ));
+    lab.declare("node0", &node_decl("node0", "two\\n", true));
+    let started = std::time::Instant::now();
+    let out = lab
+        .command(&["deploy", "--json", "--confirm-timeout", "40"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let lingering = std::process::Command::new("pkill")
+        .args(["-f", "^sleep 60.5$"])
+        .status();
+    assert_eq!(
+        row(&json_of(&out), "node0")["result"],
+        "confirmed",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let proxied = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(
+        proxied.lines().count(),
+        2,
+        "both connections proxied: {proxied:?}"
+    );
+    // Not a speed measure: a bound far below the 60.5 s the left-behind process lives.
+    assert!(
+        took < std::time::Duration::from_secs(30),
+        "the deploy waited {took:?} for what the proxy left behind ({lingering:?})"
+    );
+}
