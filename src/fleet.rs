@@ -76,8 +76,16 @@ pub fn import(state: &Path, place: &Place, args: FleetImportArgs) -> Result<(), 
     }
     let founds: Vec<&mesh_fleet::import::Found> = reached.iter().map(|(_, f)| f).collect();
     let varying = mesh_fleet::import::varying(&founds);
+    let rules = crate::import::secret_rules(state, &tree)?;
     for (node, found) in reached {
-        let done = crate::import::written_into(state, &tree, &found, args.force, false, &varying)?;
+        let done = crate::import::written_into(
+            &tree,
+            &found,
+            args.force,
+            false,
+            rules.as_ref(),
+            &varying,
+        )?;
         let declared = tree.join(format!("nodes/{}.ncl", node.name));
         if node.declaration != declared {
             eprintln!(

@@ -127,12 +127,13 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let out = args.out.as_deref().expect("--out or --found-json");
+    let rules = secret_rules(state, out)?;
     let imported = written_into(
-        state,
         out,
         &found,
         args.force,
         true,
+        rules.as_ref(),
         &mesh_fleet::import::Varying::new(),
     )?;
     if let Some(v) = report(&found, out, &imported, args.json)? {
@@ -141,33 +142,39 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Who may read a secret in the fleet's tree `out`, when its `secrets.ncl` says it: a file's
+/// content that is not written in clear is then written encrypted to them. Read once for all
+/// the nodes an import writes.
+pub(crate) fn secret_rules(
+    state: &std::path::Path,
+    out: &std::path::Path,
+) -> Result<Option<mesh_lib::secret::Rules>, Failure> {
+    let rules_file = out.join(mesh_lib::secret::RULES_FILE);
+    if !rules_file.is_file() {
+        return Ok(None);
+    }
+    let tree = crate::secret::tree_at(state, &rules_file)?;
+    crate::secret::rules(state, &tree).map(Some)
+}
+
 /// What an import wrote into the fleet's tree `out` from what was `found`: rendered beside the
 /// catalogue there, written (refused, nothing written, where a file there says another thing,
 /// unless `force`); a fleet file too when `fleet_file` and the folder has none.
 pub(crate) fn written_into(
-    state: &std::path::Path,
     out: &std::path::Path,
     found: &Found,
     force: bool,
     fleet_file: bool,
+    rules: Option<&mesh_lib::secret::Rules>,
     varying: &mesh_fleet::import::Varying,
 ) -> Result<(Imported, Vec<std::path::PathBuf>), Failure> {
-    // Who may read a secret, when the tree says it: a file's content that is not written in
-    // clear is then written encrypted to them.
-    let rules_file = out.join(mesh_lib::secret::RULES_FILE);
-    let rules = if rules_file.is_file() {
-        let tree = crate::secret::tree_at(state, &rules_file)?;
-        Some(crate::secret::rules(state, &tree)?)
-    } else {
-        None
-    };
     let mut imported = render(
         &found.node,
         &found.containers,
         &found.files,
         &found.openings,
         &mesh_fleet::import::catalogue(out),
-        rules.as_ref(),
+        rules,
         varying,
     );
     mesh_fleet::import::keep_secrets_there(out, &mut imported);

@@ -685,6 +685,9 @@ pub fn render(
             Some((name.clone(), reads_values(std::str::from_utf8(text).ok()?)?))
         })
         .collect();
+    // What a group's module reads from `values` under the name `m`: what differs between the
+    // nodes imported with this one, else what the catalogue's module of that name reads.
+    let reads = |g: &Group, m: &str| varying.get(&g.module).or_else(|| in_catalogue.get(m));
     let contexts: Vec<GroupContext> = openings
         .iter()
         .zip(&groups)
@@ -692,9 +695,7 @@ pub fn render(
             setting_of: &setting_of,
             declared_files: &declared_files,
             openings: o.as_deref(),
-            varying: varying
-                .get(&g.module)
-                .or_else(|| in_catalogue.get(&g.module)),
+            varying: reads(g, &g.module),
         })
         .collect();
     // Each group's module under its own name, rendered (and formatted) on every core at once.
@@ -707,17 +708,14 @@ pub fn render(
             &mut out,
             |m| match first.take() {
                 Some(done) if m == g.module => done,
-                _ => {
-                    let varying = varying.get(&g.module).or_else(|| in_catalogue.get(m));
-                    render_group(
-                        g,
-                        m,
-                        &GroupContext {
-                            varying,
-                            ..*context
-                        },
-                    )
-                }
+                _ => render_group(
+                    g,
+                    m,
+                    &GroupContext {
+                        varying: reads(g, m),
+                        ..*context
+                    },
+                ),
             },
             |r| r.text.as_bytes(),
         );
