@@ -127,8 +127,9 @@ pub enum Command {
     Adopt(AdoptArgs),
     /// Write the declaration of what this node runs (its containers, files at given paths) into
     /// a fleet's catalogue and a node declaration, changing nothing on the machine, laid out as
-    /// `nickel format` lays it out; a credential is never written in clear (a file holding one
-    /// is written encrypted when DIR's secrets.ncl names its readers, the node among them). Or,
+    /// `nickel format` lays it out; a credential is never written in clear (a file holding one,
+    /// or an environment's, is written encrypted when DIR's secrets.ncl names its readers, the
+    /// node among them; an environment's then is the container's `secret_environment`). Or,
     /// with --check, compare a declaration's every container and file with what runs.
     Import(ImportArgs),
     /// The cutover of one module or several, in one generation: their held files are replaced

@@ -221,8 +221,12 @@ pub(crate) fn report(
     }
     for w in &imported.secrets {
         eprintln!(
-            "written encrypted: {} ({}) as {}, to {}",
+            "written encrypted: {}{} ({}) as {}, to {}",
             mesh_lib::text::escape(&w.item),
+            w.variable
+                .as_ref()
+                .map(|v| format!(" {}", mesh_lib::text::escape(v)))
+                .unwrap_or_default(),
             w.why,
             w.secret,
             w.readers.join(", ")

@@ -107,6 +107,14 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
                 if v.read_only { " (read-only)" } else { "" }
             );
         }
+        for (k, r) in &c.secret_environment {
+            let _ = writeln!(
+                o,
+                "             secret  environment {k} from {} (for {})",
+                r.file,
+                r.recipients.join(", ")
+            );
+        }
         if let Some(t) = c.stop_timeout {
             let _ = writeln!(o, "             stops   within {t} s of SIGTERM");
         }

@@ -66,7 +66,20 @@ pub enum DockerError {
     /// The runtime for the calls could not start.
     #[error("cannot start the runtime for Docker calls: {0}")]
     Runtime(#[from] std::io::Error),
+    /// A container to create has a secret environment variable whose value the switch did not
+    /// decrypt (a fault of the mesh, not of the declaration): it is not created without it.
+    #[error("docker create {name}: the value of its secret environment variable {var} was not decrypted; not created")]
+    Unopened {
+        /// The container.
+        name: String,
+        /// The variable.
+        var: String,
+    },
 }
+
+/// The values of containers' secret environment variables, by their keyed digest (the
+/// `ciphertext` a switch's resolved generation names them by): zeroed when dropped.
+pub type SecretValues = BTreeMap<mesh_lib::BlobHash, mesh_lib::secret::Zeroizing<String>>;
 
 /// The container steps that failed, each naming its container and the engine's message. When
 /// one failed no other container's step was started; those already running were waited for.
@@ -154,9 +167,17 @@ pub struct Engine {
 }
 
 /// The digest of a declared container's spec (its state aside): equal digests, equal containers.
+///
+/// A secret environment variable counts by its value's keyed digest alone (a switch names it
+/// so): a secret re-encrypted to other recipients, or moved, with the same value recreates
+/// nothing; a new value recreates the container.
 pub fn spec_digest(entry: &ContainerEntry) -> String {
     let mut e = entry.clone();
     e.state = ContainerState::Managed;
+    for r in e.secret_environment.values_mut() {
+        r.file.clear();
+        r.recipients.clear();
+    }
     blake3::hash(&mesh_lib::canonical::to_canonical_json(&e).unwrap_or_default())
         .to_hex()
         .to_string()
@@ -391,33 +412,25 @@ impl Engine {
         Ok((inspect.id.unwrap_or_default(), started))
     }
 
-    /// Creates (not starts) the declared container under `name`, labelled as the mesh's. A
+    /// Creates the container `name` as `entry` declares it, labelled with the mesh's labels; a
     /// volume whose source is an absolute path is that path under `root`, where the mesh writes
-    /// declared files.
-    pub fn create(
-        &self,
-        name: &str,
-        entry: &ContainerEntry,
-        generation: &mesh_lib::GenerationId,
-        owner: &str,
-        root: &std::path::Path,
-    ) -> Result<(), DockerError> {
-        self.runtime
-            .block_on(self.create_async(name, entry, generation, owner, root))
-    }
-
+    /// declared files. Its secret environment variables are given their values from `values`.
     async fn create_async(
         &self,
         name: &str,
         entry: &ContainerEntry,
-        generation: &mesh_lib::GenerationId,
-        owner: &str,
-        root: &std::path::Path,
+        ctx: &Context<'_>,
     ) -> Result<(), DockerError> {
+        let (generation, owner, root) = (ctx.generation, ctx.owner, ctx.root);
         for network in &entry.networks {
             self.ensure_network(name, &network.name, owner).await?;
         }
-        let body = create_body(entry, generation, owner, root);
+        let body = create_body(entry, generation, owner, root, ctx.values).map_err(|var| {
+            DockerError::Unopened {
+                name: name.to_owned(),
+                var,
+            }
+        })?;
         let options = CreateContainerOptionsBuilder::default().name(name).build();
         match self
             .call_async(
@@ -622,7 +635,17 @@ fn create_body(
     generation: &mesh_lib::GenerationId,
     owner: &str,
     root: &std::path::Path,
-) -> ContainerCreateBody {
+    values: &SecretValues,
+) -> Result<ContainerCreateBody, String> {
+    let mut env: Vec<String> = entry
+        .environment
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for (k, r) in &entry.secret_environment {
+        let value = values.get(&r.ciphertext).ok_or_else(|| k.clone())?;
+        env.push(format!("{k}={}", value.as_str()));
+    }
     let mut labels: HashMap<String, String> = entry.labels.clone().into_iter().collect();
     labels.insert(LABEL_OWNER.into(), owner.to_owned());
     labels.insert(LABEL_MODULE.into(), entry.module.to_string());
@@ -639,16 +662,10 @@ fn create_body(
                 host_port: Some(p.host_port.to_string()),
             });
     }
-    ContainerCreateBody {
+    Ok(ContainerCreateBody {
         image: Some(entry.image.clone()),
         cmd: (!entry.command.is_empty()).then(|| entry.command.clone()),
-        env: Some(
-            entry
-                .environment
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect(),
-        ),
+        env: Some(env),
         labels: Some(labels),
         stop_timeout: entry.stop_timeout.map(i64::from),
         exposed_ports: Some(bindings.keys().cloned().collect()),
@@ -703,7 +720,7 @@ fn create_body(
             }
         }),
         ..ContainerCreateBody::default()
-    }
+    })
 }
 
 /// The engine's restart policy for a declared one (`always`, `unless-stopped`, `on-failure`,
@@ -1002,6 +1019,7 @@ fn stop_and_remove(name: &str) -> [Call; 2] {
 /// What one container's calls need to know of the switch.
 struct Context<'a> {
     containers: &'a BTreeMap<ContainerName, ContainerEntry>,
+    values: &'a SecretValues,
     generation: &'a mesh_lib::GenerationId,
     owner: &'a str,
     root: &'a std::path::Path,
@@ -1043,6 +1061,7 @@ impl Engine {
     pub fn apply(
         &self,
         containers: &BTreeMap<ContainerName, ContainerEntry>,
+        values: &SecretValues,
         steps: &[Step],
         present: &BTreeMap<String, Present>,
         generation: &mesh_lib::GenerationId,
@@ -1057,6 +1076,7 @@ impl Engine {
         }
         let ctx = Context {
             containers,
+            values,
             generation,
             owner,
             root,
@@ -1163,8 +1183,7 @@ impl Engine {
                         .find(|(n, _)| n.as_str() == name)
                         .map(|(_, e)| e)
                         .expect("planned from it");
-                    self.create_async(name, entry, ctx.generation, ctx.owner, ctx.root)
-                        .await?
+                    self.create_async(name, entry, ctx).await?
                 }
                 Call::Start(name) => self.start_async(name).await?,
                 Call::Remove(name) => self.remove_async(name).await?,
@@ -1194,6 +1213,7 @@ mod tests {
             digest: None,
             command: vec![],
             environment: BTreeMap::new(),
+            secret_environment: Default::default(),
             ports: vec![],
             volumes: vec![],
             labels: BTreeMap::new(),

@@ -9,8 +9,11 @@
 use std::collections::BTreeSet;
 
 use ipnet::IpNet;
-use mesh_lib::import::{compare, Difference, FoundOpening, Gap, LiveContainer};
+use mesh_lib::import::{
+    compare_hiding, looks_like_credential, Difference, Effective, FoundOpening, Gap, LiveContainer,
+};
 use mesh_lib::model::{ContainerEntry, FileMode, PrivateNetwork, TrafficPath};
+use mesh_lib::secret::DigestKey;
 use mesh_lib::{BlobHash, Generation, TargetPath};
 use serde::Serialize;
 
@@ -18,6 +21,7 @@ use crate::docker::{DockerError, Engine, Published};
 use crate::node::Node;
 use crate::reach::{Change, Found, Holder, Verdict, Who};
 use crate::root::Observed;
+use crate::switch::containers::with_values;
 use crate::switch::ActivateError;
 
 /// A file read at a path given to `mesh import`.
@@ -118,12 +122,32 @@ impl Node {
     /// The engine is asked only when the generation declares containers.
     pub fn check_import(&self, generation: &Generation) -> Result<Vec<Checked>, ActivateError> {
         let mut out = Vec::new();
+        // The secrets' plaintexts, decrypted with the node's host key as a switch does: each
+        // compared by its keyed digest (never a plain one), or why it cannot be.
+        let opened = self
+            .open_secrets_of(generation, true)
+            .map_err(|e| e.to_string());
         if !generation.containers.is_empty() {
             let engine = Engine::connect()?;
             let present = engine.containers()?;
             for (name, entry) in &generation.containers {
                 out.push(if present.contains_key(name.as_str()) {
-                    check_container(entry, &engine.live(name.as_str(), self.root.path())?)
+                    let live = engine.live(name.as_str(), self.root.path())?;
+                    let secret: BTreeSet<String> =
+                        entry.secret_environment.keys().cloned().collect();
+                    match &opened {
+                        _ if secret.is_empty() => {
+                            check_container(entry, &live, &secret, &self.digests)
+                        }
+                        Ok(Some((resolved, opened))) => check_container(
+                            &with_values(&resolved.containers[name], &opened.values),
+                            &live,
+                            &secret,
+                            &self.digests,
+                        ),
+                        Ok(None) => not_opened(entry, &live, "they were not decrypted"),
+                        Err(why) => not_opened(entry, &live, why),
+                    }
                 } else {
                     Checked {
                         kind: "container",
@@ -139,9 +163,6 @@ impl Node {
             }
         }
         self.check_reach(generation.files.keys())?;
-        // The secret files' plaintexts, decrypted with the node's host key as a switch does:
-        // each compared by its keyed digest (never a plain one), or why it cannot be.
-        let opened = self.open_secrets(generation).map_err(|e| e.to_string());
         for (path, file) in &generation.files {
             let mut c = Checked {
                 kind: "file",
@@ -426,22 +447,61 @@ fn families(h: &Holder) -> (bool, bool) {
     }
 }
 
-/// A declared container against the live one under its name.
-fn check_container(entry: &ContainerEntry, live: &LiveContainer) -> Checked {
-    let differences = compare(entry, live);
+/// A declared container against the live one under its name; `secret` names its environment
+/// variables whose values are secrets (given here their values). No value of those, or of one
+/// that looks like a credential, is shown, and the spec hashes name each such value by its
+/// keyed digest: a plain digest of a spec would let a short secret be guessed offline.
+fn check_container(
+    entry: &ContainerEntry,
+    live: &LiveContainer,
+    secret: &BTreeSet<String>,
+    key: &DigestKey,
+) -> Checked {
+    let differences = compare_hiding(entry, live, secret);
     let verdict = if differences.is_empty() && live.gaps.is_empty() {
         "equal"
     } else {
         "differs"
+    };
+    let keyed = |mut e: Effective| {
+        for (k, v) in e.environment.iter_mut() {
+            if secret.contains(k) || looks_like_credential(k, v).is_some() {
+                *v = format!("keyed {}", key.digest(v.as_bytes()));
+            }
+        }
+        e.digest()
     };
     Checked {
         kind: "container",
         name: live.name.clone(),
         module: entry.module.to_string(),
         verdict,
-        declared: Some(mesh_lib::import::declared_effective(entry, live).digest()),
-        found: Some(live.effective().digest()),
+        declared: Some(keyed(mesh_lib::import::declared_effective(entry, live))),
+        found: Some(keyed(live.effective())),
         differences,
         gaps: live.gaps.clone(),
+    }
+}
+
+/// A declared container with secret environment variables whose values cannot be read here
+/// (`why`): not compared, each such variable named.
+fn not_opened(entry: &ContainerEntry, live: &LiveContainer, why: &str) -> Checked {
+    Checked {
+        kind: "container",
+        name: live.name.clone(),
+        module: entry.module.to_string(),
+        verdict: "not compared",
+        declared: None,
+        found: None,
+        differences: Vec::new(),
+        gaps: entry
+            .secret_environment
+            .iter()
+            .map(|(k, r)| Gap {
+                what: format!("environment {k}"),
+                found: format!("a secret ({})", r.file),
+                why: format!("its value cannot be decrypted here: {why}"),
+            })
+            .collect(),
     }
 }

@@ -299,8 +299,15 @@ impl Node {
             let present = engine.containers()?;
             for name in staged {
                 if present.get(name.as_str()).is_some_and(|p| !p.is_ours()) {
+                    // A spec whose environment holds a credential is kept wrapped, recorded
+                    // by its keyed digest: the record goes into git, and a plain digest of
+                    // a spec the declaration all but says would let the credential be guessed.
                     let spec = engine.spec_of(name.as_str())?;
-                    let hash = self.store.put_blob(&spec, true)?;
+                    let hash = if mesh_lib::import::spec_holds_credential(&spec) {
+                        self.store.put_blob(&self.digests.wrap(&spec), true)?
+                    } else {
+                        self.store.put_blob(&spec, true)?
+                    };
                     record.found.containers.insert(
                         name.clone(),
                         mesh_lib::record::FoundContainer {

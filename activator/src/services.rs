@@ -1249,6 +1249,7 @@ mod tests {
             digest: None,
             command: Vec::new(),
             environment: BTreeMap::new(),
+            secret_environment: Default::default(),
             ports: Vec::new(),
             volumes: vec![Volume {
                 source: source.into(),

@@ -91,6 +91,8 @@ struct ContainerOut {
     image: String,
     command: Vec<String>,
     environment: BTreeMap<String, String>,
+    #[serde(default)]
+    secret_environment: BTreeMap<String, String>,
     publish: Vec<PublishOut>,
     volumes: Vec<VolumeOut>,
     labels: BTreeMap<String, String>,
@@ -617,6 +619,33 @@ impl<'a> Assembly<'a> {
                         },
                     )?),
                 };
+            let mut secret_environment = BTreeMap::new();
+            for (k, file) in &c.secret_environment {
+                let at = ctx.at(&here, &[f("secret_environment"), named(k)]);
+                let why = if c.environment.contains_key(k) {
+                    Some(format!("container {name}: environment variable {k} is given in `environment` and in `secret_environment`: give it once"))
+                } else if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    Some(format!(
+                        "container {name}: {k:?} cannot be an environment variable's name"
+                    ))
+                } else {
+                    mesh_lib::secret::check_file(file)
+                        .err()
+                        .map(|e| format!("container {name}, environment variable {k}: {e}"))
+                };
+                if let Some(why) = why {
+                    return Err(ctx.reject(&at, why, "this secret"));
+                }
+                secret_environment.insert(
+                    k.clone(),
+                    SecretRef {
+                        // Filled in once the ciphertext is read.
+                        ciphertext: BlobHash::of(b""),
+                        file: file.clone(),
+                        recipients: Vec::new(),
+                    },
+                );
+            }
             let mut networks = Vec::new();
             for (ni, n) in c.networks.iter().enumerate() {
                 if networks.iter().any(|m: &ContainerNetwork| m.name == n.name) {
@@ -732,6 +761,13 @@ impl<'a> Assembly<'a> {
                     ctx.at(&here, &[f("environment"), named(k)]),
                 ));
             }
+            for k in c.secret_environment.keys() {
+                printed.push((
+                    "environment variable",
+                    k,
+                    ctx.at(&here, &[f("secret_environment"), named(k)]),
+                ));
+            }
             for k in c.labels.keys() {
                 printed.push(("label", k, ctx.at(&here, &[f("labels"), named(k)])));
             }
@@ -769,6 +805,7 @@ impl<'a> Assembly<'a> {
                 digest,
                 command: c.command.clone(),
                 environment: c.environment.clone(),
+                secret_environment,
                 ports,
                 volumes,
                 labels: c.labels.clone(),

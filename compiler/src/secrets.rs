@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use mesh_lib::secret::{key_tag, stanza_tags, Rules, SecretContent, RULES_FILE};
+use mesh_lib::secret::{key_tag, stanza_tags, Rules, SecretContent, SecretRef, RULES_FILE};
 use mesh_lib::BlobHash;
 
 use crate::assemble::{Assembled, NewBlob};
@@ -27,7 +27,12 @@ pub(crate) fn resolve(
     library: &Path,
 ) -> Result<Vec<ReadSource>, MeshDiagnostic> {
     let generation = &mut assembled.generation;
-    if generation.files.values().all(|f| f.secret.is_none()) {
+    if generation.files.values().all(|f| f.secret.is_none())
+        && generation
+            .containers
+            .values()
+            .all(|c| c.secret_environment.is_empty())
+    {
         return Ok(Vec::new());
     }
     let node = generation.node.to_string();
@@ -38,75 +43,110 @@ pub(crate) fn resolve(
         .map(|k| mesh_lib::secret::parse_key(&node, k))
         .transpose()
         .map_err(|e| MeshDiagnostic::new(format!("{RULES_FILE}: {e}")))?;
+    let mut reader = Reader {
+        rules: &rules,
+        host_tag: host_key.as_ref().map(key_tag),
+        node: &node,
+        tree,
+        sources: &mut sources,
+        blobs: &mut assembled.blobs,
+    };
     for (path, entry) in generation.files.iter_mut() {
         let Some(secret) = entry.secret.as_mut() else {
             continue;
         };
         for r in secret.refs_mut() {
-            let file = r.file.clone();
-            let refuse = |why: String| MeshDiagnostic::new(format!("{path}: secret {file}: {why}"));
-            let recipients = rules
-                .recipients(&file)
-                .map_err(|e| MeshDiagnostic::new(format!("{path}: {e}")))?;
-            let names: Vec<String> = recipients.iter().map(|r| r.name.clone()).collect();
-            if !names.contains(&node) {
-                return Err(refuse(format!(
-                    "node {node} is not among its recipients ({}) in {RULES_FILE}",
-                    names.join(", ")
-                ))
-                .with_help(format!(
-                    "add `{node}` to its recipients in {RULES_FILE}, then `mesh secret rekey`"
-                )));
-            }
-            let Some(key) = &host_key else {
-                return Err(refuse(format!(
-                    "node {node} has no host key in {RULES_FILE} (`nodes.{node}`)"
-                ))
-                .with_help("give it the node's /etc/ssh/ssh_host_ed25519_key.pub"));
-            };
-            let on_disk = tree.root.join(&file);
-            if !tree.allows(&on_disk) {
-                return Err(refuse(format!(
-                    "{} is not a file of the fleet's tree {}",
-                    on_disk.display(),
-                    tree.root.display()
-                ))
-                .with_help("create it with `mesh secret edit FILE`"));
-            }
-            let bytes = std::fs::read(&on_disk)
-                .map_err(|e| refuse(format!("cannot read {}: {e}", on_disk.display())))?;
-            let tags = stanza_tags(&file, &bytes).map_err(|e| refuse(e.to_string()))?;
-            if !tags.contains(&key_tag(key)) {
-                return Err(refuse(format!(
-                    "it is not encrypted to node {node}'s host key (the one {RULES_FILE} gives)"
-                ))
-                .with_help("re-encrypt it to the recipients declared now: `mesh secret rekey`"));
-            }
-            let hash = BlobHash::of(&bytes);
-            sources.push((
-                std::fs::canonicalize(&on_disk).unwrap_or(on_disk),
-                *blake3::hash(&bytes).as_bytes(),
-            ));
-            r.ciphertext = hash;
-            r.recipients = names;
-            if !assembled.blobs.iter().any(|b| b.hash == hash) {
-                assembled.blobs.push(NewBlob {
-                    hash,
-                    bytes,
-                    private: true,
-                });
-            }
+            reader.read(r, path.as_str())?;
         }
         if let SecretContent::Whole(r) = secret {
             entry.blob = r.ciphertext;
-            entry.size = assembled
+            entry.size = reader
                 .blobs
                 .iter()
                 .find(|b| b.hash == r.ciphertext)
                 .map_or(0, |b| b.bytes.len() as u64);
         }
     }
+    for (name, container) in generation.containers.iter_mut() {
+        for (var, r) in container.secret_environment.iter_mut() {
+            reader.read(r, &format!("container {name}, environment variable {var}"))?;
+        }
+    }
     Ok(sources)
+}
+
+/// What reads a node's secrets' ciphertexts from the tree.
+struct Reader<'a> {
+    rules: &'a Rules,
+    /// The tag of the node's host key, as a ciphertext's stanza names it.
+    host_tag: Option<String>,
+    node: &'a str,
+    tree: &'a Tree,
+    sources: &'a mut Vec<ReadSource>,
+    blobs: &'a mut Vec<NewBlob>,
+}
+
+impl Reader<'_> {
+    /// Reads `r`'s ciphertext (what needs it: `what`), checks that the node may read it, and
+    /// fills in its hash and recipients.
+    fn read(&mut self, r: &mut SecretRef, what: &str) -> Result<(), MeshDiagnostic> {
+        let node = self.node;
+        let file = r.file.clone();
+        let refuse = |why: String| MeshDiagnostic::new(format!("{what}: secret {file}: {why}"));
+        let recipients = self
+            .rules
+            .recipients(&file)
+            .map_err(|e| MeshDiagnostic::new(format!("{what}: {e}")))?;
+        let names: Vec<String> = recipients.iter().map(|r| r.name.clone()).collect();
+        if !names.iter().any(|n| n == node) {
+            return Err(refuse(format!(
+                "node {node} is not among its recipients ({}) in {RULES_FILE}",
+                names.join(", ")
+            ))
+            .with_help(format!(
+                "add `{node}` to its recipients in {RULES_FILE}, then `mesh secret rekey`"
+            )));
+        }
+        let Some(tag) = &self.host_tag else {
+            return Err(refuse(format!(
+                "node {node} has no host key in {RULES_FILE} (`nodes.{node}`)"
+            ))
+            .with_help("give it the node's /etc/ssh/ssh_host_ed25519_key.pub"));
+        };
+        let on_disk = self.tree.root.join(&file);
+        if !self.tree.allows(&on_disk) {
+            return Err(refuse(format!(
+                "{} is not a file of the fleet's tree {}",
+                on_disk.display(),
+                self.tree.root.display()
+            ))
+            .with_help("create it with `mesh secret edit FILE`"));
+        }
+        let bytes = std::fs::read(&on_disk)
+            .map_err(|e| refuse(format!("cannot read {}: {e}", on_disk.display())))?;
+        let tags = stanza_tags(&file, &bytes).map_err(|e| refuse(e.to_string()))?;
+        if !tags.contains(tag) {
+            return Err(refuse(format!(
+                "it is not encrypted to node {node}'s host key (the one {RULES_FILE} gives)"
+            ))
+            .with_help("re-encrypt it to the recipients declared now: `mesh secret rekey`"));
+        }
+        let hash = BlobHash::of(&bytes);
+        self.sources.push((
+            std::fs::canonicalize(&on_disk).unwrap_or(on_disk),
+            *blake3::hash(&bytes).as_bytes(),
+        ));
+        r.ciphertext = hash;
+        r.recipients = names;
+        if !self.blobs.iter().any(|b| b.hash == hash) {
+            self.blobs.push(NewBlob {
+                hash,
+                bytes,
+                private: true,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The tree's `secrets.ncl`, evaluated, and the files its evaluation read.

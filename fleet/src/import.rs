@@ -688,6 +688,9 @@ pub fn render(
     // What a group's module reads from `values` under the name `m`: what differs between the
     // nodes imported with this one, else what the catalogue's module of that name reads.
     let reads = |g: &Group, m: &str| varying.get(&g.module).or_else(|| in_catalogue.get(m));
+    // An environment's credential is written as a secret when secrets.ncl names readers of
+    // the node's environment secrets, the node among them (as a file's is).
+    let env_secrets = readable_by(node, &env_secret(node, "MODULE", "VAR"), secrets).is_ok();
     let contexts: Vec<GroupContext> = openings
         .iter()
         .zip(&groups)
@@ -696,6 +699,7 @@ pub fn render(
             declared_files: &declared_files,
             openings: o.as_deref(),
             varying: reads(g, &g.module),
+            env_secrets,
         })
         .collect();
     // Each group's module under its own name, rendered (and formatted) on every core at once.
@@ -729,7 +733,46 @@ pub fn render(
         out.gaps.extend(gaps);
         let path = format!("catalogue/{module}.ncl");
         let mut arguments = String::new();
-        if uses_credentials {
+        if uses_credentials && env_secrets {
+            // The secrets' files, by variable: the node's own, so its declaration names them.
+            let mut named: BTreeMap<String, String> = BTreeMap::new();
+            for (container, var, why) in &creds {
+                if named.contains_key(var) {
+                    continue;
+                }
+                let secret = env_secret(node, &module, var);
+                let value = containers
+                    .iter()
+                    .find(|c| &c.name == container)
+                    .and_then(|c| c.environment.get(var))
+                    .map_or("", String::as_str);
+                let reason = format!("its value looks like a credential ({why})");
+                match encrypted_value(node, &secret, value, secrets) {
+                    Ok((ciphertext, readers)) => {
+                        out.files.push((PathBuf::from(&secret), ciphertext));
+                        out.secrets.push(WrittenSecret {
+                            item: container.clone(),
+                            variable: Some(var.clone()),
+                            why: reason,
+                            secret: secret.clone(),
+                            readers,
+                        });
+                    }
+                    Err(not) => out.credentials.push(Credential {
+                        item: container.clone(),
+                        variable: Some(var.clone()),
+                        why: format!("{reason}; not written encrypted: {not}"),
+                        supply_in: secret.clone(),
+                    }),
+                }
+                named.insert(var.clone(), secret);
+            }
+            let record: Vec<String> = named
+                .iter()
+                .map(|(var, secret)| format!("{} = {}", field(var), string(secret)))
+                .collect();
+            let _ = write!(arguments, " {{ {} }}", record.join(", "));
+        } else if uses_credentials {
             let _ = write!(arguments, " credentials.{}", field(&module));
         }
         if let Some(v) = &parametrized {
@@ -741,7 +784,7 @@ pub fn render(
         } else {
             module_refs.push(format!("(import \"../{path}\"){arguments}"));
         }
-        for (container, var, why) in creds {
+        for (container, var, why) in creds.into_iter().filter(|_| !env_secrets) {
             out.credentials.push(Credential {
                 item: container,
                 variable: Some(var.clone()),
@@ -952,6 +995,7 @@ fn files_module(
                         contents.push((PathBuf::from(&secret), ciphertext));
                         creds.push(FileSecret::Written(WrittenSecret {
                             item: f.path.clone(),
+                            variable: None,
                             why: reason,
                             secret,
                             readers,
@@ -1000,8 +1044,11 @@ enum FileSecret {
 /// `secrets.ncl` names for it include the node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WrittenSecret {
-    /// The file's path on the node.
+    /// The file's path on the node, or the container whose environment holds it.
     pub item: String,
+    /// The environment variable (none for a whole file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variable: Option<String>,
     /// Why it is not in clear.
     pub why: String,
     /// The secret file written, relative to the fleet's tree.
@@ -1019,6 +1066,20 @@ fn encrypted(
     content: &[u8],
     secrets: Option<&Rules>,
 ) -> Result<(Vec<u8>, Vec<String>), String> {
+    let recipients = readable_by(node, secret, secrets)?;
+    let ciphertext =
+        mesh_lib::secret::encrypt(secret, content, &recipients).map_err(|e| e.to_string())?;
+    Ok((ciphertext, recipients.into_iter().map(|r| r.name).collect()))
+}
+
+/// The recipients `secrets` names for `secret`, the node among them; or why not: no
+/// `secrets.ncl`, no readers named for the file (or a folder holding it), a reader without a
+/// key, or readers that leave out the node itself (its build would refuse it).
+fn readable_by(
+    node: &str,
+    secret: &str,
+    secrets: Option<&Rules>,
+) -> Result<Vec<mesh_lib::secret::Recipient>, String> {
     let rules = secrets.ok_or("the fleet's tree has no secrets.ncl naming its readers")?;
     let recipients = rules.recipients(secret).map_err(|e| e.to_string())?;
     if !recipients.iter().any(|r| r.node && r.name == node) {
@@ -1026,9 +1087,31 @@ fn encrypted(
             "secrets.ncl's readers of it do not include the node {node}"
         ));
     }
-    let ciphertext =
-        mesh_lib::secret::encrypt(secret, content, &recipients).map_err(|e| e.to_string())?;
-    Ok((ciphertext, recipients.into_iter().map(|r| r.name).collect()))
+    Ok(recipients)
+}
+
+/// The secret file of the environment variable `var` of a container of `module` on `node`.
+fn env_secret(node: &str, module: &str, var: &str) -> String {
+    format!("secrets/{node}/environment/{module}/{var}.age")
+}
+
+/// An environment variable's `value` encrypted as [`encrypted`] does: what the node gives the
+/// container is the secret's plaintext without trailing newlines, so a value ending in one
+/// cannot be a secret.
+fn encrypted_value(
+    node: &str,
+    secret: &str,
+    value: &str,
+    secrets: Option<&Rules>,
+) -> Result<(Vec<u8>, Vec<String>), String> {
+    mesh_lib::secret::check_file(secret)?;
+    if value.ends_with('\n') {
+        return Err(
+            "the value ends with a newline, which a secret's value drops: declare it by hand"
+                .to_owned(),
+        );
+    }
+    encrypted(node, secret, value.as_bytes(), secrets)
 }
 
 /// The modules already in the fleet's catalogue (`catalogue/NAME.ncl`), by name: their text.
@@ -1128,6 +1211,9 @@ struct GroupContext<'a> {
     openings: Option<&'a str>,
     /// What of its members is the node's own (they differ between the nodes that run it).
     varying: Option<&'a BTreeMap<String, MemberVarying>>,
+    /// Whether a credential in an environment is a secret (`secret_environment`, its file
+    /// named by the node's declaration) rather than a value of the credentials file.
+    env_secrets: bool,
 }
 
 /// A group's module, rendered.
@@ -1170,18 +1256,16 @@ fn render_group(g: &Group, module: &str, context: &GroupContext) -> GroupText {
             let key = &keys[c.name.as_str()];
             v.get(key).map(|m| (key.as_str(), m))
         });
-        render_container(
-            c,
-            context.setting_of,
-            &mut body,
-            &mut creds,
-            &mut gaps,
-            context.declared_files,
-            varies,
-        );
+        render_container(c, context, &mut body, &mut creds, &mut gaps, varies);
     }
     let uses_credentials = !creds.is_empty();
-    if uses_credentials {
+    if uses_credentials && context.env_secrets {
+        let _ = writeln!(
+            text,
+            "# Credentials are not written here: each is a secret, decrypted on the node when the\n\
+             # container is created. `credentials` names their files; the node's declaration passes it."
+        );
+    } else if uses_credentials {
         let _ = writeln!(
             text,
             "# Credentials are not written here: this module reads them from `credentials`,\n\
@@ -1275,13 +1359,13 @@ fn credential_file_field(file: &str, module: &str, var: &str) -> String {
 /// One container's record, into `body`.
 fn render_container(
     c: &LiveContainer,
-    setting_of: &BTreeMap<(String, u16), String>,
+    context: &GroupContext,
     body: &mut String,
     creds: &mut Vec<(String, String, String)>,
     gaps: &mut BTreeMap<String, Vec<Gap>>,
-    declared_files: &BTreeSet<&str>,
     varies: Option<(&str, &MemberVarying)>,
 ) {
+    let (setting_of, declared_files) = (context.setting_of, context.declared_files);
     let mesh_lib::import::DeclaredPart {
         command,
         environment,
@@ -1342,31 +1426,60 @@ fn render_container(
         let _ = writeln!(body, "        command = {},", list(&command));
     }
     if !environment.is_empty() {
-        let _ = writeln!(
-            body,
-            "        # from docker inspect: Config.Env, less what the image gives itself"
-        );
-        body.push_str("        environment = {\n");
+        let mut plain_lines = String::new();
+        let mut secret_lines = String::new();
         for (k, v) in &environment {
             match looks_like_credential(k, v) {
+                Some(why) if context.env_secrets => {
+                    let _ = writeln!(
+                        secret_lines,
+                        "          # a credential ({why}): a secret, its file named by the node's declaration"
+                    );
+                    let _ = writeln!(
+                        secret_lines,
+                        "          {} = credentials.{},",
+                        field(k),
+                        field(k)
+                    );
+                    creds.push((c.name.clone(), k.clone(), why.to_owned()));
+                }
                 Some(why) => {
                     let _ = writeln!(
-                        body,
+                        plain_lines,
                         "          # a credential ({why}): not written here, read from the node's credentials"
                     );
-                    let _ = writeln!(body, "          {} = credentials.{},", field(k), field(k));
+                    let _ = writeln!(
+                        plain_lines,
+                        "          {} = credentials.{},",
+                        field(k),
+                        field(k)
+                    );
                     creds.push((c.name.clone(), k.clone(), why.to_owned()));
                 }
                 None if varies.is_some_and(|(_, m)| m.environment.contains(k)) => {
                     let from = values(&format!("environment.{}", field(k)));
-                    let _ = writeln!(body, "          {} = {from},", field(k));
+                    let _ = writeln!(plain_lines, "          {} = {from},", field(k));
                 }
                 None => {
-                    let _ = writeln!(body, "          {} = {},", field(k), string(v));
+                    let _ = writeln!(plain_lines, "          {} = {},", field(k), string(v));
                 }
             }
         }
-        body.push_str("        },\n");
+        for (key, lines) in [
+            ("environment", plain_lines),
+            ("secret_environment", secret_lines),
+        ] {
+            if lines.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                body,
+                "        # from docker inspect: Config.Env, less what the image gives itself"
+            );
+            let _ = writeln!(body, "        {key} = {{");
+            body.push_str(&lines);
+            body.push_str("        },\n");
+        }
     }
     if !c.ports.is_empty() {
         let _ = writeln!(

@@ -63,7 +63,8 @@ pub struct PathChange {
 /// list); `None` where it is not set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FieldChange {
-    /// `image`, `command`, `environment.NAME`, `labels.NAME`, `ports`, `volumes`, `state`.
+    /// `image`, `command`, `environment.NAME`, `secret_environment.NAME`, `labels.NAME`,
+    /// `ports`, `volumes`, `state`.
     pub field: String,
     /// Before.
     pub before: Option<String>,
@@ -323,6 +324,20 @@ fn container_fields(a: &ContainerEntry, b: &ContainerEntry) -> Vec<FieldChange> 
         for k in keys {
             field(format!("{map}.{k}"), x.get(k).cloned(), y.get(k).cloned());
         }
+    }
+    // A secret by its file and ciphertext: never a value.
+    let keys: BTreeSet<&String> = a
+        .secret_environment
+        .keys()
+        .chain(b.secret_environment.keys())
+        .collect();
+    for k in keys {
+        let of = |e: &ContainerEntry| {
+            e.secret_environment
+                .get(k)
+                .map(|r| format!("secret {} (ciphertext {})", r.file, r.ciphertext))
+        };
+        field(format!("secret_environment.{k}"), of(a), of(b));
     }
     field("ports".into(), Some(json(&a.ports)), Some(json(&b.ports)));
     field(
@@ -762,6 +777,7 @@ mod tests {
             digest: None,
             command: vec![],
             environment: [("A".into(), "1".into()), ("B".into(), "2".into())].into(),
+            secret_environment: Default::default(),
             ports: vec![],
             volumes: vec![],
             labels: BTreeMap::new(),

@@ -681,6 +681,16 @@ pub struct Difference {
 /// the container runs is a difference, since a create would run the other. Values of variables
 /// that look like credentials are not shown.
 pub fn compare(entry: &ContainerEntry, live: &LiveContainer) -> Vec<Difference> {
+    compare_hiding(entry, live, &BTreeSet::new())
+}
+
+/// [`compare`], showing the value of no environment variable `hidden` names (those a
+/// declaration gives as secrets): `(a secret)`.
+pub fn compare_hiding(
+    entry: &ContainerEntry,
+    live: &LiveContainer,
+    hidden: &BTreeSet<String>,
+) -> Vec<Difference> {
     let defaults = live.image_defaults.clone().unwrap_or_default();
     let d = declared_effective(entry, live);
     let l = live.effective();
@@ -711,6 +721,7 @@ pub fn compare(entry: &ContainerEntry, live: &LiveContainer) -> Vec<Difference> 
     for k in keys {
         let hide = |v: Option<&String>| match v {
             None => "(unset)".to_owned(),
+            Some(_) if hidden.contains(k.as_str()) => "(a secret)".to_owned(),
             Some(v) if looks_like_credential(k, v).is_some() => "(a credential)".to_owned(),
             Some(v) => format!("{v:?}"),
         };
@@ -903,6 +914,17 @@ pub fn compose_env_files(
         }
     }
     Ok(out)
+}
+
+/// Whether a found container's recorded spec (canonical JSON with an `Env` list of
+/// `NAME=VALUE`) gives a variable whose value looks like a credential.
+pub fn spec_holds_credential(spec: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<Value>(spec) else {
+        return false;
+    };
+    env_map(&v["Env"])
+        .iter()
+        .any(|(k, v)| looks_like_credential(k, v).is_some())
 }
 
 /// Why an environment variable looks like a credential (`by name`, `by entropy`), if it does:

@@ -904,6 +904,13 @@ pub struct ContainerEntry {
     pub command: Vec<String>,
     /// Environment variables.
     pub environment: BTreeMap<String, String>,
+    /// Environment variables whose values are secrets of the fleet's tree: each its secret's
+    /// plaintext, decrypted on the node when the container is created (never in a generation,
+    /// the store, an output or a label: the spec the mesh labels a container with names the
+    /// plaintext by its keyed digest). None of its names is also in `environment`. Not encoded
+    /// when there are none (a generation without them keeps its id).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_environment: BTreeMap<String, crate::secret::SecretRef>,
     /// Published ports, sorted.
     pub ports: Vec<PublishedPort>,
     /// Mounted volumes, sorted.
@@ -959,7 +966,11 @@ impl ContainerEntry {
         for a in &self.command {
             check_printable("command argument", a)?;
         }
-        for k in self.environment.keys() {
+        for k in self
+            .environment
+            .keys()
+            .chain(self.secret_environment.keys())
+        {
             check_printable("environment variable", k)?;
         }
         for k in self.labels.keys() {
@@ -1158,6 +1169,15 @@ impl Generation {
             assigned(&c.module, &what)?;
             c.check_printable().map_err(|e| format!("{what}: {e}"))?;
             c.check_digest().map_err(|e| format!("{what}: {e}"))?;
+            if let Some(k) = c
+                .secret_environment
+                .keys()
+                .find(|k| c.environment.contains_key(*k))
+            {
+                return Err(format!(
+                    "{what} gives environment variable {k} both as a value and as a secret"
+                ));
+            }
             if let ContainerState::Held { .. } = c.state {
                 holdable(&c.module, &what)?;
             }

@@ -313,6 +313,25 @@ pub fn check_file(file: &str) -> Result<(), String> {
     }
 }
 
+/// A container's environment variable's value from its secret's plaintext: the text without
+/// its trailing newlines (as `$(cat FILE)` gives it, so a secret written by an editor is the
+/// value typed). Text with a NUL cannot be an environment value; the error never holds it.
+pub fn environment_value(plaintext: &[u8]) -> Result<Zeroizing<String>, String> {
+    let mut end = plaintext.len();
+    while end > 0 && plaintext[end - 1] == b'\n' {
+        end -= 1;
+        if end > 0 && plaintext[end - 1] == b'\r' {
+            end -= 1;
+        }
+    }
+    let text = std::str::from_utf8(&plaintext[..end])
+        .map_err(|_| "its plaintext is not UTF-8 text, as an environment value is".to_owned())?;
+    if text.contains('\0') {
+        return Err("its plaintext holds a NUL, which an environment value cannot".to_owned());
+    }
+    Ok(Zeroizing::new(text.to_owned()))
+}
+
 /// Parses an `ssh-ed25519` public key line (its comment ignored).
 pub fn parse_key(name: &str, text: &str) -> Result<age::ssh::Recipient, SecretError> {
     let err = |why: String| SecretError::Key {
@@ -644,5 +663,16 @@ mod tests {
             placeholders("a={{secret.db}} {{secret.y}}"),
             ["db".to_owned(), "y".to_owned()].into()
         );
+    }
+
+    #[test]
+    fn an_environment_value_is_the_text_without_its_trailing_newlines() {
+        assert_eq!(*environment_value(b"s3cret\n").unwrap(), "s3cret");
+        assert_eq!(*environment_value(b"s3cret\r\n\n").unwrap(), "s3cret");
+        assert_eq!(*environment_value(b"two\nlines").unwrap(), "two\nlines");
+        assert_eq!(*environment_value(b"").unwrap(), "");
+        let bad = environment_value(b"a\0b").unwrap_err();
+        assert!(bad.contains("NUL"), "{bad}");
+        assert!(environment_value(&[0xff, 0xfe]).is_err());
     }
 }

@@ -97,6 +97,21 @@ pub(crate) fn passes_nickel_format(dir: &Path, except: &[&str]) {
     assert!(seen > 0, "no Nickel under {}", dir.display());
 }
 
+/// Every file's bytes under `dir`, by relative path.
+fn all_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            (
+                e.path().strip_prefix(dir).unwrap().display().to_string(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// Every written file's text under `dir`, by relative path.
 fn texts(dir: &Path) -> Vec<(String, String)> {
     walkdir::WalkDir::new(dir)
@@ -1541,4 +1556,217 @@ fn a_credential_file_is_written_encrypted_to_the_readers_secrets_ncl_names() {
     assert_eq!(f.read("/etc/app/app.env").unwrap(), env);
     assert_eq!(f.meta("/etc/app/app.env").0, 0o600);
     f.ok(&check);
+}
+
+/// A credential in a container's environment, imported into a fleet whose `secrets.ncl` names
+/// the node among the readers of its environment secrets, is written encrypted, as `mesh
+/// secret edit` would, and declared as a secret of the container's environment: the
+/// declaration builds as written, `--check` decrypts it on the node and finds the container
+/// equal (spec hashes keyed, never plain), the take keeps the very container, a rekey
+/// recreates nothing, and a new value recreates it with that value. The value is nowhere in
+/// the tree, an output, a generation or the container's labels.
+#[test]
+fn an_environments_credential_is_written_as_a_secret_and_given_at_create() {
+    if !docker_here() || !crate::support::have_root_tools(&["ssh-keygen"]) {
+        return;
+    }
+    const VALUE: &str = "pw-3f9a7c1e5b2d8a6c";
+    const NEW: &str = "pw-new-71c2e9a4d6b3f805";
+    let _turn = take_turn();
+    let made = Made::new("imps");
+    let port = free_ports(1);
+    let web = format!("{}-web", made.prefix);
+    let f = Fixture::new();
+    let host_pub = crate::secrets::keygen(&f.at("/etc/ssh/ssh_host_ed25519_key"));
+    let operator = f.dir.path().join("keys/operator");
+    let operator_pub = crate::secrets::keygen(&operator);
+    docker(&[
+        "run",
+        "--rm",
+        "-v",
+        &format!("{}-data:/data", made.prefix),
+        &made.image,
+        "/bin/busybox",
+        "sh",
+        "-c",
+        "echo hello > /data/hello",
+    ]);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &web,
+        "--stop-timeout",
+        "1",
+        "-p",
+        &format!("127.0.0.1:{port}:8080"),
+        "-e",
+        "MODE=prod",
+        "-e",
+        &format!("DB_PASSWORD={VALUE}"),
+        "-v",
+        &format!("{}-data:/data", made.prefix),
+        &made.image,
+        "/bin/busybox",
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+        "-h",
+        "/data",
+    ]);
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
+    let before = engine_facts(&[&web]);
+
+    let out = tempfile::tempdir().unwrap();
+    let tree = out.path().join("fleet");
+    std::fs::create_dir_all(&tree).unwrap();
+    crate::secrets::write_rules(
+        &tree,
+        &[("n1", &host_pub)],
+        &[("op", &operator_pub)],
+        &[("secrets/n1/", r#""n1", "op""#)],
+    );
+    let imported = import_into(&f, &tree, &[&web]);
+    assert_eq!(imported.code, 0, "{}", imported.stderr);
+    passes_nickel_format(&tree, &["secrets.ncl"]);
+    let result: serde_json::Value = serde_json::from_str(imported.last_line()).unwrap();
+    let module = format!("{}_web", made.prefix);
+    let secret = format!("secrets/n1/environment/{module}/DB_PASSWORD.age");
+    assert_eq!(result["credentials"], serde_json::json!([]), "{result}");
+    assert_eq!(result["secrets"][0]["item"], web.as_str(), "{result}");
+    assert_eq!(result["secrets"][0]["variable"], "DB_PASSWORD", "{result}");
+    assert_eq!(result["secrets"][0]["secret"], secret.as_str(), "{result}");
+    assert!(
+        imported
+            .stderr
+            .contains(&format!("written encrypted: {web} DB_PASSWORD")),
+        "{}",
+        imported.stderr
+    );
+    let ciphertext = std::fs::read(tree.join(&secret)).unwrap();
+    assert!(ciphertext.starts_with(b"-----BEGIN AGE ENCRYPTED FILE-----"));
+    let module_text =
+        std::fs::read_to_string(tree.join(format!("catalogue/{module}.ncl"))).unwrap();
+    assert!(
+        module_text.contains("secret_environment = {")
+            && module_text.contains("DB_PASSWORD = credentials.DB_PASSWORD"),
+        "{module_text}"
+    );
+    let node_text = std::fs::read_to_string(tree.join("nodes/n1.ncl")).unwrap();
+    assert!(
+        node_text.contains(&format!("{{ DB_PASSWORD = \"{secret}\" }}")),
+        "{node_text}"
+    );
+    assert!(!tree.join("nodes/n1.credentials.ncl").exists());
+    let mut outputs = format!("{}{}", imported.stdout, imported.stderr);
+
+    // Built as written; checked equal on the node, by keyed spec hashes.
+    let decl = tree.join("nodes/n1.ncl");
+    let decl = decl.to_str().unwrap();
+    let check = ["import", "--no-firewall", "--check", decl, "--json"];
+    let checked = f.ok(&check);
+    outputs.push_str(&checked.stdout);
+    let items: serde_json::Value = serde_json::from_str(checked.last_line()).unwrap();
+    let item = &items["items"][0];
+    assert_eq!(
+        (item["name"].as_str(), item["verdict"].as_str()),
+        (Some(web.as_str()), Some("equal")),
+        "{items}"
+    );
+    assert_eq!(item["declared"], item["found"], "{item}");
+    let shown = f.ok(&["show", decl]);
+    assert!(
+        shown.stdout.contains(&format!(
+            "secret  environment DB_PASSWORD from {secret} (for n1, op)"
+        )),
+        "{}",
+        shown.stdout
+    );
+    outputs.push_str(&shown.stdout);
+
+    // Adopted, then taken: the very container, not recreated.
+    outputs.push_str(&f.ok(&["adopt", decl]).stdout);
+    let taken = f.ok(&["take", &module, decl]);
+    assert!(
+        taken.stdout.contains(&format!("keep     container {web}")),
+        "{}",
+        taken.stdout
+    );
+    outputs.push_str(&taken.stdout);
+    assert_eq!(engine_facts(&[&web]), before, "take recreated");
+    f.ok(&check);
+
+    // Re-encrypted to other readers, the same value: a switch recreates nothing.
+    let other_pub = crate::secrets::keygen(&f.dir.path().join("keys/other"));
+    crate::secrets::write_rules(
+        &tree,
+        &[("n1", &host_pub)],
+        &[("op", &operator_pub), ("other", &other_pub)],
+        &[("secrets/n1/", r#""n1", "op", "other""#)],
+    );
+    let mut rekey = crate::support::mesh(&f.state());
+    rekey
+        .current_dir(&tree)
+        .args(["secret", "rekey", "-i"])
+        .arg(&operator);
+    let rekeyed = crate::support::run(rekey);
+    assert_eq!(rekeyed.code, 0, "{}{}", rekeyed.stdout, rekeyed.stderr);
+    assert_ne!(std::fs::read(tree.join(&secret)).unwrap(), ciphertext);
+    let switched = f.ok(&["switch", decl]);
+    outputs.push_str(&switched.stdout);
+    assert_eq!(
+        engine_facts(&[&web]),
+        before,
+        "a rekey recreated the container"
+    );
+    f.ok(&check);
+
+    // A new value: the container is recreated with it, and answers.
+    let sealed = crate::secrets::seal(&tree, &f.state(), &operator, &secret, &format!("{NEW}\n"));
+    assert_eq!(sealed.code, 0, "{}{}", sealed.stdout, sealed.stderr);
+    let switched = f.ok(&["switch", decl]);
+    outputs.push_str(&switched.stdout);
+    assert!(
+        switched.stdout.contains(&format!("container {web}")),
+        "{}",
+        switched.stdout
+    );
+    assert_ne!(engine_facts(&[&web]), before, "not recreated");
+    let env = docker(&["inspect", "-f", "{{json .Config.Env}}", &web]);
+    assert!(env.contains(&format!("\"DB_PASSWORD={NEW}\"")), "{env}");
+    assert!(env.contains("\"MODE=prod\""), "{env}");
+    let labels = docker(&["inspect", "-f", "{{json .Config.Labels}}", &web]);
+    assert!(!labels.contains(NEW) && !labels.contains(VALUE), "{labels}");
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
+    let rechecked = f.ok(&check);
+    outputs.push_str(&rechecked.stdout);
+    let items: serde_json::Value = serde_json::from_str(rechecked.last_line()).unwrap();
+    assert_eq!(items["items"][0]["verdict"], "equal", "{items}");
+
+    // Nowhere in clear: not the tree, not the state (generations, store, records), not an
+    // output, nor as a plain digest of the bare value. The one exception is what adopt found
+    // running, kept for the record: the store holds it wrapped (recorded by its keyed digest,
+    // see `spec_holds_credential`), owner-only like all of the state.
+    let holds = |bytes: &[u8], what: &str| bytes.windows(what.len()).any(|w| w == what.as_bytes());
+    let mut wrapped = 0;
+    for v in [VALUE, NEW] {
+        let plain = mesh_lib::BlobHash::of(v.as_bytes()).to_string();
+        for (path, bytes) in all_bytes(&tree).into_iter().chain(all_bytes(&f.state())) {
+            if holds(&bytes, v)
+                && path.starts_with("store/blobs/")
+                && bytes.starts_with(b"mesh keyed content v1\n")
+            {
+                wrapped += 1;
+                continue;
+            }
+            assert!(!holds(&bytes, v), "{path} holds the value");
+            assert!(!holds(&bytes, &plain[3..]), "{path} holds its plain digest");
+        }
+        assert!(
+            !outputs.contains(v),
+            "an output holds the value:\n{outputs}"
+        );
+    }
+    assert_eq!(wrapped, 1, "the found container's spec, wrapped");
 }

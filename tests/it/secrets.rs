@@ -334,6 +334,107 @@ fn a_node_that_cannot_read_a_secret_is_refused_with_nothing_changed() {
     lab.assert_never_shown();
 }
 
+/// A declaration whose container takes an environment variable from a secret.
+fn container_declaration(environment: &str) -> String {
+    format!(
+        r#"let mesh = import "mesh.ncl" in
+mesh.node {{
+  name = "n1",
+  settings = {{
+    ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }},
+    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.5" }},
+  }},
+  modules = [
+    {{ name = "app", config = fun s => {{ containers = [
+      {{ name = "web", image = "busybox:1", {environment}secret_environment = {{ DB_PASSWORD = "secrets/db.age" }} }},
+    ] }} }},
+  ],
+}}
+"#
+    )
+}
+
+/// A container's secret environment is a secret as a file's is: a build refuses a node not
+/// among its recipients, naming the container and the variable; a variable given both in
+/// clear and as a secret is refused; the build needs no key (the same id without one) and
+/// `mesh show` names the secret's file, never its value; a switch whose node cannot decrypt
+/// it is refused before anything changes (the engine is never asked).
+#[test]
+fn a_containers_secret_environment_is_refused_as_a_files_secret_is() {
+    if !have_root_tools(&["ip", "ssh-keygen"]) {
+        return;
+    }
+    let lab = Lab::new(r#""op""#);
+    lab.f.write_decl("s.ncl", &container_declaration(""));
+    lab.edit(V1);
+    let refused = lab.mesh(&["build", &lab.decl()]);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("container web, environment variable DB_PASSWORD: secret secrets/db.age")
+            && refused
+                .stderr
+                .contains("node n1 is not among its recipients"),
+        "{}",
+        refused.stderr
+    );
+
+    lab.rules(r#""n1", "op""#);
+    lab.edit(V2);
+    lab.f.write_decl(
+        "s.ncl",
+        &container_declaration(r#"environment = { DB_PASSWORD = "x" }, "#),
+    );
+    let twice = lab.mesh(&["build", &lab.decl()]);
+    assert_eq!(twice.code, 1, "{}", twice.stderr);
+    assert!(
+        twice
+            .stderr
+            .contains("DB_PASSWORD is given in `environment` and in `secret_environment`"),
+        "{}",
+        twice.stderr
+    );
+
+    lab.f.write_decl("s.ncl", &container_declaration(""));
+    let built = lab.ok(&["build", &lab.decl()]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut c = mesh(elsewhere.path());
+    c.env_remove("HOME").args(["build", &lab.decl()]);
+    let keyless = lab.keep(run(c));
+    assert_eq!(keyless.code, 0, "{}", keyless.stderr);
+    assert_eq!(keyless.last_line(), built.last_line());
+    let shown = lab.ok(&["show", built.last_line()]);
+    assert!(
+        shown
+            .stdout
+            .contains("secret  environment DB_PASSWORD from secrets/db.age (for n1, op)"),
+        "{}",
+        shown.stdout
+    );
+
+    // The machine's host key is not the one the secret is encrypted to.
+    std::fs::remove_file(lab.f.at("/etc/ssh/ssh_host_ed25519_key")).unwrap();
+    std::fs::remove_file(lab.f.at("/etc/ssh/ssh_host_ed25519_key.pub")).unwrap();
+    keygen(&lab.f.at("/etc/ssh/ssh_host_ed25519_key"));
+    let before = lab.f.snapshot();
+    let mut c = lab.f.command(&["switch", &lab.decl()]);
+    // An engine that would not answer: the refusal comes before it is asked.
+    c.env("DOCKER_HOST", "unix:///nonexistent/docker.sock");
+    let switched = lab.keep(run(c));
+    assert_eq!(switched.code, 1, "{}{}", switched.stdout, switched.stderr);
+    assert!(
+        switched
+            .stderr
+            .contains("container web, environment variable DB_PASSWORD: cannot decrypt secret")
+            && switched.stderr.contains("nothing was changed"),
+        "{}",
+        switched.stderr
+    );
+    assert_eq!(before, lab.f.snapshot(), "nothing changed under the root");
+    lab.assert_never_shown();
+}
+
 /// A declaration that imports a secret file as text gets its ciphertext, never its plaintext.
 #[test]
 fn importing_a_secret_as_text_gets_ciphertext() {

@@ -21,7 +21,7 @@ use mesh_lib::{Generation, GenerationId, NodeRecord};
 
 use std::collections::BTreeMap;
 
-use crate::docker::{Engine, Present, Step};
+use crate::docker::{Engine, Present, SecretValues, Step};
 use crate::node::Node;
 use crate::services::Remount;
 use crate::switch::ActivateError;
@@ -59,6 +59,7 @@ impl Node {
         target: &Generation,
         record: &NodeRecord,
         remounts: &[Remount],
+        values: &SecretValues,
     ) -> Result<Containers, ActivateError> {
         if target.containers.is_empty() && !self.engine_used() {
             return Ok(Containers {
@@ -77,7 +78,10 @@ impl Node {
             let found = present.get(name.as_str()).is_some_and(|p| !p.is_ours());
             if entry.state == mesh_lib::model::ContainerState::Managed
                 && found
-                && mesh_lib::import::is_equal(entry, &engine.live(name.as_str(), self.root.path())?)
+                && mesh_lib::import::is_equal(
+                    &with_values(entry, values),
+                    &engine.live(name.as_str(), self.root.path())?,
+                )
             {
                 equal.insert(name.to_string());
             }
@@ -148,6 +152,7 @@ impl Node {
         &self,
         containers: &Containers,
         target: &Generation,
+        values: &SecretValues,
         id: GenerationId,
         previous: Option<GenerationId>,
     ) -> Result<(), ActivateError> {
@@ -164,6 +169,7 @@ impl Node {
         engine
             .apply(
                 &target.containers,
+                values,
                 &containers.steps,
                 &containers.present,
                 &id,
@@ -178,4 +184,20 @@ impl Node {
                 failed,
             })
     }
+}
+
+/// `entry` as it is compared with a found container: its secret environment variables given
+/// their values (an unknown one left out, so the comparison says it differs). Only ever
+/// compared, never shown or stored.
+pub(crate) fn with_values(
+    entry: &mesh_lib::model::ContainerEntry,
+    values: &SecretValues,
+) -> mesh_lib::model::ContainerEntry {
+    let mut e = entry.clone();
+    for (k, r) in std::mem::take(&mut e.secret_environment) {
+        if let Some(v) = values.get(&r.ciphertext) {
+            e.environment.insert(k, v.as_str().to_owned());
+        }
+    }
+    e
 }

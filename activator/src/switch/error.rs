@@ -52,10 +52,10 @@ pub enum ActivateError {
     },
     /// A secret the node cannot decrypt: not encrypted to its host key, the key missing, the
     /// ciphertext damaged. Checked before anything changes.
-    #[error("{path}: cannot decrypt secret {why}; nothing was changed")]
+    #[error("{item}: cannot decrypt secret {why}; nothing was changed")]
     Secret {
-        /// The file made from it.
-        path: mesh_lib::TargetPath,
+        /// What is made from it: a file's path, or a container's environment variable.
+        item: String,
         /// Which secret, why, and its recipients (never its content).
         why: String,
         /// Whether the node's key could not be read at all (a system failure, not the input's).

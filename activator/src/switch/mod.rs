@@ -141,8 +141,8 @@ impl Node {
         // cannot read refuses the switch here); the switch goes on with each secret file as
         // its plaintext. `declared` is the generation as built, for what a person is shown.
         let declared = target;
-        let (resolved, mut plaintexts) = match self.open_secrets(target)? {
-            Some((resolved, plaintexts)) => (Some(resolved), plaintexts),
+        let (resolved, mut opened) = match self.open_secrets(target)? {
+            Some((resolved, opened)) => (Some(resolved), opened),
             None => (None, Default::default()),
         };
         let target = resolved.as_ref().unwrap_or(target);
@@ -159,7 +159,8 @@ impl Node {
             ids: &self.ids,
         })?;
         let services = self.plan_services(target, &plan, &host, &record)?;
-        let containers = self.plan_containers(target, &record, &services.restarts)?;
+        let containers =
+            self.plan_containers(target, &record, &services.restarts, &opened.values)?;
         let previous = in_force.map(|(_, cid)| cid);
         let already = previous == Some(id);
         let bookkeeping = plan
@@ -208,7 +209,7 @@ impl Node {
 
         // Prepare: everything that will be written, read and checked before anything changes;
         // the images the containers need and the engine lacks, fetched.
-        let blobs = self.check(&plan, std::mem::take(&mut plaintexts))?;
+        let blobs = self.check(&plan, std::mem::take(&mut opened.files))?;
         self.fetch_images(&containers, &id)?;
 
         // Apply: the firewall first, in one transaction; then what the mesh did not write is
@@ -236,7 +237,7 @@ impl Node {
             }
         };
         failed.extend(self.apply_services(&services)?);
-        self.apply_containers(&containers, target, id, previous)?;
+        self.apply_containers(&containers, target, &opened.values, id, previous)?;
 
         // Commit.
         let number = self.commit(

@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use mesh_lib::model::FileState;
-use mesh_lib::secret::{Identity, SecretContent, Zeroizing, HOST_KEY};
+use mesh_lib::model::{ContainerName, ContainerState, FileState};
+use mesh_lib::secret::{Identity, SecretContent, SecretRef, Zeroizing, HOST_KEY};
 use mesh_lib::{BlobHash, Generation, TargetPath};
 
 use crate::node::Node;
@@ -30,6 +30,14 @@ use crate::switch::ActivateError;
 
 /// The plaintexts of a switch's secret files, by their keyed digest.
 pub(crate) type Plaintexts = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
+
+/// A target's secrets, decrypted: its files' plaintexts, and the values of its containers'
+/// secret environment variables, each by its keyed digest.
+#[derive(Default)]
+pub(crate) struct Opened {
+    pub(crate) files: Plaintexts,
+    pub(crate) values: crate::docker::SecretValues,
+}
 
 impl Node {
     /// Where the node's host key is under its root: the record's (`mesh genesis --host-key`),
@@ -86,33 +94,56 @@ impl Node {
         self.open_secrets(target).map(drop)
     }
 
-    /// The target with each of its secret files as its plaintext, and the plaintexts; `None`
-    /// when it has none to write.
+    /// The target with each of its secret files as its plaintext, and each secret of a
+    /// container's environment named by its plaintext's keyed digest; the plaintexts. `None`
+    /// when it has none to write. Held files and containers are not the switch's to write.
     pub(crate) fn open_secrets(
         &self,
         target: &Generation,
-    ) -> Result<Option<(Generation, Plaintexts)>, ActivateError> {
+    ) -> Result<Option<(Generation, Opened)>, ActivateError> {
+        self.open_secrets_of(target, false)
+    }
+
+    /// [`Node::open_secrets`], also of the files and containers held (`held`): what `mesh
+    /// import --check` compares with what is found, whatever the mesh does with it.
+    pub(crate) fn open_secrets_of(
+        &self,
+        target: &Generation,
+        held: bool,
+    ) -> Result<Option<(Generation, Opened)>, ActivateError> {
         let secret_files: Vec<(&TargetPath, &SecretContent)> = target
             .files
             .iter()
-            .filter(|(_, f)| !matches!(f.state, FileState::Held { .. }))
+            .filter(|(_, f)| held || !matches!(f.state, FileState::Held { .. }))
             .filter_map(|(p, f)| f.secret.as_ref().map(|s| (p, s)))
             .collect();
-        if secret_files.is_empty() {
-            return Ok(None);
-        }
+        let secret_envs: Vec<(&ContainerName, &BTreeMap<String, SecretRef>)> = target
+            .containers
+            .iter()
+            .filter(|(_, c)| held || !matches!(c.state, ContainerState::Held { .. }))
+            .filter(|(_, c)| !c.secret_environment.is_empty())
+            .map(|(n, c)| (n, &c.secret_environment))
+            .collect();
+        let first = match (secret_files.first(), secret_envs.first()) {
+            (Some((path, s)), _) => format!("{path}: {}", s.describe()),
+            (None, Some((name, env))) => {
+                let (var, r) = env.iter().next().expect("not empty");
+                format!("container {name}, environment variable {var}: {}", r.file)
+            }
+            (None, None) => return Ok(None),
+        };
         let identity =
             self.host_identity()
                 .map_err(|(why, key_missing)| ActivateError::Secret {
-                    path: secret_files[0].0.clone(),
-                    why: format!("{}: {why}", secret_files[0].1.describe()),
+                    item: first,
+                    why,
                     key_missing,
                 })?;
         let mut resolved = target.clone();
-        let mut plaintexts = Plaintexts::new();
+        let mut opened = Opened::default();
         for (path, secret) in secret_files {
             let refuse = |why: String| ActivateError::Secret {
-                path: path.clone(),
+                item: path.to_string(),
                 why,
                 key_missing: false,
             };
@@ -135,8 +166,33 @@ impl Node {
             let entry = resolved.files.get_mut(path).expect("a file of the target");
             entry.blob = hash;
             entry.size = content.len() as u64;
-            plaintexts.insert(hash, content);
+            opened.files.insert(hash, content);
         }
-        Ok(Some((resolved, plaintexts)))
+        for (name, env) in secret_envs {
+            let entry = resolved
+                .containers
+                .get_mut(name)
+                .expect("a container of the target");
+            for (var, r) in env {
+                let refuse = |why: String| ActivateError::Secret {
+                    item: format!("container {name}, environment variable {var}"),
+                    why: format!("{} ({why})", r.file),
+                    key_missing: false,
+                };
+                let ciphertext = self.store.blob(&r.ciphertext)?;
+                let plaintext = identity
+                    .decrypt(&r.file, &ciphertext, &r.recipients)
+                    .map_err(|e| refuse(e.to_string()))?;
+                let value = mesh_lib::secret::environment_value(&plaintext).map_err(refuse)?;
+                let hash = self.digests.digest(value.as_bytes());
+                let named = entry
+                    .secret_environment
+                    .get_mut(var)
+                    .expect("a variable of the container");
+                named.ciphertext = hash;
+                opened.values.insert(hash, value);
+            }
+        }
+        Ok(Some((resolved, opened)))
     }
 }

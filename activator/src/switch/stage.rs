@@ -69,7 +69,7 @@ impl Node {
             .map_err(|why| ActivateError::InvalidGeneration { id, why })?;
         self.record_for(id, target)?;
         let secrets = match self.open_secrets(target)? {
-            Some((_, plaintexts)) => plaintexts.len(),
+            Some((_, opened)) => opened.files.len() + opened.values.len(),
             None => 0,
         };
         let blobs = target.blobs();
