@@ -1112,6 +1112,7 @@ impl Generation {
             if let ContainerState::Held { original } = c.state {
                 out.insert(original);
             }
+            out.extend(c.secret_environment.values().map(|r| r.ciphertext));
         }
         out
     }

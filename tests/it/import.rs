@@ -1743,6 +1743,24 @@ fn an_environments_credential_is_written_as_a_secret_and_given_at_create() {
     outputs.push_str(&rechecked.stdout);
     let items: serde_json::Value = serde_json::from_str(rechecked.last_line()).unwrap();
     assert_eq!(items["items"][0]["verdict"], "equal", "{items}");
+    let diff = f.ok(&["diff"]);
+    assert!(
+        diff.stdout.contains("secret_environment.DB_PASSWORD"),
+        "{}",
+        diff.stdout
+    );
+    outputs.push_str(&diff.stdout);
+
+    // Rolled back after a gc that keeps two generations: the old ciphertext is kept with its
+    // generation, and the container is recreated with the old value.
+    f.ok(&["gc", "--keep", "2"]);
+    outputs.push_str(&f.ok(&["rollback"]).stdout);
+    let env = docker(&["inspect", "-f", "{{json .Config.Env}}", &web]);
+    assert!(
+        env.contains(&format!("\"DB_PASSWORD={VALUE}\"")),
+        "a rollback: {env}"
+    );
+    assert_eq!(hello(port).as_deref(), Some("hello\n"));
 
     // Nowhere in clear: not the tree, not the state (generations, store, records), not an
     // output, nor as a plain digest of the bare value. The one exception is what adopt found
