@@ -371,8 +371,9 @@ pub enum FleetCommand {
     /// Write the declaration of what each node runs into the fleet's tree (`mesh import` on
     /// the node, over SSH, read-only): a module the catalogue has already, saying the same, is
     /// shared; one saying another thing gets a module of the node's own (NAME_NODE), unless
-    /// the nodes imported together run it alike but for its containers' names and environment
-    /// values: then it is one module, each node's own passed by its declaration. Each node's
+    /// the nodes imported together run it alike but for its containers' names, environment
+    /// values and label values: then it is one module, each node's own (and its ports' numbers)
+    /// passed by its declaration. Each node's
     /// declaration goes to nodes/NODE.ncl.
     Import(FleetImportArgs),
 }

@@ -165,7 +165,7 @@ pub struct Imported {
     /// Modules named after the node because the catalogue's module of the name says another
     /// thing (another node runs it otherwise): the name, and why.
     pub renamed: BTreeMap<String, String>,
-    /// Modules several nodes run alike but for names and environment values, which each
+    /// Modules several nodes run alike but for names, environment and label values, which each
     /// node's declaration passes (`values`).
     pub parametrized: Vec<String>,
     /// The credentials not written.
@@ -350,17 +350,20 @@ fn groups(containers: &[LiveContainer]) -> Vec<Group<'_>> {
 /// one module serves them all.
 pub type Varying = BTreeMap<String, BTreeMap<String, MemberVarying>>;
 
-/// What differs of one member between the nodes: its name, and environment values.
+/// What differs of one member between the nodes: its name, environment and label values.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct MemberVarying {
     /// Whether its container's name differs.
     pub name: bool,
     /// The environment variables whose values differ (none a credential).
     pub environment: BTreeSet<String>,
+    /// The labels whose values differ.
+    pub labels: BTreeSet<String>,
 }
 
 /// What differs between the nodes `found` of each module they run alike: the same members
-/// (by key), the same environment variables, only names and values otherwise — a credential
+/// (by key), the same environment variables and labels, only names and values otherwise (a
+/// published port is a setting of each node's, named after the member) — a credential
 /// stays each node's credential, and a module whose members or variables differ is left to
 /// be the node's own (as without this).
 pub fn varying(found: &[&Found]) -> Varying {
@@ -384,17 +387,25 @@ pub fn varying(found: &[&Found]) -> Varying {
         let mut members = BTreeMap::new();
         let mut alike = true;
         for (key, c) in first {
-            let envs: Vec<BTreeMap<String, String>> = nodes
-                .iter()
-                .map(|n| n[key].declared_part().environment)
-                .collect();
-            if envs.iter().any(|e| !e.keys().eq(envs[0].keys())) {
+            let parts: Vec<mesh_lib::import::DeclaredPart> =
+                nodes.iter().map(|n| n[key].declared_part()).collect();
+            let envs: Vec<&BTreeMap<String, String>> =
+                parts.iter().map(|p| &p.environment).collect();
+            let labels: Vec<&BTreeMap<String, String>> = parts.iter().map(|p| &p.labels).collect();
+            if envs.iter().any(|e| !e.keys().eq(envs[0].keys()))
+                || labels.iter().any(|l| !l.keys().eq(labels[0].keys()))
+            {
                 alike = false;
                 break;
             }
             let mut m = MemberVarying {
                 name: nodes.iter().any(|n| n[key].name != c.name),
                 environment: BTreeSet::new(),
+                labels: labels[0]
+                    .keys()
+                    .filter(|k| labels.iter().any(|l| l[*k] != labels[0][*k]))
+                    .cloned()
+                    .collect(),
             };
             for var in envs[0].keys() {
                 let values: BTreeSet<&String> = envs.iter().map(|e| &e[var]).collect();
@@ -438,6 +449,10 @@ fn reads_values(text: &str) -> Option<BTreeMap<String, MemberVarying>> {
         } else if let Some(var) = after.strip_prefix(".environment.") {
             if let Some((var, _)) = field_token(var) {
                 out.entry(key).or_default().environment.insert(var);
+            }
+        } else if let Some(label) = after.strip_prefix(".labels.") {
+            if let Some((label, _)) = field_token(label) {
+                out.entry(key).or_default().labels.insert(label);
             }
         }
     }
@@ -489,11 +504,17 @@ fn values_record(g: &Group, varying: &BTreeMap<String, MemberVarying>) -> String
         if m.name {
             let _ = write!(text, "name = {}, ", string(&c.name));
         }
-        if !m.environment.is_empty() {
-            let env = c.declared_part().environment;
-            text.push_str("environment = { ");
-            for (var, value) in m.environment.iter().filter_map(|v| Some((v, env.get(v)?))) {
-                let _ = write!(text, "{} = {}, ", field(var), string(value));
+        let part = c.declared_part();
+        for (what, names, given) in [
+            ("environment", &m.environment, &part.environment),
+            ("labels", &m.labels, &part.labels),
+        ] {
+            if names.is_empty() {
+                continue;
+            }
+            let _ = write!(text, "{what} = {{ ");
+            for (k, value) in names.iter().filter_map(|k| Some((k, given.get(k)?))) {
+                let _ = write!(text, "{} = {}, ", field(k), string(value));
             }
             text.push_str("}, ");
         }
@@ -521,6 +542,40 @@ pub fn render(
     let mut out = Imported::default();
     let credentials_file = format!("nodes/{node}.credentials.ncl");
     let groups = groups(containers);
+    // A module of the catalogue that is a function of `values` (a fleet import made it for
+    // nodes that run it alike): a node running it alike too passes its own and shares it.
+    let in_catalogue: BTreeMap<String, BTreeMap<String, MemberVarying>> = catalogue
+        .iter()
+        .filter_map(|(name, text)| {
+            Some((name.clone(), reads_values(std::str::from_utf8(text).ok()?)?))
+        })
+        .collect();
+    // What a group's module reads from `values` under the name `m`: what differs between the
+    // nodes imported with this one, else what the catalogue's module of that name reads.
+    let reads = |g: &Group, m: &str| varying.get(&g.module).or_else(|| in_catalogue.get(m));
+    // A port a member of a module publishes whose container's name is the node's own (a
+    // value of `values`: in what differs between the nodes imported with this one, or in a
+    // module of the catalogue it may share) is named after the member, not the container: the
+    // module reads the same setting on every node that runs it.
+    let name_varies = |g: &Group, key: &str| {
+        let reads_name = |r: &BTreeMap<String, MemberVarying>| r.get(key).is_some_and(|m| m.name);
+        let own = format!("{}_", g.module);
+        varying.get(&g.module).is_some_and(reads_name)
+            || in_catalogue
+                .iter()
+                .filter(|(n, _)| **n == g.module || n.starts_with(&own))
+                .any(|(_, r)| reads_name(r))
+    };
+    let stem_of: BTreeMap<&str, String> = groups
+        .iter()
+        .flat_map(|g| {
+            g.members()
+                .into_iter()
+                .filter(|(k, _)| name_varies(g, k))
+                .map(|(k, c)| (c.name.as_str(), format!("{}_{k}", g.module)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     // The port settings: one per published host port, named after its container.
     let mut taken: BTreeSet<String> = FOUNDATION.iter().map(|(n, _)| (*n).to_owned()).collect();
     taken.insert("files".into());
@@ -534,15 +589,16 @@ pub fn render(
                 setting_of.insert((c.name.clone(), *port), existing.0.clone());
                 continue;
             }
+            let stem = stem_of.get(c.name.as_str()).unwrap_or(&c.name);
             let base = if host_ports.len() == 1 {
-                slug(&c.name)
+                slug(stem)
             } else {
                 let inside = c
                     .ports
                     .iter()
                     .find(|p| p.host_port == *port)
                     .map_or(*port, |p| p.container_port);
-                format!("{}_{inside}", slug(&c.name))
+                format!("{}_{inside}", slug(stem))
             };
             let name = unique(&mut taken, &base);
             let published: Vec<String> = c
@@ -677,17 +733,6 @@ pub fn render(
         .iter()
         .map(|g| opening_lines.remove(&g.module))
         .collect();
-    // A module of the catalogue that is a function of `values` (a fleet import made it for
-    // nodes that run it alike): a node running it alike too passes its own and shares it.
-    let in_catalogue: BTreeMap<String, BTreeMap<String, MemberVarying>> = catalogue
-        .iter()
-        .filter_map(|(name, text)| {
-            Some((name.clone(), reads_values(std::str::from_utf8(text).ok()?)?))
-        })
-        .collect();
-    // What a group's module reads from `values` under the name `m`: what differs between the
-    // nodes imported with this one, else what the catalogue's module of that name reads.
-    let reads = |g: &Group, m: &str| varying.get(&g.module).or_else(|| in_catalogue.get(m));
     // An environment's credential is written as a secret when secrets.ncl names readers of
     // the node's environment secrets, the node among them (as a file's is).
     let env_secrets = readable_by(node, &env_secret(node, "MODULE", "VAR"), secrets).is_ok();
@@ -1276,7 +1321,7 @@ fn render_group(g: &Group, module: &str, context: &GroupContext) -> GroupText {
         let _ = writeln!(
             text,
             "# Several nodes run it, alike but for what each node's declaration passes in `values`:\n\
-             # the names and environment values that differ between them."
+             # the names, environment and label values that differ between them."
         );
     }
     match (uses_credentials, context.varying.is_some()) {
@@ -1560,7 +1605,12 @@ fn render_container(
         );
         body.push_str("        labels = {\n");
         for (k, v) in &labels {
-            let _ = writeln!(body, "          {} = {},", field(k), string(v));
+            if varies.is_some_and(|(_, m)| m.labels.contains(k)) {
+                let from = values(&format!("labels.{}", field(k)));
+                let _ = writeln!(body, "          {} = {from},", field(k));
+            } else {
+                let _ = writeln!(body, "          {} = {},", field(k), string(v));
+            }
         }
         body.push_str("        },\n");
     }
@@ -2091,8 +2141,11 @@ mod tests {
     #[test]
     fn what_nodes_run_alike_but_for_names_and_values_is_one_module() {
         let node = |name: &str, mode: &str, extra: bool| {
-            let mut c = container(name, Some("shop"), &[]);
+            // Each publishes its port on a number of its own, and labels its build.
+            let port = 18000 + name.len() as u16 * 10 + mode.len() as u16;
+            let mut c = container(name, Some("shop"), &[(port, 80)]);
             c.labels.insert(COMPOSE_SERVICE.into(), "web".into());
+            c.labels.insert("build".into(), mode.into());
             c.environment.insert("MODE".into(), mode.into());
             if extra {
                 c.environment.insert("EXTRA".into(), "1".into());
@@ -2117,6 +2170,7 @@ mod tests {
             MemberVarying {
                 name: true,
                 environment: BTreeSet::from(["MODE".to_owned()]),
+                labels: BTreeSet::from(["build".to_owned()]),
             }
         );
         // DB_PASSWORD and UPSTREAM differ nowhere here, and are credentials anyway.
@@ -2159,7 +2213,12 @@ mod tests {
             "{shop}"
         );
         assert!(shop.contains("fun credentials values =>"), "{shop}");
+        // The port's setting is the member's, the label's value each node's own.
+        assert!(shop.contains("host_port = s.ports.shop_web,"), "{shop}");
+        assert!(shop.contains("build = values.web.labels.build,"), "{shop}");
         let decl = text(&second, "nodes/b.ncl");
+        assert!(decl.contains("shop_web = 18105,"), "{decl}");
+        assert!(decl.contains("labels = { build = \"green\", }"), "{decl}");
         assert!(decl.contains("credentials.shop"), "{decl}");
         assert!(decl.contains("name = \"shop-web-b\""), "{decl}");
         assert!(decl.contains("MODE = \"green\""), "{decl}");
@@ -2200,7 +2259,7 @@ mod tests {
     fn what_a_module_reads_from_values_is_read_from_its_text() {
         let text = "fun credentials values =>\n  { containers = [{ name = values.\"web.1\".name, \
                     environment = { A = values.\"web.1\".environment.A, \"B.C\" = values.db.environment.\"B.C\", \
-                    D = credentials.D, E = myvalues.x.name } }] }";
+                    D = credentials.D, E = myvalues.x.name }, labels = { \"v.1\" = values.db.labels.\"v.1\" } }] }";
         let read = reads_values(text).unwrap();
         assert_eq!(
             read,
@@ -2210,6 +2269,7 @@ mod tests {
                     MemberVarying {
                         name: true,
                         environment: BTreeSet::from(["A".to_owned()]),
+                        labels: BTreeSet::new(),
                     }
                 ),
                 (
@@ -2217,6 +2277,7 @@ mod tests {
                     MemberVarying {
                         name: false,
                         environment: BTreeSet::from(["B.C".to_owned()]),
+                        labels: BTreeSet::from(["v.1".to_owned()]),
                     }
                 ),
             ])

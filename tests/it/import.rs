@@ -1131,7 +1131,10 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         "sleep",
         "100000",
     ]);
-    for (name, role) in [(&app_a, "a"), (&app_b, "b")] {
+    // Each app publishes a port of its own and labels its build: what two machines running
+    // the same project differ in beside names and environment values.
+    let port = free_ports(2);
+    for (name, role, port) in [(&app_a, "a", port), (&app_b, "b", port + 1)] {
         docker(&[
             "run",
             "-d",
@@ -1141,6 +1144,10 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
             &format!("com.docker.compose.project={project}"),
             "-l",
             "com.docker.compose.service=app",
+            "-l",
+            &format!("build=v-{role}"),
+            "-p",
+            &format!("127.0.0.1:{port}:8080"),
             "-e",
             &format!("ROLE={role}"),
             &made.image,
@@ -1385,13 +1392,28 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         "{alone}"
     );
     let shared = std::fs::read_to_string(catalogue.join(format!("{alike}.ncl"))).unwrap();
-    for absent in [app_a.as_str(), app_b.as_str(), "\"a\"", "\"b\""] {
+    let ports = [port.to_string(), (port + 1).to_string()];
+    for absent in [
+        app_a.as_str(),
+        app_b.as_str(),
+        "\"a\"",
+        "\"b\"",
+        "v-a",
+        "v-b",
+        &ports[0],
+        &ports[1],
+    ] {
         assert!(!shared.contains(absent), "{absent} in:\n{shared}");
     }
-    for (n, app, role) in [("node0", &app_a, "a"), ("node1", &app_b, "b")] {
+    for (n, app, role, port) in [
+        ("node0", &app_a, "a", &ports[0]),
+        ("node1", &app_b, "b", &ports[1]),
+    ] {
         let decl = std::fs::read_to_string(lab.dir.path().join(format!("nodes/{n}.ncl"))).unwrap();
         assert!(decl.contains(&format!("name = \"{app}\"")), "{decl}");
         assert!(decl.contains(&format!("ROLE = \"{role}\"")), "{decl}");
+        assert!(decl.contains(&format!("build = \"v-{role}\"")), "{decl}");
+        assert_eq!(decl.matches(port.as_str()).count(), 1, "{decl}");
     }
     passes_nickel_format(&catalogue, &[]);
 
