@@ -338,13 +338,30 @@ impl Node {
             let engine = held
                 .then(crate::docker::Engine::connect)
                 .and_then(Result::ok);
+            // A held container's secret environment, decrypted to compare it (one this node
+            // cannot read leaves the container to be retired, as far as status can tell).
+            let opened = g
+                .containers
+                .values()
+                .any(|c| !c.secret_environment.is_empty() && engine.is_some())
+                .then(|| self.open_secrets_of(g, true).ok().flatten())
+                .flatten();
             for (name, c) in &g.containers {
                 match c.state {
                     mesh_lib::model::ContainerState::Held { .. } => {
                         status.containers.held += 1;
+                        let declared = match &opened {
+                            Some((resolved, opened)) if !c.secret_environment.is_empty() => {
+                                crate::switch::containers::with_values(
+                                    &resolved.containers[name],
+                                    &opened.values,
+                                )
+                            }
+                            _ => c.clone(),
+                        };
                         let kept = engine.as_ref().is_some_and(|e| {
                             e.live(name.as_str(), self.root.path())
-                                .is_ok_and(|live| mesh_lib::import::is_equal(c, &live))
+                                .is_ok_and(|live| mesh_lib::import::is_equal(&declared, &live))
                         });
                         let what = Retire {
                             module: c.module.to_string(),

@@ -1707,8 +1707,22 @@ fn an_environments_credential_is_written_as_a_secret_and_given_at_create() {
     );
     outputs.push_str(&shown.stdout);
 
-    // Adopted, then taken: the very container, not recreated.
+    // Adopted, then taken: the very container, not recreated. Before the take, status says
+    // the take keeps it (its secret decrypted to compare it).
     outputs.push_str(&f.ok(&["adopt", decl]).stdout);
+    let status = f.ok(&["status", "--json"]);
+    outputs.push_str(&status.stdout);
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(
+        status["take_would_keep"][0]["container"],
+        web.as_str(),
+        "{status:#}"
+    );
+    assert_eq!(
+        status["take_would_retire"],
+        serde_json::json!([]),
+        "{status:#}"
+    );
     let taken = f.ok(&["take", &module, decl]);
     assert!(
         taken.stdout.contains(&format!("keep     container {web}")),
