@@ -777,6 +777,32 @@ pub fn render(
         } = rendered;
         out.gaps.extend(gaps);
         let path = format!("catalogue/{module}.ncl");
+        // A module gives a credential one value under its name: a container of it whose value
+        // under the same name is another is named, not checked equal in silence.
+        let value_of = |container: &str, var: &str| {
+            containers
+                .iter()
+                .find(|c| c.name == container)
+                .and_then(|c| c.environment.get(var))
+        };
+        let mut first_of: BTreeMap<&str, &str> = BTreeMap::new();
+        for (container, var, _) in &creds {
+            match first_of.get(var.as_str()) {
+                None => {
+                    first_of.insert(var, container);
+                }
+                Some(first) if value_of(first, var) != value_of(container, var) => {
+                    out.gaps.entry(container.clone()).or_default().push(Gap {
+                        what: format!("environment {var}"),
+                        found: "(a credential)".to_owned(),
+                        why: format!(
+                            "{first}, of the same module {module}, has another value under this name, and the module gives both one"
+                        ),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
         let mut arguments = String::new();
         if uses_credentials && env_secrets {
             // The secrets' files, by variable: the node's own, so its declaration names them.
@@ -786,11 +812,7 @@ pub fn render(
                     continue;
                 }
                 let secret = env_secret(node, &module, var);
-                let value = containers
-                    .iter()
-                    .find(|c| &c.name == container)
-                    .and_then(|c| c.environment.get(var))
-                    .map_or("", String::as_str);
+                let value = value_of(container, var).map_or("", String::as_str);
                 let reason = format!("its value looks like a credential ({why})");
                 match encrypted_value(node, &secret, value, secrets) {
                     Ok((ciphertext, readers)) => {
@@ -2251,6 +2273,44 @@ mod tests {
         assert!(varying.contains_key("cache"));
         // One node alone: nothing differs.
         assert!(super::varying(&[&a]).is_empty());
+    }
+
+    /// Two containers of one module with a credential under one name: one value, or the
+    /// second named as a gap (the module gives both the one its declaration passes).
+    #[test]
+    fn a_credential_with_two_values_in_one_module_is_a_gap() {
+        let web = container("shop-web-1", Some("shop"), &[]);
+        let mut db = container("shop-db-1", Some("shop"), &[]);
+        let out = render(
+            "n",
+            &[web.clone(), db.clone()],
+            &[],
+            &[],
+            &Catalogue::new(),
+            None,
+            &Varying::new(),
+        );
+        assert!(out.gaps.is_empty(), "{:?}", out.gaps);
+        db.environment
+            .insert("DB_PASSWORD".into(), "another-one".into());
+        let out = render(
+            "n",
+            &[web, db],
+            &[],
+            &[],
+            &Catalogue::new(),
+            None,
+            &Varying::new(),
+        );
+        // The module's containers in the order they were found: the web's value first.
+        let gaps = out
+            .gaps
+            .get("shop-db-1")
+            .unwrap_or_else(|| panic!("{:?}", out.gaps));
+        assert_eq!(gaps.len(), 1, "{:?}", out.gaps);
+        assert_eq!(gaps[0].what, "environment DB_PASSWORD");
+        assert!(gaps[0].why.contains("shop-web-1"), "{}", gaps[0].why);
+        assert!(!format!("{:?}", out.gaps).contains("another-one"));
     }
 
     /// What a module reads from `values` is read back from its text, keys Nickel quotes too;
