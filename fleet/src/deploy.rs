@@ -521,10 +521,7 @@ fn converse(
                 }
             };
             let mut objects = vec![Object::Generation(built.id)];
-            let mut blobs: Vec<_> = generation.files.values().map(|f| f.blob).collect();
-            blobs.sort();
-            blobs.dedup();
-            objects.extend(blobs.into_iter().map(Object::Blob));
+            objects.extend(generation.sent_blobs().into_iter().map(Object::Blob));
             progress.say(&name, "asking what it lacks");
             let mut list = Vec::new();
             transfer::write_list(&mut list, &objects).expect("writing to memory");

@@ -95,6 +95,14 @@ fn secrets_readable(
                 .into_iter()
                 .map(|(_, r)| (r.file.clone(), r.ciphertext))
         })
+        .chain(
+            generation
+                .containers
+                .values()
+                .filter(|c| !matches!(c.state, mesh_lib::model::ContainerState::Held { .. }))
+                .flat_map(|c| c.secret_environment.values())
+                .map(|r| (r.file.clone(), r.ciphertext)),
+        )
         .collect();
     if refs.is_empty() {
         return None;

@@ -1117,6 +1117,23 @@ impl Generation {
         out
     }
 
+    /// The blobs a node is sent with the generation: every file's content and every secret's
+    /// ciphertext (a template's and a container's environment's as well as a whole file's). A
+    /// held original is not among them: it is the node's own, recorded there.
+    pub fn sent_blobs(&self) -> BTreeSet<BlobHash> {
+        let mut out = BTreeSet::new();
+        for f in self.files.values() {
+            out.insert(f.blob);
+            if let Some(secret) = &f.secret {
+                out.extend(secret.refs().iter().map(|(_, r)| r.ciphertext));
+            }
+        }
+        for c in self.containers.values() {
+            out.extend(c.secret_environment.values().map(|r| r.ciphertext));
+        }
+        out
+    }
+
     /// Checks the invariants the compiler upholds, for a generation that comes from elsewhere
     /// (`mesh switch --generation` of a stored one): a held item only on an adopted node, for a
     /// module assigned and not taken; every item's module assigned; every opening's port and

@@ -1226,3 +1226,138 @@ fn a_crashed_secret_switch_leaves_no_plain_digest_and_is_finished() {
         assert_nowhere(&forbidden, &[&lab.f.state()], &[], &lab.outputs.borrow());
     }
 }
+
+/// Over SSH (real OpenSSH servers, see `sshlab.rs`) to a node whose engine runs the
+/// container: `mesh deploy` sends the ciphertext of a container's secret environment with the
+/// generation, the node decrypts it with its host key and gives the container the value; a
+/// new value is deployed as a recreated container; `mesh fleet status` counts the secret as
+/// one the node can read. No value in the lab's folders (the fleet's tree, the deployer's
+/// state) or in an output.
+#[test]
+fn a_deploy_gives_a_container_its_secret_environment() {
+    if !crate::containers::docker_here()
+        || !have_root_tools(&["sshd", "ssh", "ssh-keygen", "ip", "nft", "ss"])
+    {
+        return;
+    }
+    let _turn = crate::containers::take_turn();
+    let made = crate::containers::Made::new("sdep");
+    let app = format!("{}-app", made.prefix);
+    let with_app = |name: &str| {
+        crate::sshlab::node_decl(name, "one\\n", true).replace(
+            "  modules = [\n",
+            &format!(
+                r#"  modules = [
+    {{ name = "app", config = fun s => {{ containers = [
+      {{ name = "{app}", image = "{}", command = ["/bin/busybox", "sleep", "100000"],
+        environment = {{ MODE = "prod" }}, secret_environment = {{ DB_PASSWORD = "secrets/db.age" }} }},
+    ], files = [
+      # A template whose one secret no other file is: its ciphertext travels too.
+      {{ path = "/etc/app/app.conf", content = "token={{{{secret.t}}}}\n", secrets = {{ t = "secrets/tpl.age" }} }},
+    ] }} }},
+"#,
+                made.image
+            ),
+        )
+    };
+    let lab = crate::sshlab::Lab::new("sdep", 1, |n| crate::sshlab::node_decl(n, "one\\n", true));
+    let n = &lab.nodes[0];
+    let tree = lab.dir.path();
+    let keys = tempfile::tempdir().unwrap();
+    let operator = keys.path().join("operator");
+    let operator_pub = keygen(&operator);
+    let operator_state = keys.path().join("state");
+    let host_pub = std::fs::read_to_string(n.dir.join("host_key.pub"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    std::fs::create_dir_all(n.root().join("etc/mesh")).unwrap();
+    std::fs::hard_link(n.dir.join("host_key"), n.root().join("etc/mesh/host_key")).unwrap();
+    let plain = keys.path().join("plain.ncl");
+    std::fs::write(&plain, crate::sshlab::node_decl("node0", "one\\n", true)).unwrap();
+    let genesis = n.mesh(&[
+        "genesis",
+        plain.to_str().unwrap(),
+        "--host-key",
+        "/etc/mesh/host_key",
+    ]);
+    assert!(
+        genesis.status.success(),
+        "{}",
+        String::from_utf8_lossy(&genesis.stderr)
+    );
+    write_rules(
+        tree,
+        &[("node0", &host_pub)],
+        &[("op", &operator_pub)],
+        &[
+            ("secrets/db.age", r#""node0", "op""#),
+            ("secrets/tpl.age", r#""node0", "op""#),
+        ],
+    );
+    lab.declare("node0", &with_app("node0"));
+    const TOKEN: &str = "tpl-token-5d1e9c";
+    let sealed = seal(tree, &operator_state, &operator, "secrets/tpl.age", TOKEN);
+    assert_eq!(sealed.code, 0, "{}{}", sealed.stdout, sealed.stderr);
+
+    let outputs = std::cell::RefCell::new(String::new());
+    let seal_as = |value: &str| {
+        let ran = seal(tree, &operator_state, &operator, "secrets/db.age", value);
+        outputs
+            .borrow_mut()
+            .push_str(&(ran.stdout.clone() + &ran.stderr));
+        assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    };
+    let deploy = || {
+        let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+        let mut all = outputs.borrow_mut();
+        all.push_str(&String::from_utf8_lossy(&out.stdout));
+        all.push_str(&String::from_utf8_lossy(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(
+            (out.status.code(), &json["nodes"][0]["result"]),
+            (Some(0), &"confirmed".into()),
+            "{json}"
+        );
+    };
+    let given = || crate::containers::docker(&["inspect", "-f", "{{json .Config.Env}}", &app]);
+
+    seal_as(&format!("{V1}\n"));
+    deploy();
+    let env = given();
+    assert!(env.contains(&format!("\"DB_PASSWORD={V1}\"")), "{env}");
+    assert_eq!(
+        std::fs::read_to_string(n.root().join("etc/app/app.conf")).unwrap(),
+        format!("token={TOKEN}\n")
+    );
+    assert!(env.contains("\"MODE=prod\""), "{env}");
+    let first = crate::containers::docker(&["inspect", "-f", "{{.Id}}", &app]);
+
+    seal_as(V2);
+    deploy();
+    assert!(given().contains(&format!("\"DB_PASSWORD={V2}\"")));
+    assert_ne!(
+        crate::containers::docker(&["inspect", "-f", "{{.Id}}", &app]),
+        first,
+        "a new value recreates the container"
+    );
+    let board = lab.mesh(&["fleet", "status", "--json"]);
+    outputs
+        .borrow_mut()
+        .push_str(&String::from_utf8_lossy(&board.stdout));
+    let board: serde_json::Value = serde_json::from_slice(&board.stdout).unwrap();
+    assert_eq!(
+        board["nodes"][0]["secrets"],
+        serde_json::json!({ "readable": true, "count": 2 }),
+        "{board}"
+    );
+    let labels = crate::containers::docker(&["inspect", "-f", "{{json .Config.Labels}}", &app]);
+    assert!(!labels.contains(V1) && !labels.contains(V2), "{labels}");
+    assert_nowhere(
+        &[V1, V2],
+        &[tree, keys.path(), &n.state()],
+        &[],
+        &outputs.borrow(),
+    );
+}

@@ -190,11 +190,11 @@ pub fn serve<F: AsFd>(
                     }
                     Ok(id) => match store.generation(&id) {
                         Ok(g) => {
-                            let mut blobs: Vec<_> = g.files.values().map(|f| f.blob).collect();
-                            blobs.sort();
-                            blobs.dedup();
-                            let wanted: Vec<transfer::Object> =
-                                blobs.into_iter().map(transfer::Object::Blob).collect();
+                            let wanted: Vec<transfer::Object> = g
+                                .sent_blobs()
+                                .into_iter()
+                                .map(transfer::Object::Blob)
+                                .collect();
                             listed(&transfer::missing(&store, &wanted))
                         }
                         Err(e) => format!("error {e}\n").into_bytes(),
