@@ -1231,7 +1231,9 @@ fn shared_or_own<T>(
             let own = format!("{name}_{}", slug(node));
             out.renamed.insert(
                 own.clone(),
-                format!("catalogue/{name}.ncl says another thing"),
+                format!(
+                    "catalogue/{name}.ncl says another thing (where it differs only in names and values, one `mesh fleet import` of the nodes running it makes one module of it)"
+                ),
             );
             let rendered = render(&own);
             (own, rendered)

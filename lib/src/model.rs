@@ -1196,6 +1196,15 @@ impl Generation {
                     "{what} gives environment variable {k} both as a value and as a secret"
                 ));
             }
+            if let Some(k) = c
+                .secret_environment
+                .keys()
+                .find(|k| k.is_empty() || k.contains(['=', '\0']))
+            {
+                return Err(format!(
+                    "{what} has a secret environment variable named {k:?}, which no variable can be"
+                ));
+            }
             if let ContainerState::Held { .. } = c.state {
                 holdable(&c.module, &what)?;
             }
@@ -1445,5 +1454,26 @@ mod tests {
         let mut owner = generation();
         owner.files.values_mut().next().unwrap().owner = "root\nx".into();
         assert!(owner.validate().unwrap_err().contains("root\\nx"));
+        // A container's secret environment: a name given twice, or no variable's name.
+        let with_secret = |name: &str, plain: &[(&str, &str)]| {
+            let mut g = generation();
+            let entry: ContainerEntry = serde_json::from_value(serde_json::json!({
+                "module": "web", "image": "app:1", "command": [],
+                "environment": plain.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect::<BTreeMap<String, &str>>(),
+                "secret_environment": { name: { "ciphertext": format!("b3:{}", "0".repeat(64)), "file": "secrets/x.age", "recipients": ["n1"] } },
+                "ports": [], "volumes": [], "labels": {}, "state": { "kind": "managed" },
+            }))
+            .unwrap();
+            g.containers
+                .insert(ContainerName::new("app").unwrap(), entry);
+            g.validate()
+        };
+        assert_eq!(with_secret("DB_PASSWORD", &[("MODE", "prod")]), Ok(()));
+        assert!(with_secret("MODE", &[("MODE", "prod")])
+            .unwrap_err()
+            .contains("both as a value and as a secret"));
+        assert!(with_secret("A=B", &[])
+            .unwrap_err()
+            .contains("which no variable can be"));
     }
 }
