@@ -1,5 +1,8 @@
 //! The secrets phase, before the plan: every file of the target made from secrets (and not
-//! held) is decrypted with the node's host key into memory, and the switch goes on with a
+//! held), and every secret of a container's environment, is decrypted with the node's host key
+//! into memory. A container's is named by its value's keyed digest in the generation the
+//! switch goes on with (its spec label counts that, never the value), and handed to the engine
+//! only when the container is created. For files, the switch goes on with a
 //! generation in which that file is its plaintext — named by its plaintext's *keyed* digest
 //! ([`mesh_lib::secret::DigestKey`]), which is what the host store records and a switch shows,
 //! so nothing anywhere is a plain digest to guess the secret against; the file keeps its
@@ -124,19 +127,23 @@ impl Node {
             .filter(|(_, c)| !c.secret_environment.is_empty())
             .map(|(n, c)| (n, &c.secret_environment))
             .collect();
-        let first = match (secret_files.first(), secret_envs.first()) {
-            (Some((path, s)), _) => format!("{path}: {}", s.describe()),
+        // What the first secret is for, and which it is: what a missing key is told with.
+        let (item, first) = match (secret_files.first(), secret_envs.first()) {
+            (Some((path, s)), _) => (path.to_string(), s.describe()),
             (None, Some((name, env))) => {
                 let (var, r) = env.iter().next().expect("not empty");
-                format!("container {name}, environment variable {var}: {}", r.file)
+                (
+                    format!("container {name}, environment variable {var}"),
+                    r.file.clone(),
+                )
             }
             (None, None) => return Ok(None),
         };
         let identity =
             self.host_identity()
                 .map_err(|(why, key_missing)| ActivateError::Secret {
-                    item: first,
-                    why,
+                    item,
+                    why: format!("{first}: {why}"),
                     key_missing,
                 })?;
         let mut resolved = target.clone();
