@@ -340,12 +340,12 @@ impl Node {
                 .and_then(Result::ok);
             // A held container's secret environment, decrypted to compare it (one this node
             // cannot read leaves the container to be retired, as far as status can tell).
-            let opened = g
-                .containers
-                .values()
-                .any(|c| !c.secret_environment.is_empty() && engine.is_some())
-                .then(|| self.open_secrets_of(g, true).ok().flatten())
-                .flatten();
+            let opened = (engine.is_some()
+                && g.containers
+                    .values()
+                    .any(|c| !c.secret_environment.is_empty()))
+            .then(|| self.open_secrets_of(g, true).ok().flatten())
+            .flatten();
             for (name, c) in &g.containers {
                 match c.state {
                     mesh_lib::model::ContainerState::Held { .. } => {

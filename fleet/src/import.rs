@@ -1499,30 +1499,22 @@ fn render_container(
         let mut secret_lines = String::new();
         for (k, v) in &environment {
             match looks_like_credential(k, v) {
-                Some(why) if context.env_secrets => {
-                    let _ = writeln!(
-                        secret_lines,
-                        "          # a credential ({why}): a secret, its file named by the node's declaration"
-                    );
-                    let _ = writeln!(
-                        secret_lines,
-                        "          {} = credentials.{},",
-                        field(k),
-                        field(k)
-                    );
-                    creds.push((c.name.clone(), k.clone(), why.to_owned()));
-                }
                 Some(why) => {
-                    let _ = writeln!(
-                        plain_lines,
-                        "          # a credential ({why}): not written here, read from the node's credentials"
-                    );
-                    let _ = writeln!(
-                        plain_lines,
-                        "          {} = credentials.{},",
-                        field(k),
-                        field(k)
-                    );
+                    // Its value is a secret's, or the credentials file's: the module reads
+                    // `credentials` either way.
+                    let (lines, said) = if context.env_secrets {
+                        (
+                            &mut secret_lines,
+                            "a secret, its file named by the node's declaration",
+                        )
+                    } else {
+                        (
+                            &mut plain_lines,
+                            "not written here, read from the node's credentials",
+                        )
+                    };
+                    let _ = writeln!(lines, "          # a credential ({why}): {said}");
+                    let _ = writeln!(lines, "          {} = credentials.{},", field(k), field(k));
                     creds.push((c.name.clone(), k.clone(), why.to_owned()));
                 }
                 None if varies.is_some_and(|(_, m)| m.environment.contains(k)) => {

@@ -196,9 +196,8 @@ pub(crate) fn docker_here() -> bool {
     true
 }
 
-/// The predecessor's store: busybox httpd serving the `hello` in its named volume on
-/// 127.0.0.1:`port`; stopped within a second (`--stop-timeout`). Returns its id.
-fn run_predecessor(made: &Made, port: u16) -> String {
+/// The named volume `PREFIX-data`, holding `hello` for busybox httpd to serve.
+pub(crate) fn hello_volume(made: &Made) {
     docker(&[
         "run",
         "--rm",
@@ -210,6 +209,12 @@ fn run_predecessor(made: &Made, port: u16) -> String {
         "-c",
         "echo hello > /data/hello",
     ]);
+}
+
+/// The predecessor's store: busybox httpd serving the `hello` in its named volume on
+/// 127.0.0.1:`port`; stopped within a second (`--stop-timeout`). Returns its id.
+fn run_predecessor(made: &Made, port: u16) -> String {
+    hello_volume(made);
     docker(&[
         "run",
         "-d",

@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::containers::{docker, docker_here, free_ports, take_turn, Made};
+use crate::containers::{docker, docker_here, free_ports, hello_volume, take_turn, Made};
 use crate::node_fixture::Fixture;
 
 /// The body of `GET /hello` from 127.0.0.1:`port`, trying for 3 s.
@@ -97,9 +97,10 @@ pub(crate) fn passes_nickel_format(dir: &Path, except: &[&str]) {
     assert!(seen > 0, "no Nickel under {}", dir.display());
 }
 
-/// Every file's bytes under `dir`, by relative path.
+/// Every file's bytes under `dir`, by relative path, in order.
 fn all_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
     walkdir::WalkDir::new(dir)
+        .sort_by_file_name()
         .into_iter()
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_file())
@@ -112,19 +113,11 @@ fn all_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// Every written file's text under `dir`, by relative path.
+/// Every written file's text under `dir`, by relative path (empty for one that is not text).
 fn texts(dir: &Path) -> Vec<(String, String)> {
-    walkdir::WalkDir::new(dir)
-        .sort_by_file_name()
+    all_bytes(dir)
         .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| {
-            (
-                e.path().strip_prefix(dir).unwrap().display().to_string(),
-                std::fs::read_to_string(e.path()).unwrap_or_default(),
-            )
-        })
+        .map(|(p, b)| (p, String::from_utf8(b).unwrap_or_default()))
         .collect()
 }
 
@@ -165,17 +158,7 @@ fn imported_containers_and_files_check_equal_are_held_and_taken_in_place() {
     std::fs::write(f.at("/etc/app/conf.d/extra.conf"), "extra\n").unwrap();
 
     // The predecessor's containers, as `docker run` started them.
-    docker(&[
-        "run",
-        "--rm",
-        "-v",
-        &format!("{}-data:/data", made.prefix),
-        &made.image,
-        "/bin/busybox",
-        "sh",
-        "-c",
-        "echo hello > /data/hello",
-    ]);
+    hello_volume(&made);
     let conf = format!("{}:/conf:ro", f.at("/etc/app").display());
     docker(&[
         "run",
@@ -1602,17 +1585,7 @@ fn an_environments_credential_is_written_as_a_secret_and_given_at_create() {
     let host_pub = crate::secrets::keygen(&f.at("/etc/ssh/ssh_host_ed25519_key"));
     let operator = f.dir.path().join("keys/operator");
     let operator_pub = crate::secrets::keygen(&operator);
-    docker(&[
-        "run",
-        "--rm",
-        "-v",
-        &format!("{}-data:/data", made.prefix),
-        &made.image,
-        "/bin/busybox",
-        "sh",
-        "-c",
-        "echo hello > /data/hello",
-    ]);
+    hello_volume(&made);
     docker(&[
         "run",
         "-d",

@@ -334,17 +334,13 @@ fn a_node_that_cannot_read_a_secret_is_refused_with_nothing_changed() {
     lab.assert_never_shown();
 }
 
-/// A declaration whose container takes an environment variable from a secret.
+/// A declaration whose container takes an environment variable from a secret: [`declaration`]'s
+/// node and settings, its module the container's.
 fn container_declaration(environment: &str) -> String {
+    let node = declaration();
+    let head = &node[..node.find("  modules = [").unwrap()];
     format!(
-        r#"let mesh = import "mesh.ncl" in
-mesh.node {{
-  name = "n1",
-  settings = {{
-    ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820 }},
-    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.5" }},
-  }},
-  modules = [
+        r#"{head}  modules = [
     {{ name = "app", config = fun s => {{ containers = [
       {{ name = "web", image = "busybox:1", {environment}secret_environment = {{ DB_PASSWORD = "secrets/db.age" }} }},
     ] }} }},
@@ -642,6 +638,55 @@ fn lab_decl(name: &str) -> String {
     )
 }
 
+/// An operator's key (with a state folder of its own), and the lab's one node made by `mesh
+/// genesis --host-key` with the key its sshd serves with, under its root where the record says
+/// it is.
+struct Keyed {
+    keys: tempfile::TempDir,
+    operator: PathBuf,
+    operator_pub: String,
+    operator_state: PathBuf,
+    host_pub: String,
+    /// What `mesh genesis --json` printed.
+    genesis: std::process::Output,
+}
+
+fn keyed(lab: &crate::sshlab::Lab) -> Keyed {
+    let n = &lab.nodes[0];
+    let keys = tempfile::tempdir().unwrap();
+    let operator = keys.path().join("operator");
+    let operator_pub = keygen(&operator);
+    let operator_state = keys.path().join("state");
+    let host_pub = std::fs::read_to_string(n.dir.join("host_key.pub"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    std::fs::create_dir_all(n.root().join("etc/mesh")).unwrap();
+    std::fs::hard_link(n.dir.join("host_key"), n.root().join("etc/mesh/host_key")).unwrap();
+    let plain = keys.path().join("plain.ncl");
+    std::fs::write(&plain, crate::sshlab::node_decl(&n.name, "one\\n", true)).unwrap();
+    let genesis = n.mesh(&[
+        "genesis",
+        plain.to_str().unwrap(),
+        "--host-key",
+        "/etc/mesh/host_key",
+        "--json",
+    ]);
+    assert!(
+        genesis.status.success(),
+        "{}",
+        String::from_utf8_lossy(&genesis.stderr)
+    );
+    Keyed {
+        keys,
+        operator,
+        operator_pub,
+        operator_state,
+        host_pub,
+        genesis,
+    }
+}
+
 /// Over SSH (real OpenSSH servers, see `sshlab.rs`): the node's host key is the one its sshd
 /// was made with, where `mesh genesis --host-key` recorded it; `mesh deploy` sends the
 /// ciphertext and the node decrypts it with that key. A node the secret is not encrypted to
@@ -660,31 +705,14 @@ fn a_deploy_decrypts_with_the_nodes_host_key_and_refuses_a_node_that_cannot() {
     let lab = crate::sshlab::Lab::new("secret", 1, lab_decl);
     let n = &lab.nodes[0];
     let tree = lab.dir.path();
-    let keys = tempfile::tempdir().unwrap();
-    let operator = keys.path().join("operator");
-    let operator_pub = keygen(&operator);
-    let operator_state = keys.path().join("state");
-    let host_pub = std::fs::read_to_string(n.dir.join("host_key.pub"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    // The key sshd serves with, under the node's root where the record says it is.
-    std::fs::create_dir_all(n.root().join("etc/mesh")).unwrap();
-    std::fs::hard_link(n.dir.join("host_key"), n.root().join("etc/mesh/host_key")).unwrap();
-    let plain = keys.path().join("plain.ncl");
-    std::fs::write(&plain, crate::sshlab::node_decl("node0", "one\\n", true)).unwrap();
-    let genesis = n.mesh(&[
-        "genesis",
-        plain.to_str().unwrap(),
-        "--host-key",
-        "/etc/mesh/host_key",
-        "--json",
-    ]);
-    assert!(
-        genesis.status.success(),
-        "{}",
-        String::from_utf8_lossy(&genesis.stderr)
-    );
+    let Keyed {
+        keys,
+        operator,
+        operator_pub,
+        operator_state,
+        host_pub,
+        genesis,
+    } = keyed(&lab);
     // With --json, standard output is one JSON object; what it said on the way is on stderr.
     serde_json::from_slice::<serde_json::Value>(&genesis.stdout).unwrap_or_else(|e| {
         panic!(
@@ -1263,29 +1291,14 @@ fn a_deploy_gives_a_container_its_secret_environment() {
     let lab = crate::sshlab::Lab::new("sdep", 1, |n| crate::sshlab::node_decl(n, "one\\n", true));
     let n = &lab.nodes[0];
     let tree = lab.dir.path();
-    let keys = tempfile::tempdir().unwrap();
-    let operator = keys.path().join("operator");
-    let operator_pub = keygen(&operator);
-    let operator_state = keys.path().join("state");
-    let host_pub = std::fs::read_to_string(n.dir.join("host_key.pub"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    std::fs::create_dir_all(n.root().join("etc/mesh")).unwrap();
-    std::fs::hard_link(n.dir.join("host_key"), n.root().join("etc/mesh/host_key")).unwrap();
-    let plain = keys.path().join("plain.ncl");
-    std::fs::write(&plain, crate::sshlab::node_decl("node0", "one\\n", true)).unwrap();
-    let genesis = n.mesh(&[
-        "genesis",
-        plain.to_str().unwrap(),
-        "--host-key",
-        "/etc/mesh/host_key",
-    ]);
-    assert!(
-        genesis.status.success(),
-        "{}",
-        String::from_utf8_lossy(&genesis.stderr)
-    );
+    let Keyed {
+        keys,
+        operator,
+        operator_pub,
+        operator_state,
+        host_pub,
+        ..
+    } = keyed(&lab);
     write_rules(
         tree,
         &[("node0", &host_pub)],
