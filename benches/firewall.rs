@@ -13,9 +13,9 @@ use common::{feed, median, ms};
 use std::process::Command;
 use std::time::Instant;
 
-use mesh_activator::firewall::{Firewall, Kernel, Want};
 use mesh_lib::firewall::{guard_ruleset, opening_comment};
 use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
+use mesh_reach::firewall::{Firewall, Kernel, Want};
 
 const NFT_PREDECESSOR: &str = "flush ruleset
 table inet pred {

@@ -633,7 +633,7 @@ pub fn gc(machine: &Machine, args: GcArgs) -> Result<(), Failure> {
 
 fn say_round(
     id: &GenerationId,
-    done: &mesh_activator::firewall::Converged,
+    done: &mesh_reach::firewall::Converged,
     would: bool,
     json_out: bool,
 ) {

@@ -434,7 +434,7 @@ fn compose_paths(
 }
 
 /// The ports an engine says its containers publish, to name them; none without an engine.
-fn engine_published() -> Vec<mesh_activator::docker::Published> {
+fn engine_published() -> Vec<mesh_lib::import::Published> {
     match mesh_activator::docker::Engine::connect() {
         Ok(engine) => engine.published().unwrap_or_default(),
         Err(_) => Vec::new(),

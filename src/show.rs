@@ -220,8 +220,8 @@ fn indent(text: &str) -> String {
 }
 
 /// What a converge of the firewall changed (or, `would`, would change), in a few words.
-pub fn firewall(done: &mesh_activator::firewall::Converged, would: bool) -> String {
-    use mesh_activator::firewall::BaseChange;
+pub fn firewall(done: &mesh_reach::firewall::Converged, would: bool) -> String {
+    use mesh_reach::firewall::BaseChange;
     let verb = |past: &str| {
         if would {
             format!("would be {past}")
@@ -751,10 +751,10 @@ pub fn status(s: &mesh_activator::Status) -> String {
 pub fn flip_preview(
     now: &GenerationId,
     to: &GenerationId,
-    p: &mesh_activator::reach::Preview,
+    p: &mesh_reach::preview::Preview,
     not_taken: &[String],
 ) -> String {
-    use mesh_activator::reach::Change;
+    use mesh_reach::preview::Change;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -802,7 +802,7 @@ pub fn flip_preview(
         let held: Vec<String> = port
             .held_by
             .iter()
-            .map(mesh_activator::reach::Holder::in_words)
+            .map(mesh_reach::preview::Holder::in_words)
             .collect();
         let _ = writeln!(o, "               {}", held.join("; "));
         let unknown: Vec<&String> = port.now.unknown.iter().chain(&port.after.unknown).collect();

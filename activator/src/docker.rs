@@ -120,19 +120,6 @@ impl Progress for Quiet {
     fn end(&self) {}
 }
 
-/// A host port a container publishes.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-pub struct Published {
-    /// The container's name.
-    pub container: String,
-    /// The host address (`0.0.0.0` or `::` for every one).
-    pub host_ip: String,
-    /// The host port.
-    pub port: u16,
-    /// TCP or UDP.
-    pub protocol: mesh_lib::model::Protocol,
-}
-
 /// A container on the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Present {
@@ -318,7 +305,7 @@ impl Engine {
 
     /// Every host port a container publishes, once (the engine lists a port once per host
     /// address family).
-    pub fn published(&self) -> Result<Vec<Published>, DockerError> {
+    pub fn published(&self) -> Result<Vec<mesh_lib::import::Published>, DockerError> {
         let options = ListContainersOptionsBuilder::default().all(false).build();
         let list = self.call(
             "list",
@@ -341,7 +328,7 @@ impl Engine {
                     }
                     _ => mesh_lib::model::Protocol::Tcp,
                 };
-                out.push(Published {
+                out.push(mesh_lib::import::Published {
                     container: name.clone(),
                     host_ip: p.ip.unwrap_or_default(),
                     port,

@@ -11,18 +11,19 @@ use std::collections::BTreeSet;
 use ipnet::IpNet;
 use mesh_lib::import::{
     compare_hiding, looks_like_credential, Difference, Effective, FoundOpening, Gap, LiveContainer,
+    Published,
 };
 use mesh_lib::model::{ContainerEntry, FileMode, PrivateNetwork, TrafficPath};
 use mesh_lib::secret::DigestKey;
 use mesh_lib::{BlobHash, Generation, TargetPath};
 use serde::Serialize;
 
-use crate::docker::{DockerError, Engine, Published};
+use crate::docker::{DockerError, Engine};
 use crate::node::Node;
-use crate::reach::{Change, Found, Holder, Verdict, Who};
 use crate::root::Observed;
 use crate::switch::containers::with_values;
 use crate::switch::ActivateError;
+use mesh_reach::preview::{Change, Found, Holder, Verdict, Who};
 
 /// A file read at a path given to `mesh import`.
 #[derive(Debug, Clone, Serialize)]
@@ -241,7 +242,7 @@ impl Node {
         private: &PrivateNetwork,
     ) -> Result<Vec<FoundOpening>, ActivateError> {
         let observed = self.observed(published)?;
-        Ok(crate::reach::reachable_now(&observed, private)
+        Ok(mesh_reach::preview::reachable_now(&observed, private)
             .iter()
             .map(declared_as)
             .collect())

@@ -30,7 +30,7 @@ pub struct Node {
     /// The profile.
     pub profile: Profile,
     pub(crate) ids: Ids,
-    pub(crate) firewall: Box<dyn crate::firewall::Firewall>,
+    pub(crate) firewall: Box<dyn mesh_reach::firewall::Firewall>,
     /// Where the state directory lies under the root, as a declared path names it (`None` when
     /// it is elsewhere): no path the mesh writes, removes or restores may reach it.
     pub(crate) state_in_root: Option<String>,
@@ -131,7 +131,7 @@ impl Node {
             root,
             store,
             profile,
-            firewall: Box::new(crate::firewall::Kernel::new(netns)),
+            firewall: Box::new(mesh_reach::firewall::Kernel::new(netns)),
             systemd: std::sync::OnceLock::new(),
             container_jobs: crate::docker::DEFAULT_JOBS,
             progress: Box::new(crate::docker::Quiet),
@@ -143,8 +143,8 @@ impl Node {
     /// The same node, its firewall spoken to through `firewall` (a [`Recording`] one in tests
     /// of what the activator asks of it).
     ///
-    /// [`Recording`]: crate::firewall::Recording
-    pub fn with_firewall(mut self, firewall: Box<dyn crate::firewall::Firewall>) -> Self {
+    /// [`Recording`]: mesh_reach::firewall::Recording
+    pub fn with_firewall(mut self, firewall: Box<dyn mesh_reach::firewall::Firewall>) -> Self {
         self.firewall = firewall;
         self
     }
@@ -400,15 +400,17 @@ impl Node {
     }
 
     /// Every port taken on the node, loopback included: what genesis checks.
-    pub fn bound(&self) -> Result<Vec<crate::sockets::Listening>, crate::sockets::SocketsError> {
-        crate::sockets::bound(self.firewall.netns())
+    pub fn bound(
+        &self,
+    ) -> Result<Vec<mesh_reach::sockets::Listening>, mesh_reach::sockets::SocketsError> {
+        mesh_reach::sockets::bound(self.firewall.netns())
     }
 
     /// What is reachable on the node: its sockets not bound to loopback.
     pub fn listening(
         &self,
-    ) -> Result<Vec<crate::sockets::Listening>, crate::sockets::SocketsError> {
-        crate::sockets::listening(self.firewall.netns())
+    ) -> Result<Vec<mesh_reach::sockets::Listening>, mesh_reach::sockets::SocketsError> {
+        mesh_reach::sockets::listening(self.firewall.netns())
     }
 
     /// The generation `mesh rollback` goes to: number `to`, or the newest one before the current

@@ -21,7 +21,7 @@ pub struct Round {
 #[derive(Debug)]
 pub enum Done {
     /// The generation in force, its firewall converged.
-    Converged(GenerationId, crate::firewall::Converged),
+    Converged(GenerationId, mesh_reach::firewall::Converged),
     /// The generation in force waits for the confirmation of deploy `token`: its agent puts it
     /// in force, never a reconcile (after a restart, a generation that closes the operator out
     /// would be put back with nothing to revert it).

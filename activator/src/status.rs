@@ -244,7 +244,7 @@ pub struct Retire {
 #[derive(Debug, Serialize)]
 pub struct FirewallDrift {
     /// What a reconcile would change (nothing: it is in force).
-    pub would_change: Option<crate::firewall::Converged>,
+    pub would_change: Option<mesh_reach::firewall::Converged>,
     /// Why it could not be read (without privileges, say), if so.
     pub unreadable: Option<String>,
 }

@@ -141,6 +141,19 @@ pub struct LivePort {
     pub host_ip: String,
 }
 
+/// A host port a container publishes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Published {
+    /// The container's name.
+    pub container: String,
+    /// The host address (`0.0.0.0` or `::` for every one).
+    pub host_ip: String,
+    /// The host port.
+    pub port: u16,
+    /// TCP or UDP.
+    pub protocol: Protocol,
+}
+
 /// A mount of a live container.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct LiveMount {

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
-use mesh_activator::firewall::{Dump, Firewall, Kernel, Want};
 use mesh_lib::firewall::guard_ruleset;
 use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
+use mesh_reach::firewall::{Dump, Firewall, Kernel, Want};
 
 use crate::support::{feed, have_root_tools, Netns};
 

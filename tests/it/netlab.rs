@@ -32,7 +32,7 @@ fn ip(args: &[&str]) {
 
 /// Runs `f` on a thread inside the network namespace `ns`.
 pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    mesh_activator::netns::within(Some(ns), || Ok(f())).expect("the namespace can be entered")
+    mesh_reach::netns::within(Some(ns), || Ok(f())).expect("the namespace can be entered")
 }
 
 pub struct Lab {

@@ -177,7 +177,7 @@ pub enum ActivateError {
     Systemd(#[from] crate::systemd::SystemdError),
     /// The firewall refused (nft's own message); the kernel's ruleset is unchanged.
     #[error("{0}; the firewall was left as it was and no file was changed")]
-    Firewall(#[from] crate::firewall::FirewallError),
+    Firewall(#[from] mesh_reach::firewall::FirewallError),
     /// The private network's range overlaps an address or route already on the node.
     #[error("the private network {range} (this node {address}) overlaps what is on the node already:\n  {}\nthe range must stay clear of the node's other networks; nothing was changed", .collisions.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
     PrivateNetwork {
@@ -186,11 +186,11 @@ pub enum ActivateError {
         /// The node's declared address in it.
         address: std::net::Ipv4Addr,
         /// What it overlaps, each with its interface.
-        collisions: Vec<crate::interfaces::Collision>,
+        collisions: Vec<mesh_reach::interfaces::Collision>,
     },
     /// The node's addresses and routes cannot be read.
     #[error("{0}; nothing was changed")]
-    Interfaces(#[from] crate::interfaces::InterfacesError),
+    Interfaces(#[from] mesh_reach::interfaces::InterfacesError),
     /// Any other I/O in the state directory.
     #[error("{what} {path}: {source}")]
     Io {
@@ -240,17 +240,17 @@ impl ActivateError {
                 Kind::Refused
             }
             ActivateError::Images(failed) if failed.refused() => Kind::Refused,
-            ActivateError::Firewall(crate::firewall::FirewallError::NotCovered(_)) => Kind::Refused,
+            ActivateError::Firewall(mesh_reach::firewall::FirewallError::NotCovered(_)) => {
+                Kind::Refused
+            }
             ActivateError::PrivateNetwork { .. } => Kind::Refused,
             ActivateError::Interfaces(e) if e.source.kind() == std::io::ErrorKind::NotFound => {
                 Kind::User
             }
             // `--netns` names a namespace that does not exist: the user's input.
-            ActivateError::Firewall(crate::firewall::FirewallError::Netns { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                Kind::User
-            }
+            ActivateError::Firewall(mesh_reach::firewall::FirewallError::Netns {
+                source, ..
+            }) if source.kind() == std::io::ErrorKind::NotFound => Kind::User,
             _ => Kind::System,
         }
     }

@@ -31,7 +31,7 @@ impl Node {
     pub fn converge_firewall(
         &self,
         generation: &Generation,
-    ) -> Result<crate::firewall::Converged, ActivateError> {
+    ) -> Result<mesh_reach::firewall::Converged, ActivateError> {
         self.firewall_against(generation, true)
     }
 
@@ -39,7 +39,7 @@ impl Node {
     pub fn check_firewall(
         &self,
         generation: &Generation,
-    ) -> Result<crate::firewall::Converged, ActivateError> {
+    ) -> Result<mesh_reach::firewall::Converged, ActivateError> {
         self.firewall_against(generation, false)
     }
 
@@ -47,12 +47,12 @@ impl Node {
         &self,
         generation: &Generation,
         apply: bool,
-    ) -> Result<crate::firewall::Converged, ActivateError> {
+    ) -> Result<mesh_reach::firewall::Converged, ActivateError> {
         let (remove_tables, empty_inputs) = self.found_firewall_goes(generation.mode)?;
         // The openings go through every foreign base chain that stays in force: on an adopted
         // node the predecessor's; on a managed one what a container runtime keeps (a drop
         // there is as final as anywhere).
-        let want = crate::firewall::Want {
+        let want = mesh_reach::firewall::Want {
             guard: &generation.firewall.guard,
             base: generation.firewall.base.as_ref(),
             settings: &generation.settings,
@@ -78,7 +78,7 @@ impl Node {
     ) -> Result<(Vec<(String, String)>, Vec<String>), ActivateError> {
         if mode == Mode::Managed {
             if let Some(found) = self.record()?.and_then(|r| r.found.firewall) {
-                let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
+                let dump = mesh_reach::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
                 return Ok((dump.firewall_tables(), dump.shared_inputs()));
             }
         }
@@ -92,8 +92,8 @@ impl Node {
     pub fn preview_flip(
         &self,
         managed: &Generation,
-        published: Vec<crate::docker::Published>,
-    ) -> Result<crate::reach::Preview, ActivateError> {
+        published: Vec<mesh_lib::import::Published>,
+    ) -> Result<mesh_reach::preview::Preview, ActivateError> {
         let goes = self.found_firewall_goes(Mode::Managed)?;
         self.preview_flip_removing(managed, published, goes)
     }
@@ -104,14 +104,14 @@ impl Node {
     pub fn preview_flip_as_found(
         &self,
         managed: &Generation,
-        published: Vec<crate::docker::Published>,
-    ) -> Result<crate::reach::Preview, ActivateError> {
+        published: Vec<mesh_lib::import::Published>,
+    ) -> Result<mesh_reach::preview::Preview, ActivateError> {
         if self.record()?.is_some() {
             return self.preview_flip(managed, published);
         }
         let goes = match self.firewall.detect()? {
             Some((_, text)) => {
-                let dump = crate::firewall::Dump::parse(text.as_bytes())?;
+                let dump = mesh_reach::firewall::Dump::parse(text.as_bytes())?;
                 (dump.firewall_tables(), dump.shared_inputs())
             }
             None => (Vec::new(), Vec::new()),
@@ -125,12 +125,12 @@ impl Node {
     fn preview_flip_removing(
         &self,
         managed: &Generation,
-        published: Vec<crate::docker::Published>,
+        published: Vec<mesh_lib::import::Published>,
         (remove_tables, empty_inputs): (Vec<(String, String)>, Vec<String>),
-    ) -> Result<crate::reach::Preview, ActivateError> {
-        Ok(crate::reach::preview(
+    ) -> Result<mesh_reach::preview::Preview, ActivateError> {
+        Ok(mesh_reach::preview::preview(
             &self.observed(published)?,
-            &crate::reach::Flip {
+            &mesh_reach::preview::Flip {
                 target: managed,
                 remove_tables: &remove_tables,
                 empty_inputs: &empty_inputs,
@@ -142,16 +142,16 @@ impl Node {
     /// addresses and routes; `published` names the containers an engine says publish a port.
     pub fn observed(
         &self,
-        published: Vec<crate::docker::Published>,
-    ) -> Result<crate::reach::Observed, ActivateError> {
+        published: Vec<mesh_lib::import::Published>,
+    ) -> Result<mesh_reach::preview::Observed, ActivateError> {
         let listing = self.firewall.listing()?;
         let netns = self.firewall.netns();
-        let sockets = crate::sockets::bound(netns).map_err(|e| ActivateError::Io {
+        let sockets = mesh_reach::sockets::bound(netns).map_err(|e| ActivateError::Io {
             what: "reading the sockets of",
             path: std::path::PathBuf::from(netns.unwrap_or("this network namespace")),
             source: e.source,
         })?;
-        Ok(crate::reach::Observed {
+        Ok(mesh_reach::preview::Observed {
             ruleset: listing.ruleset,
             saved: listing.saved,
             sockets,
@@ -166,7 +166,7 @@ impl Node {
         let Some(found) = self.record()?.and_then(|r| r.found.firewall) else {
             return Ok(Vec::new());
         };
-        let dump = crate::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
+        let dump = mesh_reach::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
         Ok(self.firewall.restore_missing(&dump)?)
     }
 }
@@ -185,7 +185,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::firewall::{Call, Dump, Recording};
+    use mesh_reach::firewall::{Call, Dump, Recording};
 
     fn generation(mode: Mode) -> Generation {
         let settings = Settings {

@@ -86,7 +86,7 @@ pub struct Switched {
     /// How many systemd jobs the switch queued.
     pub systemd_jobs: usize,
     /// What putting the firewall in force changed (`None` when the switch changed nothing).
-    pub firewall: Option<crate::firewall::Converged>,
+    pub firewall: Option<mesh_reach::firewall::Converged>,
     /// The found firewall's tables (`family name`) loaded back from the dump before the switch:
     /// a rollback across the flip.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -14,8 +14,8 @@ use crate::switch::ActivateError;
 
 impl Node {
     /// The addresses and routes of the node's namespace.
-    pub fn interfaces(&self) -> Result<crate::interfaces::Interfaces, ActivateError> {
-        Ok(crate::interfaces::read(self.firewall.netns())?)
+    pub fn interfaces(&self) -> Result<mesh_reach::interfaces::Interfaces, ActivateError> {
+        Ok(mesh_reach::interfaces::read(self.firewall.netns())?)
     }
 
     /// Refuses `wanted` when its range or address collides with anything on the node but the

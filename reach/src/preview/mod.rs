@@ -44,7 +44,7 @@ pub struct Observed {
     /// The node's addresses and routes.
     pub net: Interfaces,
     /// Ports a container engine says its containers publish (to name them).
-    pub published: Vec<crate::docker::Published>,
+    pub published: Vec<mesh_lib::import::Published>,
 }
 
 /// What the flip changes: the managed generation it switches to and the found firewall it
