@@ -723,7 +723,7 @@ fn preview_flip(machine: &Machine, args: &FlipArgs) -> Result<(), Failure> {
     record.mode = Mode::Managed;
     let built = build_with(state, &decl, Some(&record))?;
     // Containers an engine says publish a port, to name them; a node without one has none.
-    let published = match mesh_activator::docker::Engine::connect() {
+    let published = match mesh_containers::Engine::connect() {
         Ok(engine) => engine.published().unwrap_or_default(),
         Err(_) => Vec::new(),
     };
@@ -890,7 +890,7 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
         }
     };
     // Published container ports too, when an engine answers (a node without Docker has none).
-    let published = match mesh_activator::docker::Engine::connect() {
+    let published = match mesh_containers::Engine::connect() {
         Ok(engine) => engine.published().map_err(Failure::system)?,
         Err(_) => Vec::new(),
     };

@@ -76,7 +76,7 @@ pub struct Global {
         global = true,
         env = "MESH_CONTAINER_JOBS",
         value_name = "N",
-        default_value_t = mesh_activator::docker::DEFAULT_JOBS as u64,
+        default_value_t = mesh_containers::DEFAULT_JOBS as u64,
         value_parser = clap::value_parser!(u64).range(1..=1024)
     )]
     pub container_jobs: u64,

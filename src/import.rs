@@ -58,7 +58,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         Vec::new()
     } else {
         let docker = |e| Failure::from(mesh_activator::ActivateError::from(e));
-        let engine = mesh_activator::docker::Engine::connect().map_err(docker)?;
+        let engine = mesh_containers::Engine::connect().map_err(docker)?;
         let present = engine.containers().map_err(docker)?;
         let named = chosen(&present, &args.what.container)?;
         if args.what.compose.is_empty() {
@@ -288,7 +288,7 @@ pub(crate) fn report(
 /// `[…]`) matching names (the mesh's own and kept `.found` ones aside). A name not there, or a
 /// pattern matching none, is bad input; a bad pattern too.
 fn chosen(
-    present: &std::collections::BTreeMap<String, mesh_activator::docker::Present>,
+    present: &std::collections::BTreeMap<String, mesh_containers::Present>,
     given: &[String],
 ) -> Result<Vec<String>, Failure> {
     let mut out = std::collections::BTreeSet::new();
@@ -311,9 +311,7 @@ fn chosen(
         let matched: Vec<&String> = present
             .iter()
             .filter(|(n, p)| {
-                !p.is_ours()
-                    && !n.ends_with(mesh_activator::docker::FOUND_SUFFIX)
-                    && pattern.matches(n)
+                !p.is_ours() && !n.ends_with(mesh_containers::FOUND_SUFFIX) && pattern.matches(n)
             })
             .map(|(n, _)| n)
             .collect();
@@ -435,7 +433,7 @@ fn compose_paths(
 
 /// The ports an engine says its containers publish, to name them; none without an engine.
 fn engine_published() -> Vec<mesh_lib::import::Published> {
-    match mesh_activator::docker::Engine::connect() {
+    match mesh_containers::Engine::connect() {
         Ok(engine) => engine.published().unwrap_or_default(),
         Err(_) => Vec::new(),
     }

@@ -74,7 +74,7 @@ fn short(image: &str) -> String {
     }
 }
 
-impl mesh_activator::docker::Progress for Containers {
+impl mesh_containers::Progress for Containers {
     fn begin(&self, total: usize) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.started = Instant::now();
@@ -163,8 +163,8 @@ impl mesh_activator::docker::Progress for Containers {
         }
     }
 
-    fn fetching(&self, image: &str, state: mesh_activator::images::Fetching) {
-        use mesh_activator::images::Fetching;
+    fn fetching(&self, image: &str, state: mesh_containers::Fetching) {
+        use mesh_containers::Fetching;
         let s = self.images.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, bars)) = &s.bars {
             let Some((_, bar)) = bars.iter().find(|(i, _)| i == image) else {

@@ -355,7 +355,7 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
         );
     }
     for step in &s.containers {
-        use mesh_activator::docker::Step;
+        use mesh_containers::Step;
         let _ = match step {
             Step::Hold { name } => writeln!(o, "  hold     container {name}  (found, module not taken: not stopped, not restarted)"),
             Step::Keep { name, start } => writeln!(o, "  keep     container {name}  (found, equal to the declared one: the module's as it is, not recreated{})", if *start { "; started" } else { "" }),
@@ -397,8 +397,8 @@ pub fn switched(s: &mesh_activator::Switched) -> String {
 /// How many containers each kind of step touches, e.g. `50 held, 10 retired, 10 run` (`None`
 /// without container steps): on a node of dozens of containers, the count is what a person
 /// checks first.
-fn container_counts(steps: &[mesh_activator::docker::Step]) -> Option<String> {
-    use mesh_activator::docker::Step;
+fn container_counts(steps: &[mesh_containers::Step]) -> Option<String> {
+    use mesh_containers::Step;
     let words = [
         "held",
         "kept",

@@ -18,11 +18,11 @@ use mesh_lib::secret::DigestKey;
 use mesh_lib::{BlobHash, Generation, TargetPath};
 use serde::Serialize;
 
-use crate::docker::{DockerError, Engine};
 use crate::node::Node;
 use crate::root::Observed;
 use crate::switch::containers::with_values;
 use crate::switch::ActivateError;
+use mesh_containers::{DockerError, Engine};
 use mesh_reach::preview::{Change, Found, Holder, Verdict, Who};
 
 /// A file read at a path given to `mesh import`.
@@ -54,7 +54,7 @@ pub fn live_containers(
     let wanted: Vec<&String> = if names.is_empty() {
         present
             .iter()
-            .filter(|(n, p)| !p.is_ours() && !n.ends_with(crate::docker::FOUND_SUFFIX))
+            .filter(|(n, p)| !p.is_ours() && !n.ends_with(mesh_containers::FOUND_SUFFIX))
             .map(|(n, _)| n)
             .collect()
     } else {

@@ -18,9 +18,7 @@
 /// The crash-injection points (they live in `mesh-lib`, where the store's are).
 pub use mesh_lib::crash;
 pub mod deploy;
-pub mod docker;
 pub mod host;
-pub mod images;
 pub mod import;
 pub mod lock;
 pub mod node;

@@ -39,7 +39,7 @@ pub struct Node {
     /// How many containers a switch creates and starts at once (its stops are all at once).
     pub(crate) container_jobs: usize,
     /// What the container phase reports while it runs.
-    pub(crate) progress: Box<dyn crate::docker::Progress>,
+    pub(crate) progress: Box<dyn mesh_containers::Progress>,
     /// How long a switch watches the units it started before it calls them up.
     pub(crate) settle: std::time::Duration,
     _lock: Option<StateLock>,
@@ -133,8 +133,8 @@ impl Node {
             profile,
             firewall: Box::new(mesh_reach::firewall::Kernel::new(netns)),
             systemd: std::sync::OnceLock::new(),
-            container_jobs: crate::docker::DEFAULT_JOBS,
-            progress: Box::new(crate::docker::Quiet),
+            container_jobs: mesh_containers::DEFAULT_JOBS,
+            progress: Box::new(mesh_containers::Quiet),
             settle: crate::switch::units::SETTLE,
             _lock: lock,
         })
@@ -173,7 +173,7 @@ impl Node {
     }
 
     /// The same node, reporting the container phase's progress to `progress`.
-    pub fn with_progress(mut self, progress: Box<dyn crate::docker::Progress>) -> Self {
+    pub fn with_progress(mut self, progress: Box<dyn mesh_containers::Progress>) -> Self {
         self.progress = progress;
         self
     }
@@ -295,7 +295,7 @@ impl Node {
             .map(|(n, _)| n)
             .collect();
         if !staged.is_empty() {
-            let engine = crate::docker::Engine::connect()?;
+            let engine = mesh_containers::Engine::connect()?;
             let present = engine.containers()?;
             for name in staged {
                 if present.get(name.as_str()).is_some_and(|p| !p.is_ours()) {
@@ -453,7 +453,7 @@ impl Node {
     /// Removes generation links but the newest `keep` and the current one, then every generation
     /// and blob nothing references: never a blob of a kept generation, of the node record or of
     /// the host store; then the images the mesh fetched that no kept generation references and
-    /// no container uses ([`crate::images::gc`]): never an image the mesh found.
+    /// no container uses ([`mesh_containers::images::gc`]): never an image the mesh found.
     pub fn gc(&self, keep: usize) -> Result<Collected, ActivateError> {
         self.recover()?;
         let err = |e| io_err("collecting garbage in", &self.state)(e);
@@ -484,7 +484,9 @@ impl Node {
         for id in &kept {
             let generation = self.store.generation(id)?;
             blobs.extend(generation.blobs());
-            images.extend(crate::images::references(generation.containers.values()));
+            images.extend(mesh_containers::images::references(
+                generation.containers.values(),
+            ));
         }
         if let Some(record) = self.record()? {
             blobs.extend(record.blobs());
@@ -493,7 +495,7 @@ impl Node {
         let report = self.store.gc(&kept, &blobs)?;
         // Last, and apart: an engine that does not answer leaves the images for the next gc,
         // not the store uncollected.
-        let images = crate::images::gc(&self.state, &images);
+        let images = mesh_containers::images::gc(&self.state, &images);
         Ok(Collected {
             removed,
             store: report,
@@ -511,5 +513,5 @@ pub struct Collected {
     pub store: mesh_lib::store::GcReport,
     /// The images the mesh fetched that went from the engine, or why none could (the store
     /// was collected all the same).
-    pub images: Result<crate::images::ImagesGc, crate::images::GcError>,
+    pub images: Result<mesh_containers::images::ImagesGc, mesh_containers::images::GcError>,
 }

@@ -336,7 +336,7 @@ impl Node {
                 .values()
                 .any(|c| matches!(c.state, mesh_lib::model::ContainerState::Held { .. }));
             let engine = held
-                .then(crate::docker::Engine::connect)
+                .then(mesh_containers::Engine::connect)
                 .and_then(Result::ok);
             // A held container's secret environment, decrypted to compare it (one this node
             // cannot read leaves the container to be retired, as far as status can tell).

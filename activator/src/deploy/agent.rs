@@ -87,7 +87,7 @@ pub fn changed(s: &Switched) -> serde_json::Value {
         "files": s.plan.actions.iter().filter(|a| a.changes_machine()).count(),
         "firewall": s.firewall.as_ref().is_some_and(|f| *f != Default::default()),
         "units": s.services.jobs.len(),
-        "containers": s.containers.iter().filter(|c| !matches!(c, crate::docker::Step::Hold { .. } | crate::docker::Step::Keep { start: false, .. })).count(),
+        "containers": s.containers.iter().filter(|c| !matches!(c, mesh_containers::Step::Hold { .. } | mesh_containers::Step::Keep { start: false, .. })).count(),
     })
 }
 

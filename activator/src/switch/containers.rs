@@ -1,12 +1,12 @@
 //! The containers phase, after the files they may mount: found containers held, staged ones
 //! created, the take's retire and run, a rollback's restore, the mesh's containers of another
-//! spec recreated (see [`crate::docker`]).
+//! spec recreated (see [`mesh_containers`]).
 //!
 //! The engine is asked only when the generation declares containers or this node's switches
 //! ever created one, and then before anything changes: an engine that does not answer, a found
 //! container the generation does not hold, or a missing image named by a tag alone refuses the
 //! switch with nothing done. The images pinned by digest that the engine lacks are fetched in
-//! the prepare phase, before anything changes ([`crate::images`]); one that cannot be fetched
+//! the prepare phase, before anything changes ([`mesh_containers::images`]); one that cannot be fetched
 //! refuses the switch with nothing done. Dry run: the images it would fetch.
 //!
 //! The steps run concurrently across containers: every stop at once, then the creates and
@@ -21,10 +21,10 @@ use mesh_lib::{Generation, GenerationId, NodeRecord};
 
 use std::collections::BTreeMap;
 
-use crate::docker::{Engine, Present, SecretValues, Step};
 use crate::node::Node;
 use crate::services::Remount;
 use crate::switch::ActivateError;
+use mesh_containers::{Engine, Present, SecretValues, Step};
 
 /// The engine (when it is asked) and the steps planned on it.
 pub(crate) struct Containers {
@@ -34,7 +34,7 @@ pub(crate) struct Containers {
     pub(crate) present: BTreeMap<String, Present>,
     /// The images pinned by digest that the steps need and the engine lacks: fetched before
     /// anything changes.
-    pub(crate) fetch: Vec<crate::images::Wanted>,
+    pub(crate) fetch: Vec<mesh_containers::images::Wanted>,
 }
 
 impl Containers {
@@ -86,7 +86,7 @@ impl Node {
                 equal.insert(name.to_string());
             }
         }
-        let mut steps = crate::docker::plan(
+        let mut steps = mesh_containers::plan(
             &target.containers,
             &present,
             &record.found.containers,
@@ -105,7 +105,7 @@ impl Node {
                 });
             }
         }
-        let needed = crate::images::needed(&engine, &target.containers, &steps)?;
+        let needed = mesh_containers::images::needed(&engine, &target.containers, &steps)?;
         if !needed.missing.is_empty() {
             return Err(ActivateError::MissingImages {
                 images: needed.missing,
@@ -120,7 +120,7 @@ impl Node {
     }
 
     /// Fetches the images the steps need and the engine lacks, before anything changes (see
-    /// [`crate::images`]), and lists each one fetched as the mesh's, needed by `generation`
+    /// [`mesh_containers::images`]), and lists each one fetched as the mesh's, needed by `generation`
     /// (also those fetched before a failure: they stay on the engine). A failure refuses the
     /// switch with nothing changed but the engine's images.
     pub(crate) fn fetch_images(
@@ -131,13 +131,18 @@ impl Node {
         let Some(engine) = &containers.engine else {
             return Ok(());
         };
-        let fetched = crate::images::fetch(engine, &containers.fetch, self.progress.as_ref());
+        let fetched =
+            mesh_containers::images::fetch(engine, &containers.fetch, self.progress.as_ref());
         let images = match &fetched {
             Ok(images) => images,
             Err(failed) => &failed.fetched,
         };
-        let listed =
-            crate::images::Fetched::record(&self.state, &containers.fetch, images, generation);
+        let listed = mesh_containers::images::Fetched::record(
+            &self.state,
+            &containers.fetch,
+            images,
+            generation,
+        );
         fetched.map_err(ActivateError::Images)?;
         listed.map_err(|e| ActivateError::Io {
             what: "listing the images fetched in",

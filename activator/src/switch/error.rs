@@ -143,7 +143,7 @@ pub enum ActivateError {
     NoSuchGeneration(String),
     /// The Docker engine failed or does not answer.
     #[error("{0}")]
-    Docker(#[from] crate::docker::DockerError),
+    Docker(#[from] mesh_containers::DockerError),
     /// A found container the generation does not hold would be replaced.
     #[error("container {name} was found on this adopted node and the generation does not hold it: switching would replace it (switch the declaration on this node, which records and holds it); nothing was changed")]
     FoundContainerNotHeld {
@@ -158,7 +158,7 @@ pub enum ActivateError {
     },
     /// An image the generation pins could not be fetched, before anything changed.
     #[error("{0}; the switch is refused, nothing was changed")]
-    Images(crate::images::FetchFailed),
+    Images(mesh_containers::images::FetchFailed),
     /// Container steps failed after the files of the new generation were put in place.
     #[error("{}", unfinished(.target, .previous.as_ref(), .failed))]
     ContainersUnfinished {
@@ -167,7 +167,7 @@ pub enum ActivateError {
         /// The one in force before (`None` on a first switch).
         previous: Option<GenerationId>,
         /// Every step that failed, with the engine's message.
-        failed: crate::docker::StepsFailed,
+        failed: mesh_containers::StepsFailed,
     },
     /// The generation declares units the mesh must run, and no systemd answers.
     #[error("{0}, and the generation declares units the mesh runs; nothing was changed")]
@@ -261,7 +261,7 @@ impl ActivateError {
 fn unfinished(
     target: &GenerationId,
     previous: Option<&GenerationId>,
-    failed: &crate::docker::StepsFailed,
+    failed: &mesh_containers::StepsFailed,
 ) -> String {
     let what = match failed.0.as_slice() {
         [one] => format!("{one}: a container step failed"),

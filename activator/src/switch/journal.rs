@@ -134,7 +134,7 @@ impl Node {
             failed = self.stop_services(&pending.plan)?;
             failed.extend(self.apply_services(&pending.plan)?);
             if !pending.plan.restarts.is_empty() {
-                let engine = crate::docker::Engine::connect()?;
+                let engine = mesh_containers::Engine::connect()?;
                 for r in &pending.plan.restarts {
                     engine.restart(&r.name)?;
                 }

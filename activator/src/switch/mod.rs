@@ -12,7 +12,7 @@
 //!    content diff, the firewall's nft lines, the containers' fields);
 //! 3. **prepare**: every blob read and checked, space and writability checked ([`prepare`]);
 //!    the images pinned by digest that the containers need and the engine lacks fetched
-//!    ([`crate::images`]);
+//!    ([`mesh_containers::images`]);
 //! 4. **apply**, in this order:
 //!    - the firewall, in one transaction ([`firewall`]): if nft refuses, nothing has changed;
 //!    - content the mesh did not write recorded, the journal written ([`prepare`]);
@@ -76,11 +76,11 @@ pub struct Switched {
     /// The generation in force before the switch (the one to go back to).
     pub previous: Option<GenerationId>,
     /// The container steps.
-    pub containers: Vec<crate::docker::Step>,
+    pub containers: Vec<mesh_containers::Step>,
     /// The images pinned by digest the engine lacked, fetched before anything changed (for a
     /// dry run: those it would fetch).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub images: Vec<crate::images::Wanted>,
+    pub images: Vec<mesh_containers::images::Wanted>,
     /// How many Docker API calls the switch made.
     pub docker_calls: usize,
     /// How many systemd jobs the switch queued.

@@ -39,7 +39,7 @@ pub(crate) type Plaintexts = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
 #[derive(Default)]
 pub(crate) struct Opened {
     pub(crate) files: Plaintexts,
-    pub(crate) values: crate::docker::SecretValues,
+    pub(crate) values: mesh_containers::SecretValues,
 }
 
 impl Node {

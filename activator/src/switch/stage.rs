@@ -6,7 +6,7 @@
 //! to be this node's; its secrets decrypted with the host key (and dropped: a secret this node
 //! cannot read is said now, not at the switch); every blob it references read from the store
 //! and checked against its name; every image its containers name pinned by digest that the
-//! engine lacks fetched ([`crate::images`]) — those of held containers too, so that the take of
+//! engine lacks fetched ([`mesh_containers::images`]) — those of held containers too, so that the take of
 //! a module not taken yet has its images — and listed as the mesh's; then the generation is
 //! recorded as staged, `STATE/staged.json`, which `mesh status` shows and `mesh gc` keeps (the
 //! generation, its blobs and its images) until another is staged.
@@ -32,7 +32,7 @@ pub struct Staged {
     /// The secrets decrypted to check them.
     pub secrets: usize,
     /// The images fetched.
-    pub images: Vec<crate::images::Wanted>,
+    pub images: Vec<mesh_containers::images::Wanted>,
     /// The images pinned by digest the engine had already.
     pub present: usize,
 }
@@ -77,14 +77,15 @@ impl Node {
             self.store.blob(hash)?;
         }
         let (images, present) = if target.containers.values().any(|c| c.digest.is_some()) {
-            let engine = crate::docker::Engine::connect()?;
-            let (wanted, present) = crate::images::pinned_missing(&engine, &target.containers)?;
-            let fetched = crate::images::fetch(&engine, &wanted, self.progress.as_ref());
+            let engine = mesh_containers::Engine::connect()?;
+            let (wanted, present) =
+                mesh_containers::images::pinned_missing(&engine, &target.containers)?;
+            let fetched = mesh_containers::images::fetch(&engine, &wanted, self.progress.as_ref());
             let done = match &fetched {
                 Ok(images) => images,
                 Err(failed) => &failed.fetched,
             };
-            let listed = crate::images::Fetched::record(&self.state, &wanted, done, &id);
+            let listed = mesh_containers::images::Fetched::record(&self.state, &wanted, done, &id);
             fetched.map_err(ActivateError::Images)?;
             listed.map_err(|e| ActivateError::Io {
                 what: "listing the images fetched in",

@@ -38,7 +38,9 @@ use mesh_lib::model::{ContainerEntry, ContainerName};
 use mesh_lib::GenerationId;
 use serde::{Deserialize, Serialize};
 
-use crate::docker::{DockerError, Engine, Progress, Step};
+use crate::engine::{DockerError, Engine};
+use crate::plan::Step;
+use crate::progress::{Fetching, Progress};
 
 /// How many images are fetched at once: the engine downloads each one's layers side by side
 /// already (three at a time), so a few images keep a link busy without flooding a registry.
@@ -377,24 +379,6 @@ pub enum GcError {
     /// The engine failed.
     #[error("the Docker engine: {0}")]
     Engine(String),
-}
-
-/// One image's fetch, as a person is shown it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fetching {
-    /// Not started yet.
-    Waiting,
-    /// Its layers' bytes: how many came of how many are known so far.
-    Bytes {
-        /// Downloaded.
-        done: u64,
-        /// Known to come (grows as the engine learns each layer's size).
-        total: u64,
-    },
-    /// Fetched and checked.
-    Done,
-    /// Failed.
-    Failed,
 }
 
 /// The images of the creates among `steps` that the engine lacks: the pinned ones to fetch,

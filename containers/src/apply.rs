@@ -1,0 +1,355 @@
+//! A plan's steps carried out: concurrently across containers, each container's own calls in
+//! their order, every container's letting go before any container's taking.
+
+use std::collections::BTreeMap;
+
+use mesh_lib::model::{ContainerEntry, ContainerName};
+
+use crate::create::Context;
+use crate::engine::{DockerError, Engine, Present};
+use crate::plan::Step;
+use crate::progress::Progress;
+use crate::{SecretValues, FOUND_SUFFIX};
+
+/// The container steps that failed, each naming its container and the engine's message. When
+/// one failed no other container's step was started; those already running were waited for.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct StepsFailed(pub Vec<DockerError>);
+
+/// How many containers are created and started at once, unless `--container-jobs`
+/// (`MESH_CONTAINER_JOBS`) says otherwise: few enough not to flood a small machine's engine with
+/// creates and starts. Stops, removals and renames away are not bounded by it: they are all
+/// asked at once.
+pub const DEFAULT_JOBS: usize = 32;
+
+/// One call that changes the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Call {
+    Stop(String),
+    Rename(String, String),
+    Create(String),
+    Start(String),
+    Remove(String),
+    Restart(String),
+}
+
+/// One container's calls: first those that let go of a name or a port (stops, removals,
+/// renames away), then those that take one (creates, starts, a restart, a found container
+/// renamed back). Every step's letting go comes before its taking, so each container's calls
+/// stay in their order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Calls {
+    pub(crate) name: String,
+    pub(crate) release: Vec<Call>,
+    pub(crate) acquire: Vec<Call>,
+}
+
+/// The calls of `steps`, per container, in the order the containers first appear. `present` is
+/// the engine's listing the steps were planned from: a rollback removes the mesh's container
+/// under a restored name only if there is one.
+pub(crate) fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> Vec<Calls> {
+    let mut out: Vec<Calls> = Vec::new();
+    for step in steps {
+        let name = step.name().to_owned();
+        let at = match out.iter().position(|c| c.name == name) {
+            Some(at) => at,
+            None => {
+                out.push(Calls {
+                    name: name.clone(),
+                    ..Calls::default()
+                });
+                out.len() - 1
+            }
+        };
+        let c = &mut out[at];
+        match step {
+            Step::Hold { .. } | Step::Keep { start: false, .. } => {}
+            Step::Keep { start: true, .. } => c.acquire.push(Call::Start(name)),
+            Step::Stage { .. } => c.acquire.push(Call::Create(name)),
+            Step::Retire { .. } => {
+                c.release.push(Call::Stop(name.clone()));
+                c.release
+                    .push(Call::Rename(name.clone(), format!("{name}{FOUND_SUFFIX}")));
+            }
+            Step::Run { replace, .. } => {
+                if *replace {
+                    c.release.extend(stop_and_remove(&name));
+                }
+                c.acquire.push(Call::Create(name.clone()));
+                c.acquire.push(Call::Start(name));
+            }
+            Step::Start { .. } => c.acquire.push(Call::Start(name)),
+            // The found container is started before it gets its name back: once it has it, it
+            // is held, and held is never started (a crash between the two is finished by the
+            // next run).
+            Step::Restore { start, .. } => {
+                if present.get(&name).is_some_and(Present::is_ours) {
+                    c.release.extend(stop_and_remove(&name));
+                }
+                let kept = format!("{name}{FOUND_SUFFIX}");
+                if *start {
+                    c.acquire.push(Call::Start(kept.clone()));
+                }
+                c.acquire.push(Call::Rename(kept, name));
+            }
+            Step::Remove { .. } => c.release.extend(stop_and_remove(&name)),
+            Step::Stop { .. } => c.release.push(Call::Stop(name)),
+            Step::Restart { .. } => c.acquire.push(Call::Restart(name)),
+        }
+    }
+    out.retain(|c| !c.release.is_empty() || !c.acquire.is_empty());
+    out
+}
+
+/// The mesh's container goes: stopped first, within the stop timeout its declaration gives (a
+/// database flushes its files on SIGTERM; a removal alone would kill it), then removed.
+fn stop_and_remove(name: &str) -> [Call; 2] {
+    [Call::Stop(name.to_owned()), Call::Remove(name.to_owned())]
+}
+
+/// Where the phase stands, for [`Progress`].
+struct Tally {
+    /// Calls left per container.
+    left: std::sync::Mutex<BTreeMap<String, usize>>,
+    done: std::sync::atomic::AtomicUsize,
+}
+
+impl Tally {
+    fn called(&self, name: &str) {
+        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        let finished = left.get_mut(name).is_some_and(|n| {
+            *n = n.saturating_sub(1);
+            *n == 0
+        });
+        if finished {
+            self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn done(&self) -> usize {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Engine {
+    /// Carries out `steps` for `containers` (planned from the listing `present`), creating
+    /// containers labelled for `owner` whose path volumes are under `root`: each container's
+    /// calls in order, every container's letting go before any container's taking; the letting
+    /// go of every container at once (a rollback of sixty containers waits for one stop
+    /// timeout, not for one per wave of `jobs`), the taking at most `jobs` containers at a time.
+    /// When a call fails, no other container's calls start; those in flight are waited for, and
+    /// every failure is returned, naming its container and the engine's message.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        &self,
+        containers: &BTreeMap<ContainerName, ContainerEntry>,
+        values: &SecretValues,
+        steps: &[Step],
+        present: &BTreeMap<String, Present>,
+        generation: &mesh_lib::GenerationId,
+        owner: &str,
+        root: &std::path::Path,
+        jobs: usize,
+        progress: &dyn Progress,
+    ) -> Result<(), StepsFailed> {
+        let work = calls_of(steps, present);
+        if work.is_empty() {
+            return Ok(());
+        }
+        let ctx = Context {
+            containers,
+            values,
+            generation,
+            owner,
+            root,
+        };
+        let tally = Tally {
+            left: std::sync::Mutex::new(
+                work.iter()
+                    .map(|c| (c.name.clone(), c.release.len() + c.acquire.len()))
+                    .collect(),
+            ),
+            done: std::sync::atomic::AtomicUsize::new(0),
+        };
+        progress.begin(work.len());
+        let jobs = jobs.max(1);
+        let failed = self.runtime.block_on(async {
+            let release: Vec<(&str, &[Call])> = work
+                .iter()
+                .filter(|c| !c.release.is_empty())
+                .map(|c| (c.name.as_str(), c.release.as_slice()))
+                .collect();
+            // Every stop at once: the engine waits out each container's stop timeout side by
+            // side, and nothing is bound to the order a stop ends in.
+            let all = release.len();
+            let failed = self.wave(release, all, &ctx, &tally, progress).await;
+            if !failed.is_empty() {
+                return failed;
+            }
+            let acquire: Vec<(&str, &[Call])> = work
+                .iter()
+                .filter(|c| !c.acquire.is_empty())
+                .map(|c| (c.name.as_str(), c.acquire.as_slice()))
+                .collect();
+            self.wave(acquire, jobs, &ctx, &tally, progress).await
+        });
+        progress.end();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(StepsFailed(failed))
+        }
+    }
+
+    /// Runs each container's `calls`, at most `jobs` containers at once; after a failure starts
+    /// no more, and waits for those in flight.
+    async fn wave(
+        &self,
+        work: Vec<(&str, &[Call])>,
+        jobs: usize,
+        ctx: &Context<'_>,
+        tally: &Tally,
+        progress: &dyn Progress,
+    ) -> Vec<DockerError> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let mut queue = work.into_iter();
+        let mut running = FuturesUnordered::new();
+        let mut in_flight: Vec<&str> = Vec::new();
+        let mut failed = Vec::new();
+        let mut ticker = tokio::time::interval(std::time::Duration::from_millis(250));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            while failed.is_empty() && running.len() < jobs {
+                let Some((name, calls)) = queue.next() else {
+                    break;
+                };
+                in_flight.push(name);
+                running.push(async move { (name, self.run(name, calls, ctx, tally).await) });
+            }
+            if running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some((name, result)) = running.next() => {
+                    in_flight.retain(|n| *n != name);
+                    if let Err(e) = result {
+                        failed.push(e);
+                    }
+                    progress.update(tally.done(), &in_flight);
+                }
+                _ = ticker.tick() => progress.update(tally.done(), &in_flight),
+            }
+        }
+        failed
+    }
+
+    /// One container's calls, in order. Each is one change on the engine, and each leaves a
+    /// state the plan converges from if the process stops right after it (the crash tests stop
+    /// after each in turn): a found container renamed `NAME.found` is retired whether or not
+    /// the mesh's is created yet; ours created but not running is started.
+    async fn run(
+        &self,
+        container: &str,
+        calls: &[Call],
+        ctx: &Context<'_>,
+        tally: &Tally,
+    ) -> Result<(), DockerError> {
+        for call in calls {
+            match call {
+                Call::Stop(name) => self.stop_async(name).await?,
+                Call::Rename(name, to) => self.rename_async(name, to).await?,
+                Call::Create(name) => {
+                    let entry = ctx
+                        .containers
+                        .iter()
+                        .find(|(n, _)| n.as_str() == name)
+                        .map(|(_, e)| e)
+                        .expect("planned from it");
+                    self.create_async(name, entry, ctx).await?
+                }
+                Call::Start(name) => self.start_async(name).await?,
+                Call::Remove(name) => self.remove_async(name).await?,
+                Call::Restart(name) => self.restart_async(name).await?,
+            }
+            mesh_lib::crash::point("container-changed");
+            tally.called(container);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LABEL_MODULE;
+
+    /// Each container's calls keep their order; every letting go (stop, removal, rename away)
+    /// is in the first wave, every taking (create, start, rename back) in the second; a
+    /// rollback removes the mesh's container only if the listing shows one, and stops it (within
+    /// its stop timeout) before it removes it.
+    #[test]
+    fn calls_per_container_let_go_before_they_take() {
+        let steps = vec![
+            Step::Retire { name: "a".into() },
+            Step::Run {
+                name: "a".into(),
+                replace: false,
+            },
+            Step::Hold { name: "h".into() },
+            Step::Restore {
+                name: "b".into(),
+                start: true,
+            },
+            Step::Restore {
+                name: "c".into(),
+                start: false,
+            },
+            Step::Remove { name: "d".into() },
+            Step::Stop { name: "e".into() },
+        ];
+        let present = BTreeMap::from([(
+            "b".to_string(),
+            Present {
+                id: "x".into(),
+                labels: BTreeMap::from([(LABEL_MODULE.to_string(), "m".to_string())]),
+                running: true,
+            },
+        )]);
+        let calls = calls_of(&steps, &present);
+        let want = vec![
+            Calls {
+                name: "a".into(),
+                release: vec![
+                    Call::Stop("a".into()),
+                    Call::Rename("a".into(), "a.found".into()),
+                ],
+                acquire: vec![Call::Create("a".into()), Call::Start("a".into())],
+            },
+            Calls {
+                name: "b".into(),
+                release: vec![Call::Stop("b".into()), Call::Remove("b".into())],
+                acquire: vec![
+                    Call::Start("b.found".into()),
+                    Call::Rename("b.found".into(), "b".into()),
+                ],
+            },
+            Calls {
+                name: "c".into(),
+                release: vec![],
+                acquire: vec![Call::Rename("c.found".into(), "c".into())],
+            },
+            Calls {
+                name: "d".into(),
+                release: vec![Call::Stop("d".into()), Call::Remove("d".into())],
+                acquire: vec![],
+            },
+            Calls {
+                name: "e".into(),
+                release: vec![Call::Stop("e".into())],
+                acquire: vec![],
+            },
+        ];
+        assert_eq!(calls, want);
+    }
+}

@@ -1,0 +1,440 @@
+//! The container steps of a switch: a pure function of the generation's containers, what is on
+//! the engine, the node record's found containers and which found containers already are the
+//! declared ones.
+
+use std::collections::BTreeMap;
+
+use mesh_lib::model::{ContainerEntry, ContainerName, ContainerState};
+
+use crate::engine::Present;
+use crate::{spec_digest, FOUND_SUFFIX, LABEL_SPEC};
+
+/// One step for one declared container, or one of the mesh's no longer declared.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub enum Step {
+    /// A found container stays as it is, running or not.
+    Hold {
+        /// Its name.
+        name: String,
+    },
+    /// The found container already is the declared one (the same spec once created, nothing
+    /// a declaration cannot say): the module's as it is, not recreated; started if it does not
+    /// run.
+    Keep {
+        /// Its name.
+        name: String,
+        /// Whether it is started (it did not run).
+        start: bool,
+    },
+    /// Create it, not started.
+    Stage {
+        /// Its name.
+        name: String,
+    },
+    /// The take: stop the found container and keep it as `NAME.found`.
+    Retire {
+        /// Its name.
+        name: String,
+    },
+    /// Create (after stopping and removing the mesh's container of another spec) and start.
+    Run {
+        /// Its name.
+        name: String,
+        /// Whether the mesh's container of an older spec goes first.
+        replace: bool,
+    },
+    /// Start the mesh's container of the same spec that does not run.
+    Start {
+        /// Its name.
+        name: String,
+    },
+    /// Rollback across a take: the mesh's container is stopped and goes, the found one comes
+    /// back under its name, started if it ran when it was found.
+    Restore {
+        /// Its name.
+        name: String,
+        /// Whether it ran when found.
+        start: bool,
+    },
+    /// Stop and remove one of the mesh's containers no longer declared.
+    Remove {
+        /// Its name.
+        name: String,
+    },
+    /// Stop the mesh's container that runs while the generation says staged (it ran after a
+    /// take a rollback went back across): a staged container runs in no generation.
+    Stop {
+        /// Its name.
+        name: String,
+    },
+    /// Restart the mesh's container: a file it mounts changed.
+    Restart {
+        /// Its name.
+        name: String,
+        /// Why (`mounts /etc/wiki/app.env`).
+        because: Vec<String>,
+    },
+}
+
+impl Step {
+    /// The container it is about.
+    pub fn name(&self) -> &str {
+        match self {
+            Step::Hold { name }
+            | Step::Keep { name, .. }
+            | Step::Stage { name }
+            | Step::Retire { name }
+            | Step::Run { name, .. }
+            | Step::Start { name }
+            | Step::Restore { name, .. }
+            | Step::Remove { name }
+            | Step::Stop { name }
+            | Step::Restart { name, .. } => name,
+        }
+    }
+}
+
+/// The container steps from the target generation to what is on the engine. A found container
+/// the generation does not hold is refused on an adopted node, by name.
+pub fn plan(
+    containers: &BTreeMap<ContainerName, ContainerEntry>,
+    present: &BTreeMap<String, Present>,
+    found: &BTreeMap<ContainerName, mesh_lib::record::FoundContainer>,
+    adopted: bool,
+    owner: &str,
+    equal: &std::collections::BTreeSet<String>,
+) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for (name, entry) in containers {
+        let name = name.to_string();
+        let here = present.get(&name);
+        let found_kept = present.get(&format!("{name}{FOUND_SUFFIX}"));
+        let same_spec = here.is_some_and(|p| p.labels.get(LABEL_SPEC) == Some(&spec_digest(entry)));
+        match entry.state {
+            ContainerState::Held { .. } => match here {
+                Some(p) if !p.is_ours() => steps.push(Step::Hold { name }),
+                _ if found_kept.is_some() => {
+                    let start = found
+                        .iter()
+                        .find(|(n, _)| n.as_str() == name)
+                        .is_none_or(|(_, f)| f.running);
+                    steps.push(Step::Restore { name, start })
+                }
+                _ => steps.push(Step::Hold { name }),
+            },
+            ContainerState::Staged => match here {
+                Some(p) if !p.is_ours() => {
+                    if adopted {
+                        return Err(name);
+                    }
+                    steps.push(Step::Retire { name: name.clone() });
+                    steps.push(Step::Stage { name });
+                }
+                Some(p) if same_spec && p.running => steps.push(Step::Stop { name }),
+                Some(_) if same_spec => {}
+                Some(_) => {
+                    steps.push(Step::Remove { name: name.clone() });
+                    steps.push(Step::Stage { name });
+                }
+                None => steps.push(Step::Stage { name }),
+            },
+            ContainerState::Managed => match here {
+                // The found container already is the declared one (the same spec once
+                // created, nothing a declaration cannot say): it is the module's as it is,
+                // not recreated.
+                Some(p) if !p.is_ours() && equal.contains(&name) => steps.push(Step::Keep {
+                    name,
+                    start: !p.running,
+                }),
+                Some(p) if !p.is_ours() => {
+                    steps.push(Step::Retire { name: name.clone() });
+                    steps.push(Step::Run {
+                        name,
+                        replace: false,
+                    });
+                }
+                Some(p) if same_spec && p.running => {}
+                Some(_) if same_spec => steps.push(Step::Start { name }),
+                Some(_) => steps.push(Step::Run {
+                    name,
+                    replace: true,
+                }),
+                None => steps.push(Step::Run {
+                    name,
+                    replace: false,
+                }),
+            },
+        }
+    }
+    for (name, p) in present {
+        let declared = containers.keys().any(|n| n.as_str() == name);
+        if p.is_owned_by(owner) && !declared && !name.ends_with(FOUND_SUFFIX) {
+            steps.push(Step::Remove { name: name.clone() });
+        }
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use mesh_lib::model::{ContainerEntry, ContainerName, ContainerState, ModuleName};
+    use mesh_lib::record::FoundContainer;
+    use mesh_lib::BlobHash;
+
+    use super::*;
+    use crate::apply::{calls_of, Call};
+    use crate::{LABEL_MODULE, LABEL_OWNER};
+
+    fn entry(state: ContainerState) -> ContainerEntry {
+        ContainerEntry {
+            module: ModuleName::new("m").unwrap(),
+            image: "img".into(),
+            digest: None,
+            command: vec![],
+            environment: BTreeMap::new(),
+            secret_environment: Default::default(),
+            ports: vec![],
+            volumes: vec![],
+            labels: BTreeMap::new(),
+            stop_timeout: None,
+            restart: None,
+            networks: Vec::new(),
+            healthcheck: None,
+            state,
+        }
+    }
+
+    fn present(ours: Option<&ContainerEntry>, running: bool) -> Present {
+        let mut labels = BTreeMap::new();
+        if let Some(e) = ours {
+            labels.insert(LABEL_MODULE.to_string(), "m".to_string());
+            labels.insert(LABEL_SPEC.to_string(), spec_digest(e));
+            labels.insert(LABEL_OWNER.to_string(), "me".to_string());
+        }
+        Present {
+            id: "id".into(),
+            labels,
+            running,
+        }
+    }
+
+    fn one(state: ContainerState) -> BTreeMap<ContainerName, ContainerEntry> {
+        BTreeMap::from([(ContainerName::new("c").unwrap(), entry(state))])
+    }
+
+    fn held() -> ContainerState {
+        ContainerState::Held {
+            original: BlobHash::of(b"the found spec"),
+        }
+    }
+
+    /// A take keeps a found container that already is the declared one (the spec hash
+    /// decides): no step when it runs, a start when it does not; one that differs is retired.
+    #[test]
+    fn a_found_container_equal_to_the_declared_one_is_kept() {
+        let none = BTreeMap::new();
+        let equal = BTreeSet::from(["c".to_string()]);
+        let running = BTreeMap::from([("c".to_string(), present(None, true))]);
+        let managed = one(ContainerState::Managed);
+        let keep = |start| {
+            vec![Step::Keep {
+                name: "c".into(),
+                start,
+            }]
+        };
+        let steps = plan(&managed, &running, &none, true, "me", &equal).unwrap();
+        assert_eq!(steps, keep(false));
+        assert_eq!(calls_of(&steps, &running), vec![]);
+        let stopped = BTreeMap::from([("c".to_string(), present(None, false))]);
+        let steps = plan(&managed, &stopped, &none, true, "me", &equal).unwrap();
+        assert_eq!(steps, keep(true));
+        assert_eq!(
+            calls_of(&steps, &stopped)[0].acquire,
+            [Call::Start("c".into())]
+        );
+        assert_eq!(
+            plan(&managed, &running, &none, true, "me", &BTreeSet::new()).unwrap()[0],
+            Step::Retire { name: "c".into() }
+        );
+    }
+
+    /// Held is held; a found one the generation does not hold is refused on an adopted node; the
+    /// take retires the found one; an equal running container of ours is left alone; ours not
+    /// declared goes, if this state made it.
+    #[test]
+    fn steps_from_states() {
+        let none = BTreeMap::new();
+        let found = BTreeMap::from([("c".to_string(), present(None, true))]);
+        assert_eq!(
+            plan(&one(held()), &found, &none, true, "me", &BTreeSet::new()).unwrap(),
+            vec![Step::Hold { name: "c".into() }]
+        );
+        assert_eq!(
+            plan(
+                &one(ContainerState::Staged),
+                &found,
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap_err(),
+            "c"
+        );
+        assert_eq!(
+            plan(
+                &one(ContainerState::Staged),
+                &BTreeMap::new(),
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![Step::Stage { name: "c".into() }]
+        );
+        assert_eq!(
+            plan(
+                &one(ContainerState::Managed),
+                &found,
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![
+                Step::Retire { name: "c".into() },
+                Step::Run {
+                    name: "c".into(),
+                    replace: false
+                }
+            ]
+        );
+        let managed = entry(ContainerState::Managed);
+        let ours = BTreeMap::from([("c".to_string(), present(Some(&managed), true))]);
+        assert_eq!(
+            plan(
+                &one(ContainerState::Managed),
+                &ours,
+                &none,
+                false,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![]
+        );
+        let stale = BTreeMap::from([("old".to_string(), present(Some(&managed), true))]);
+        assert_eq!(
+            plan(
+                &BTreeMap::new(),
+                &stale,
+                &none,
+                false,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![Step::Remove { name: "old".into() }]
+        );
+        // Another state's container is not this node's to remove.
+        assert_eq!(
+            plan(
+                &BTreeMap::new(),
+                &stale,
+                &none,
+                false,
+                "someone else",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![]
+        );
+    }
+
+    /// Back across a take, the found container is started again only if it ran when found.
+    #[test]
+    fn restore_starts_only_what_ran() {
+        let managed = entry(ContainerState::Managed);
+        let after_take = BTreeMap::from([
+            ("c".to_string(), present(Some(&managed), true)),
+            (format!("c{FOUND_SUFFIX}"), present(None, false)),
+        ]);
+        let stopped = BTreeMap::from([(
+            ContainerName::new("c").unwrap(),
+            FoundContainer {
+                spec: BlobHash::of(b"s"),
+                running: false,
+            },
+        )]);
+        assert_eq!(
+            plan(
+                &one(held()),
+                &after_take,
+                &stopped,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![Step::Restore {
+                name: "c".into(),
+                start: false
+            }]
+        );
+        assert_eq!(
+            plan(
+                &one(held()),
+                &after_take,
+                &BTreeMap::new(),
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![Step::Restore {
+                name: "c".into(),
+                start: true
+            }]
+        );
+    }
+
+    /// A staged container of the mesh's that runs (it ran after a take a rollback went back
+    /// across) is stopped: a staged container runs in no generation. One that does not run is
+    /// left alone.
+    #[test]
+    fn a_staged_container_that_runs_is_stopped() {
+        let none = BTreeMap::new();
+        let staged = entry(ContainerState::Staged);
+        let running = BTreeMap::from([("c".to_string(), present(Some(&staged), true))]);
+        assert_eq!(
+            plan(
+                &one(ContainerState::Staged),
+                &running,
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![Step::Stop { name: "c".into() }]
+        );
+        let created = BTreeMap::from([("c".to_string(), present(Some(&staged), false))]);
+        assert_eq!(
+            plan(
+                &one(ContainerState::Staged),
+                &created,
+                &none,
+                true,
+                "me",
+                &BTreeSet::new()
+            )
+            .unwrap(),
+            vec![]
+        );
+    }
+}
