@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use mesh_activator::profile::Trigger;
-use mesh_activator::{Node, Switched};
+use mesh_activator::{Activator, Switched};
 use mesh_compiler::{build, BuildRequest, Built};
 use mesh_lib::model::{Mode, ModuleName, ModuleState};
 use mesh_lib::record::record_path;
 use mesh_lib::{Generation, GenerationId, NodeRecord};
+use mesh_node::profile::Trigger;
 use serde_json::json;
 
 use crate::cli::{
@@ -37,16 +37,22 @@ pub struct Machine {
 
 impl Machine {
     /// The node, its lock taken: for a command that changes it.
-    fn open(&self) -> Result<Node, Failure> {
-        Ok(Node::open(&self.state, &self.root, self.netns.clone())?
-            .with_container_jobs(self.container_jobs)
-            .with_settle(self.settle)
-            .with_progress(Box::new(crate::progress::Containers::new())))
+    fn open(&self) -> Result<Activator, Failure> {
+        Ok(
+            Activator::open(&self.state, &self.root, self.netns.clone())?
+                .with_container_jobs(self.container_jobs)
+                .with_settle(self.settle)
+                .with_progress(Box::new(crate::progress::Containers::new())),
+        )
     }
 
     /// The node, to look at it.
-    fn inspect(&self) -> Result<Node, Failure> {
-        Ok(Node::inspect(&self.state, &self.root, self.netns.clone())?)
+    fn inspect(&self) -> Result<Activator, Failure> {
+        Ok(Activator::inspect(
+            &self.state,
+            &self.root,
+            self.netns.clone(),
+        )?)
     }
 }
 
@@ -74,7 +80,7 @@ pub(crate) fn build_with(
 /// Builds the declaration, records and holds what is newly found on an adopted node, and
 /// switches to the result.
 fn switch_declaration(
-    node: &Node,
+    node: &Activator,
     state: &Path,
     decl: &Path,
     mut record: Option<NodeRecord>,
@@ -111,7 +117,7 @@ fn report(switched: &Switched, json_out: bool) {
 /// last log lines and the generation to go back to — or, with `rollback_on_failure`, going
 /// back to it at once and saying so.
 fn finish(
-    node: &Node,
+    node: &Activator,
     switched: Switched,
     json_out: bool,
     rollback_on_failure: bool,
@@ -173,9 +179,9 @@ fn finish(
     )))
 }
 
-/// Switches back to `id` (a rollback): see [`Node::go_back`].
+/// Switches back to `id` (a rollback): see [`Activator::go_back`].
 pub fn go_back(
-    node: &Node,
+    node: &Activator,
     id: GenerationId,
     generation: &Generation,
     dry_run: bool,
@@ -222,7 +228,7 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
 
 /// `mesh switch --stage`: the generation built (with what the record would find, not saved) or
 /// taken from the store, then staged.
-fn stage(node: &Node, machine: &Machine, args: &SwitchArgs) -> Result<(), Failure> {
+fn stage(node: &Activator, machine: &Machine, args: &SwitchArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     let (id, generation) = match (&args.node, &args.generation) {
         (Some(decl), _) => {
@@ -300,7 +306,7 @@ pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
 }
 
 /// The declaration the current generation was built from, for commands that rebuild it.
-fn last_declaration(node: &Node) -> Result<PathBuf, Failure> {
+fn last_declaration(node: &Activator) -> Result<PathBuf, Failure> {
     let log = node
         .profile
         .log()
@@ -405,7 +411,7 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
 /// record is saved, so a record the declaration rejects (a take of a module not assigned)
 /// changes nothing.
 fn commit_record(
-    node: &Node,
+    node: &Activator,
     state: &Path,
     decl: &Path,
     record: NodeRecord,
@@ -476,7 +482,7 @@ pub fn generations(machine: &Machine, json_out: bool) -> Result<(), Failure> {
 }
 
 /// A generation number of the profile, or an id (or unique prefix) in the store.
-fn resolve(node: &Node, text: &str) -> Result<(GenerationId, Generation), Failure> {
+fn resolve(node: &Activator, text: &str) -> Result<(GenerationId, Generation), Failure> {
     let id = match text.parse::<u64>() {
         Ok(n) if text.len() < 8 => node
             .profile

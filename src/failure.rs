@@ -143,3 +143,9 @@ impl From<mesh_activator::ActivateError> for Failure {
         Self::text(exit, mesh_lib::text::chain(&e))
     }
 }
+
+impl From<mesh_node::NodeError> for Failure {
+    fn from(e: mesh_node::NodeError) -> Self {
+        mesh_activator::ActivateError::from(e).into()
+    }
+}

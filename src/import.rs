@@ -1,7 +1,7 @@
 //! `mesh import`: the declaration of what a node runs, written from the machine (read-only), and
 //! `mesh import --check`: a declaration compared, item by item, with what runs.
 
-use mesh_activator::node::Node;
+use mesh_activator::Activator;
 use mesh_fleet::import::{render, write, FileToImport, Found, Imported, Skipped};
 use mesh_lib::TargetPath;
 use serde_json::json;
@@ -31,7 +31,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
     // (removed after), not the state folder, which opening would make or fill.
     let scratch = tempfile::tempdir().map_err(Failure::system)?;
     let state = scratch.path();
-    let node = Node::inspect(state, &machine.root, machine.netns.clone())?;
+    let node = Activator::inspect(state, &machine.root, machine.netns.clone())?;
     let name = match &args.node {
         Some(n) => n.clone(),
         None => std::fs::read_to_string(machine.root.join("etc/hostname"))
@@ -445,7 +445,7 @@ fn check(
     firewall: bool,
     json_out: bool,
 ) -> Result<(), Failure> {
-    let node = Node::inspect(&machine.state, &machine.root, machine.netns.clone())?;
+    let node = Activator::inspect(&machine.state, &machine.root, machine.netns.clone())?;
     let record = node.record()?;
     let built = crate::activate::build_with(&machine.state, decl, record.as_ref())?;
     let mut checked = node.check_import(built.generation()?)?;

@@ -18,11 +18,11 @@ use mesh_lib::secret::DigestKey;
 use mesh_lib::{BlobHash, Generation, TargetPath};
 use serde::Serialize;
 
-use crate::node::Node;
-use crate::root::Observed;
+use crate::node::Activator;
 use crate::switch::containers::with_values;
 use crate::switch::ActivateError;
 use mesh_containers::{DockerError, Engine};
+use mesh_node::root::Observed;
 use mesh_reach::preview::{Change, Found, Holder, Verdict, Who};
 
 /// A file read at a path given to `mesh import`.
@@ -93,7 +93,7 @@ impl Checked {
     }
 }
 
-impl Node {
+impl Activator {
     /// The files at `paths` as they are, and the paths with no regular file at them (nothing,
     /// a folder, a link: an import reads files only).
     pub fn live_files(
@@ -231,7 +231,7 @@ impl Node {
     }
 }
 
-impl Node {
+impl Activator {
     /// Every port published on the node, with the openings that keep it as reachable through
     /// the firewall in force as it is now (none for a port no one outside reaches); `private`
     /// is the private network the declaration will name. `published` names the containers an

@@ -18,22 +18,16 @@
 /// The crash-injection points (they live in `mesh-lib`, where the store's are).
 pub use mesh_lib::crash;
 pub mod deploy;
-pub mod host;
 pub mod import;
-pub mod lock;
 pub mod node;
-pub mod plan;
-pub mod profile;
 pub mod reconcile;
-pub mod root;
 pub mod services;
 pub mod statement;
 pub mod status;
 pub mod switch;
 pub mod systemd;
 pub mod trust;
-pub mod users;
 
-pub use node::Node;
+pub use node::Activator;
 pub use status::Status;
 pub use switch::{ActivateError, Kind, Switched};

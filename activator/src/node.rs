@@ -1,39 +1,25 @@
-//! A node under the activator's hand: its state directory (store, profile, node record, host
-//! store), the root declared files are written beneath, and the firewall of its network
-//! namespace. Opened with the state directory's lock for a command that changes it, or without
-//! to look at it. What a switch does is in [`crate::switch`]; what `mesh status` reports in
-//! [`crate::status`].
+//! A node under the activator's hand: its ground ([`mesh_node::Node`]: state directory, root,
+//! store, profile, record) and what a switch speaks to on it — the firewall of its network
+//! namespace, systemd, the container engine — with how it speaks to them. What a switch does is
+//! in [`crate::switch`]; what `mesh status` reports in [`crate::status`].
 
-use std::path::{Path, PathBuf};
+use std::ops::Deref;
+use std::path::Path;
 
 use mesh_lib::model::{FileState, Mode};
-use mesh_lib::record::{record_path, FoundFile};
-use mesh_lib::{atomic, Generation, GenerationId, NodeRecord, Store};
+use mesh_lib::record::FoundFile;
+use mesh_lib::{Generation, GenerationId, NodeRecord};
+use mesh_node::host::HostStore;
+use mesh_node::io_err;
+use mesh_node::root::Observed;
+use mesh_node::Node;
 
-use crate::host::HostStore;
-use crate::lock::StateLock;
-use crate::profile::Profile;
-use crate::root::{Observed, Root, TempKey};
-use crate::switch::error::io_err;
 use crate::switch::ActivateError;
-use crate::users::Ids;
 
-/// A node, its lock held.
-pub struct Node {
-    pub(crate) state: PathBuf,
-    pub(crate) root: Root,
-    /// Names what is at a secret's path (keyed with the node's own secret): never a plain
-    /// digest of a credential.
-    pub(crate) digests: mesh_lib::secret::DigestKey,
-    /// The content-addressed store.
-    pub store: Store,
-    /// The profile.
-    pub profile: Profile,
-    pub(crate) ids: Ids,
+/// A node, and the firewall, systemd and container engine a switch speaks to on it.
+pub struct Activator {
+    node: Node,
     pub(crate) firewall: Box<dyn mesh_reach::firewall::Firewall>,
-    /// Where the state directory lies under the root, as a declared path names it (`None` when
-    /// it is elsewhere): no path the mesh writes, removes or restores may reach it.
-    pub(crate) state_in_root: Option<String>,
     /// systemd, connected on first use.
     pub(crate) systemd: std::sync::OnceLock<Box<dyn crate::systemd::Systemd>>,
     /// How many containers a switch creates and starts at once (its stops are all at once).
@@ -42,53 +28,23 @@ pub struct Node {
     pub(crate) progress: Box<dyn mesh_containers::Progress>,
     /// How long a switch watches the units it started before it calls them up.
     pub(crate) settle: std::time::Duration,
-    _lock: Option<StateLock>,
 }
 
-/// The state directory as a path under `root` would name it, both resolved (links followed,
-/// `..` gone), if it lies under the root: `/home/u/.local/state/mesh` with `--root /`,
-/// `/var/state` for a state directory `R/var/state` with `--root R`.
-fn state_in_root(state: &Path, root: &Path) -> Option<String> {
-    let state = std::fs::canonicalize(state).ok()?;
-    let root = std::fs::canonicalize(root).ok()?;
-    let rel = state.strip_prefix(&root).ok()?;
-    Some(format!("/{}", rel.display()).replace("//", "/"))
-}
+/// An activator is its node's ground and more: the state directory, root, store and profile
+/// are read through it as they are through the node.
+impl Deref for Activator {
+    type Target = Node;
 
-impl Node {
-    /// Refuses a generation with a path the mesh would write, and any path it would remove or
-    /// restore, that reaches the real state directory (its store, record, host store, lock):
-    /// a declaration must never touch the mesh's own state, wherever that is.
-    pub(crate) fn check_reach<'a>(
-        &self,
-        paths: impl IntoIterator<Item = &'a mesh_lib::TargetPath>,
-    ) -> Result<(), ActivateError> {
-        let Some(state) = &self.state_in_root else {
-            return Ok(());
-        };
-        for path in paths {
-            let p = path.as_str();
-            let inside = state == "/"
-                || p == state
-                || p.strip_prefix(state.as_str())
-                    .is_some_and(|rest| rest.starts_with('/'))
-                || state
-                    .strip_prefix(p)
-                    .is_some_and(|rest| rest.starts_with('/'));
-            if inside {
-                return Err(ActivateError::ReachesState {
-                    path: path.clone(),
-                    state: self.state.clone(),
-                });
-            }
-        }
-        Ok(())
+    fn deref(&self) -> &Node {
+        &self.node
     }
+}
 
-    /// Takes the state directory's lock (failing at once if it is held) and opens the node.
+impl Activator {
+    /// Takes the state directory's lock (failing at once if it is held) and opens the node, its
+    /// firewall in the network namespace `netns` (this one's without).
     pub fn open(state: &Path, root: &Path, netns: Option<String>) -> Result<Self, ActivateError> {
-        let lock = StateLock::take(state)?;
-        Self::open_with(state, root, netns, Some(lock))
+        Ok(Self::of(Node::open(state, root)?, netns))
     }
 
     /// Opens the node to change it, under the lock another process holds for this one: a
@@ -99,7 +55,7 @@ impl Node {
         root: &Path,
         netns: Option<String>,
     ) -> Result<Self, ActivateError> {
-        Self::open_with(state, root, netns, None)
+        Ok(Self::of(Node::open_under(state, root)?, netns))
     }
 
     /// Opens the node to look at it, without the lock: for commands that change nothing.
@@ -108,36 +64,18 @@ impl Node {
         root: &Path,
         netns: Option<String>,
     ) -> Result<Self, ActivateError> {
-        Self::open_with(state, root, netns, None)
+        Ok(Self::of(Node::inspect(state, root)?, netns))
     }
 
-    fn open_with(
-        state: &Path,
-        root: &Path,
-        netns: Option<String>,
-        lock: Option<StateLock>,
-    ) -> Result<Self, ActivateError> {
-        let store = Store::open(state)?;
-        let profile = Profile::open(state).map_err(io_err("opening the profile in", state))?;
-        let key =
-            TempKey::of_state(state).map_err(io_err("reading the temp-file key in", state))?;
-        let digests = key.digest_key();
-        let root = Root::open(root, key)?;
-        Ok(Self {
-            digests,
-            state_in_root: state_in_root(state, root.path()),
-            state: state.to_owned(),
-            ids: Ids::load(&root),
-            root,
-            store,
-            profile,
+    fn of(node: Node, netns: Option<String>) -> Self {
+        Self {
+            node,
             firewall: Box::new(mesh_reach::firewall::Kernel::new(netns)),
             systemd: std::sync::OnceLock::new(),
             container_jobs: mesh_containers::DEFAULT_JOBS,
             progress: Box::new(mesh_containers::Quiet),
             settle: crate::switch::units::SETTLE,
-            _lock: lock,
-        })
+        }
     }
 
     /// The same node, its firewall spoken to through `firewall` (a [`Recording`] one in tests
@@ -176,97 +114,6 @@ impl Node {
     pub fn with_progress(mut self, progress: Box<dyn mesh_containers::Progress>) -> Self {
         self.progress = progress;
         self
-    }
-
-    /// The value of the owner label on the containers this node's switches create: a digest
-    /// of the state directory's path.
-    pub(crate) fn owner(&self) -> String {
-        let path = std::fs::canonicalize(&self.state).unwrap_or_else(|_| self.state.clone());
-        let digest = blake3::hash(path.as_os_str().as_encoded_bytes());
-        digest.to_hex()[..16].to_owned()
-    }
-
-    fn engine_marker(&self) -> PathBuf {
-        self.state.join("engine-used")
-    }
-
-    /// Whether a switch of this node ever created a container: from then on every switch asks
-    /// the engine, so one no longer declared is removed even by a generation declaring none.
-    pub(crate) fn engine_used(&self) -> bool {
-        self.engine_marker().exists()
-    }
-
-    /// Records, durably and before the first container is created, that the engine is used.
-    pub(crate) fn mark_engine_used(&self) -> Result<(), ActivateError> {
-        let marker = self.engine_marker();
-        if !marker.exists() {
-            atomic::write_file(
-                &marker,
-                b"the mesh created containers for this node\n",
-                0o600,
-            )
-            .map_err(io_err("writing", &marker))?;
-        }
-        Ok(())
-    }
-
-    /// The node record `target` (generation `id`) is put in force with: the one kept, else a
-    /// managed node's; a generation built for another node is refused.
-    pub fn record_for(
-        &self,
-        id: GenerationId,
-        target: &Generation,
-    ) -> Result<NodeRecord, ActivateError> {
-        let record = self
-            .record()?
-            .unwrap_or_else(|| NodeRecord::managed(target.node.clone()));
-        if record.node != target.node {
-            return Err(ActivateError::WrongNode {
-                id,
-                theirs: target.node.to_string(),
-                ours: record.node.to_string(),
-            });
-        }
-        Ok(record)
-    }
-
-    /// The node record, if the node was ever adopted.
-    pub fn record(&self) -> Result<Option<NodeRecord>, ActivateError> {
-        let path = record_path(&self.state);
-        match std::fs::read(&path) {
-            Ok(bytes) => NodeRecord::parse(&bytes)
-                .map(Some)
-                .map_err(|e| ActivateError::Io {
-                    what: "reading the node record",
-                    path,
-                    source: std::io::Error::other(e),
-                }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("reading", &path)(e)),
-        }
-    }
-
-    /// Writes the node record, durably.
-    pub fn save_record(&self, record: &NodeRecord) -> Result<(), ActivateError> {
-        let path = record_path(&self.state);
-        let bytes = record
-            .to_bytes()
-            .map_err(|e| io_err("encoding", &path)(std::io::Error::other(e)))?;
-        atomic::write_file(&path, &bytes, 0o600).map_err(io_err("writing", &path))?;
-        crate::crash::point("record-written");
-        Ok(())
-    }
-
-    /// The current generation.
-    pub fn current(&self) -> Result<Option<(u64, GenerationId, Generation)>, ActivateError> {
-        match self
-            .profile
-            .current()
-            .map_err(io_err("reading the profile in", &self.state))?
-        {
-            Some((n, id)) => Ok(Some((n, id, self.store.generation(&id)?))),
-            None => Ok(None),
-        }
     }
 
     /// Records every found file and container of `generation` that it does not hold yet: present
@@ -413,43 +260,6 @@ impl Node {
         mesh_reach::sockets::listening(self.firewall.netns())
     }
 
-    /// The generation `mesh rollback` goes to: number `to`, or the newest one before the current
-    /// whose content differs from it.
-    pub fn rollback_target(&self, to: Option<u64>) -> Result<(u64, GenerationId), ActivateError> {
-        let generations = self
-            .profile
-            .generations()
-            .map_err(io_err("reading the profile in", &self.state))?;
-        let current = self
-            .profile
-            .current()
-            .map_err(io_err("reading the profile in", &self.state))?;
-        match to {
-            Some(n) => generations
-                .into_iter()
-                .find(|(m, _)| *m == n)
-                .ok_or_else(|| {
-                    ActivateError::NoSuchGeneration(format!(
-                        "there is no generation {n} (see `mesh generations`)"
-                    ))
-                }),
-            None => {
-                let (cn, cid) = current.ok_or_else(|| {
-                    ActivateError::NoSuchGeneration("this node has no generation yet".into())
-                })?;
-                generations
-                    .into_iter()
-                    .rev()
-                    .find(|(n, id)| *n < cn && *id != cid)
-                    .ok_or_else(|| {
-                        ActivateError::NoSuchGeneration(format!(
-                            "generation {cn} is the first: there is nothing to roll back to"
-                        ))
-                    })
-            }
-        }
-    }
-
     /// Removes generation links but the newest `keep` and the current one, then every generation
     /// and blob nothing references: never a blob of a kept generation, of the node record or of
     /// the host store; then the images the mesh fetched that no kept generation references and
@@ -465,7 +275,7 @@ impl Node {
             .map(|(n, _)| *n)
             .collect();
         let removed = self.profile.remove_links(&keep_numbers).map_err(err)?;
-        crate::crash::point("gc-links-removed");
+        mesh_lib::crash::point("gc-links-removed");
         let mut kept: std::collections::BTreeSet<GenerationId> = self
             .profile
             .generations()

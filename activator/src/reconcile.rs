@@ -4,7 +4,7 @@
 
 use mesh_lib::GenerationId;
 
-use crate::node::Node;
+use crate::node::Activator;
 use crate::switch::ActivateError;
 
 /// What one round did: the deploys it settled, then the firewall put back in force — or not,
@@ -51,23 +51,24 @@ pub fn round(
     };
     let done = (|| {
         if let Some(e) = problem {
-            return Err(ActivateError::Io {
+            return Err(mesh_node::NodeError::Io {
                 what: "settling the deploys in",
                 path: place.state.clone(),
                 source: std::io::Error::other(e.to_string()),
-            });
+            }
+            .into());
         }
         let none = || {
-            ActivateError::NoSuchGeneration(
+            mesh_node::NodeError::NoSuchGeneration(
                 "this node has no generation yet: nothing to reconcile".into(),
             )
         };
         // Looked at before the lock, which a waiting deploy's agent holds.
-        let look = Node::inspect(&place.state, &place.root, place.netns.clone())?;
+        let look = Activator::inspect(&place.state, &place.root, place.netns.clone())?;
         let (_, id) = look
             .profile
             .current()
-            .map_err(|e| ActivateError::Io {
+            .map_err(|e| mesh_node::NodeError::Io {
                 what: "reading the profile in",
                 path: place.state.clone(),
                 source: e,
@@ -79,7 +80,7 @@ pub fn round(
         let node = if dry_run {
             look
         } else {
-            Node::open(&place.state, &place.root, place.netns.clone())?
+            Activator::open(&place.state, &place.root, place.netns.clone())?
         };
         let (_, id, generation) = node.current()?.ok_or_else(none)?;
         let converged = if dry_run {

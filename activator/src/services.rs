@@ -45,9 +45,9 @@ use mesh_lib::model::{
 use mesh_lib::{Generation, NodeRecord, TargetPath};
 use serde::{Deserialize, Serialize};
 
-use crate::host::{HostStore, UnitInForce};
-use crate::plan::{Action, Plan, Reason};
 use crate::systemd::{UnitNow, Verb};
+use mesh_node::host::{HostStore, UnitInForce};
+use mesh_node::plan::{Action, Plan, Reason};
 
 /// A job on a unit and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -774,7 +774,7 @@ mod tests {
     use mesh_lib::BlobHash;
 
     use super::*;
-    use crate::host::Written;
+    use mesh_node::host::Written;
 
     fn p(s: &str) -> TargetPath {
         TargetPath::new(s).unwrap()

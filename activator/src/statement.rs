@@ -23,9 +23,9 @@ use mesh_lib::trust::Signature;
 use mesh_lib::GenerationId;
 use serde::{Deserialize, Serialize};
 
-use crate::node::Node;
-use crate::switch::error::io_err;
+use crate::node::Activator;
 use crate::switch::ActivateError;
+use mesh_node::io_err;
 
 /// Where the newest accepted statement is kept.
 pub fn path(state: &Path) -> PathBuf {
@@ -56,7 +56,7 @@ impl Kept {
                 )))
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("reading", &file)(e)),
+            Err(e) => Err(io_err("reading", &file)(e).into()),
         }
     }
 
@@ -82,7 +82,7 @@ impl Fit {
     }
 }
 
-impl Node {
+impl Activator {
     /// The node's own name, as far as it knows one (see the module's doc).
     pub fn own_name(&self) -> Result<Option<String>, ActivateError> {
         if let Some(record) = self.record()? {
@@ -136,7 +136,7 @@ impl Node {
         };
         let file = path(&self.state);
         let bytes = serde_json::to_vec_pretty(&kept).expect("a statement encodes");
-        atomic::write_file(&file, &bytes, 0o600).map_err(io_err("writing", &file))
+        Ok(atomic::write_file(&file, &bytes, 0o600).map_err(io_err("writing", &file))?)
     }
 
     /// Judges what a deploy offers (see [`Offer`]) before any of its objects is sent: on a

@@ -5,11 +5,11 @@ use mesh_lib::model::{FileState, Mode};
 use mesh_lib::{GenerationId, TargetPath};
 use serde::Serialize;
 
-use crate::host::HostStore;
-use crate::node::Node;
-use crate::root::Observed;
+use crate::node::Activator;
 use crate::switch::journal::journal_path;
 use crate::switch::ActivateError;
+use mesh_node::host::HostStore;
+use mesh_node::root::Observed;
 
 /// What `mesh status` reports. Serialized with named fields only (`mesh status --json`, see
 /// the README): scripts read `containers.held`, never a position in an array.
@@ -133,18 +133,18 @@ pub struct Current {
     pub id: GenerationId,
     /// What put it in force, as the profile's log says (`build`: a switch of a declaration or a
     /// generation by hand).
-    pub trigger: Option<crate::profile::Trigger>,
+    pub trigger: Option<mesh_node::profile::Trigger>,
     /// Whether a deploy switched to it (a record here, or the profile's log says so).
     pub deployed: bool,
     /// The deploy that waits for its confirmation, if one does.
     pub waiting: Option<String>,
 }
 
-impl Node {
+impl Activator {
     /// The generation in force, what put it there, and the deploys that did (read without the
     /// lock).
     pub fn in_force(&self) -> Result<Option<Current>, ActivateError> {
-        let err = |e| crate::switch::error::io_err("reading the profile in", &self.state)(e);
+        let err = |e| mesh_node::io_err("reading the profile in", &self.state)(e);
         let Some((number, id)) = self.profile.current().map_err(err)? else {
             return Ok(None);
         };
@@ -163,7 +163,7 @@ impl Node {
             deployed: deploys.iter().any(|d| d.target == id)
                 || log
                     .iter()
-                    .any(|e| e.id == id && e.trigger == crate::profile::Trigger::Deploy),
+                    .any(|e| e.id == id && e.trigger == mesh_node::profile::Trigger::Deploy),
             waiting: deploys
                 .iter()
                 .find(|d| !d.state.settled())
@@ -262,7 +262,7 @@ pub struct HostKey {
     pub problem: Option<String>,
 }
 
-impl Node {
+impl Activator {
     /// The host key's path and public key, or why it cannot be read.
     pub fn host_key(&self) -> HostKey {
         let (public, problem) = match self.host_identity() {

@@ -19,10 +19,10 @@ use std::path::Path;
 use mesh_lib::trust::{Signature, TrustedSigners, TRUSTED_SIGNERS};
 use mesh_lib::{GenerationId, TargetPath};
 
-use crate::node::Node;
-use crate::root::Observed;
-use crate::switch::error::io_err;
+use crate::node::Activator;
 use crate::switch::ActivateError;
+use mesh_node::io_err;
+use mesh_node::root::Observed;
 
 /// How a generation was let through.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub enum Accepted {
     SignedBy(String),
 }
 
-impl Node {
+impl Activator {
     /// Where the node's trusted signers are.
     pub fn trusted_signers_path(&self) -> Result<TargetPath, ActivateError> {
         Ok(self
@@ -141,7 +141,7 @@ fn trust_root_holds(root: &Path, path: &TargetPath) -> Result<bool, ActivateErro
                 absent = true;
                 break;
             }
-            Err(e) => return Err(io_err("reading", &at)(e)),
+            Err(e) => return Err(io_err("reading", &at)(e).into()),
         };
         let kind = meta.file_type();
         if kind.is_symlink() {
@@ -229,7 +229,7 @@ fn shell_word(path: &Path) -> String {
     }
 }
 
-impl Node {
+impl Activator {
     /// Whether a generation offered by a registry may be fetched at all: one of `armored` (its
     /// signatures, as the registry gave them) must be valid over `id` and by a signer the node
     /// trusts — judged before anything else of it is fetched. Unlike [`Node::check_trust`], a

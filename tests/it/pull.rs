@@ -220,7 +220,7 @@ fn push_then_pull_on_five_nodes_sends_only_what_changed() {
     // While another pull runs there (a timer's, say), one more does nothing and records
     // nothing, naming the other.
     let n0 = &lab.nodes[0];
-    let other = mesh_activator::lock::StateLock::take_file(&n0.state(), "pull.lock").unwrap();
+    let other = mesh_node::lock::StateLock::take_file(&n0.state(), "pull.lock").unwrap();
     let before = untouched(n0);
     let (code, v, err) = pull(n0, &[]);
     assert_eq!((code, v["result"].as_str()), (2, Some("busy")), "{v} {err}");

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::deploy::{AgentId, Deploy, DeployState, Verdict};
-use crate::lock::{LockError, StateLock};
-use crate::node::Node;
-use crate::profile::Trigger;
+use crate::node::Activator;
 use crate::switch::{ActivateError, Switched, UnitFailure};
+use mesh_node::lock::{LockError, StateLock};
+use mesh_node::profile::Trigger;
 
 /// How long going back may take, beyond the deadline, before it is given up as hung.
 pub const REVERT_BOUND: Duration = Duration::from_secs(120);
@@ -106,8 +106,11 @@ pub struct Place {
 
 impl Place {
     /// The node, under the lock the agent holds.
-    fn node(&self) -> Result<Node, ActivateError> {
-        Ok(Node::open_under(&self.state, &self.root, self.netns.clone())?.with_settle(self.settle))
+    fn node(&self) -> Result<Activator, ActivateError> {
+        Ok(
+            Activator::open_under(&self.state, &self.root, self.netns.clone())?
+                .with_settle(self.settle),
+        )
     }
 }
 
@@ -132,7 +135,7 @@ pub fn run_step(place: &Place, token: &str, step: Step) -> StepOutcome {
     done.unwrap_or_else(|e| failed(mesh_lib::text::chain(&e)))
 }
 
-fn switch_step(node: &Node, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
+fn switch_step(node: &Activator, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
     // Checked when it was armed; again here, where it counts.
     node.check_trust(&deploy.target)?;
     let generation = node.store.generation(&deploy.target)?;
@@ -150,7 +153,7 @@ fn switch_step(node: &Node, deploy: &Deploy) -> Result<StepOutcome, ActivateErro
     })
 }
 
-fn revert_step(node: &Node, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
+fn revert_step(node: &Activator, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
     node.recover()?;
     let in_force = node.current()?.map(|(_, id, _)| id);
     match deploy.previous {
@@ -586,7 +589,7 @@ pub enum StartError {
 pub fn start(
     place: &Place,
     spawner: &dyn Spawner,
-    node: &Node,
+    node: &Activator,
     target: mesh_lib::GenerationId,
     seconds: u64,
     asked: Asked,
@@ -607,7 +610,10 @@ pub fn start(
     // A secret this node cannot decrypt (not encrypted to its host key, the key missing):
     // refused before the deploy is armed, so nothing moves and nothing is reverted.
     node.check_secrets(&generation)?;
-    let previous = node.current()?.map(|(_, id, _)| id);
+    let previous = node
+        .current()
+        .map_err(ActivateError::from)?
+        .map(|(_, id, _)| id);
     let mut deploy = Deploy::arm(&place.state, target, previous, seconds)
         .map_err(|e| StartError::Io(format!("arming the deploy: {e}")))?;
     let pid = spawn_agent(place, spawner, &deploy.token)
@@ -647,7 +653,7 @@ pub fn arm(
     seconds: u64,
     asked: Asked,
 ) -> Result<Deploy, StartError> {
-    let node = Node::inspect(&place.state, &place.root, place.netns.clone())?;
+    let node = Activator::inspect(&place.state, &place.root, place.netns.clone())?;
     let target = node
         .store
         .resolve_generation(id)

@@ -28,9 +28,9 @@ use mesh_registry::{Registry, RegistryError};
 use super::agent::{self, Place, Spawner, StartError};
 use super::health::{self, Check};
 use super::{Deploy, DeployState};
-use crate::lock::{LockError, StateLock};
-use crate::node::Node;
+use crate::node::Activator;
 use crate::ActivateError;
+use mesh_node::lock::{LockError, StateLock};
 
 /// How a pull ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,7 +109,7 @@ impl LastPull {
             && !record
                 .pid
                 .and_then(|p| i32::try_from(p).ok())
-                .is_some_and(crate::lock::runs)
+                .is_some_and(mesh_node::lock::runs)
         {
             record.result = PullResult::Failed;
             record.reason = Some(format!(
@@ -144,7 +144,7 @@ pub struct Guard {
 pub fn switch(
     place: &Place,
     spawner: &dyn Spawner,
-    node: &Node,
+    node: &Activator,
     target: GenerationId,
     guard: &Guard,
 ) -> Result<Deploy, StartError> {
@@ -179,7 +179,7 @@ pub fn switch(
 /// how it ended (refused: a lock held, a secret this node cannot read, an image whose digest
 /// its registry does not have; failed: a registry down), nothing written but fetched images.
 fn staged(place: &Place, mut record: LastPull, id: GenerationId) -> Result<Pulled, PullError> {
-    let staged = Node::open(&place.state, &place.root, place.netns.clone()).and_then(|node| {
+    let staged = Activator::open(&place.state, &place.root, place.netns.clone()).and_then(|node| {
         let generation = node.store.generation(&id)?;
         node.stage(id, &generation)
     });
@@ -205,7 +205,7 @@ fn staged(place: &Place, mut record: LastPull, id: GenerationId) -> Result<Pulle
 /// form, or one) for this node, fetched under `tag`, naming what `artifact` carries (`None`: a
 /// withdrawal): fit, or refused — exit 2, nothing written.
 fn judge(
-    node: &Node,
+    node: &Activator,
     tag: &str,
     statement: Option<Result<mesh_lib::statement::Signed, String>>,
     artifact: Option<&mesh_registry::Artifact>,
@@ -309,8 +309,8 @@ pub fn pull(
     request: &Request<'_>,
 ) -> Result<Pulled, PullError> {
     let state = place.state.as_path();
-    let node = Node::inspect(state, &place.root, place.netns.clone())?;
-    let current = node.current()?;
+    let node = Activator::inspect(state, &place.root, place.netns.clone())?;
+    let current = node.current().map_err(ActivateError::from)?;
     let tag = match (request.tag, &current) {
         (Some(n), _) => n.to_owned(),
         (None, Some((_, _, g))) => g.node.to_string(),
@@ -412,7 +412,13 @@ pub fn pull(
         Err(e) => return Err(PullError::Io(e.to_string())),
     };
     // The pull that held it may have just put the generation in force.
-    if node.current()?.map(|(_, c, _)| c) == Some(id) && agent::waiting(state, &id).is_none() {
+    if node
+        .current()
+        .map_err(ActivateError::from)?
+        .map(|(_, c, _)| c)
+        == Some(id)
+        && agent::waiting(state, &id).is_none()
+    {
         return Ok(Pulled::UpToDate(id));
     }
     // Under way, for `mesh status` and the rollout: every end below writes over it, and one

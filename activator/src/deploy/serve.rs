@@ -49,7 +49,7 @@ use serde_json::json;
 
 use super::agent::{self, Place, Spawner, StartError};
 use super::{Deploy, DeployState};
-use crate::{ActivateError, Kind, Node};
+use crate::{ActivateError, Activator, Kind};
 
 /// How a session ended other than by the end of its input.
 #[derive(Debug, thiserror::Error)]
@@ -314,7 +314,7 @@ fn offer(place: &Place, bytes: &[u8]) -> String {
         Ok(o) => o,
         Err(e) => return format!("error not an offer: {e}"),
     };
-    let judged = Node::inspect(&place.state, &place.root, place.netns.clone())
+    let judged = Activator::inspect(&place.state, &place.root, place.netns.clone())
         .and_then(|node| node.accept_offer(&offer, std::time::SystemTime::now()));
     match judged {
         Ok(()) => "ok".to_owned(),
@@ -339,7 +339,7 @@ fn offer_to_stage(place: &Place, bytes: &[u8]) -> (String, Option<ToStage>) {
         Ok(o) => o,
         Err(e) => return (format!("error not an offer: {e}"), None),
     };
-    let judged = Node::inspect(&place.state, &place.root, place.netns.clone())
+    let judged = Activator::inspect(&place.state, &place.root, place.netns.clone())
         .and_then(|node| node.judge_offer_to_stage(&offer, std::time::SystemTime::now()));
     match judged {
         Ok(fit) => (
@@ -359,7 +359,7 @@ fn offer_to_stage(place: &Place, bytes: &[u8]) -> (String, Option<ToStage>) {
 /// signatures by a signer trusted now: what was staged (JSON), or `error refused: …` /
 /// `error …`.
 fn stage(place: &Place, id: GenerationId, judged: Option<&ToStage>) -> String {
-    let staged = Node::open(&place.state, &place.root, place.netns.clone()).and_then(|node| {
+    let staged = Activator::open(&place.state, &place.root, place.netns.clone()).and_then(|node| {
         if node.trusted_signers()?.is_some() {
             let statement = match judged {
                 Some(j) if j.generation == id => j.statement.as_ref(),
@@ -420,7 +420,7 @@ pub fn refusal(e: &ActivateError) -> bool {
 /// profile log's trigger), whether a deploy recorded here switched to it, and the deploy that
 /// waits for its confirmation, if one does.
 pub fn current(place: &Place) -> Result<Option<serde_json::Value>, ActivateError> {
-    let node = Node::inspect(&place.state, &place.root, place.netns.clone())?;
+    let node = Activator::inspect(&place.state, &place.root, place.netns.clone())?;
     Ok(node.in_force()?.map(
         |c| json!({ "id": c.id, "trigger": c.trigger, "deployed": c.deployed, "waiting": c.waiting }),
     ))
@@ -433,7 +433,7 @@ const LOG_LINES: usize = 12;
 /// (read, not assumed), and — when it failed or reverted — the last lines of its log.
 pub fn told(state: &std::path::Path, deploy: &Deploy) -> serde_json::Value {
     let mut v = serde_json::to_value(deploy).unwrap_or_default();
-    let in_force = crate::profile::Profile::open(state)
+    let in_force = mesh_node::profile::Profile::open(state)
         .ok()
         .and_then(|p| p.current().ok().flatten())
         .map(|(_, id)| id.to_string());

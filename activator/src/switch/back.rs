@@ -5,11 +5,11 @@
 use mesh_lib::model::{Mode, ModuleState};
 use mesh_lib::{Generation, GenerationId};
 
-use crate::node::Node;
-use crate::profile::Trigger;
+use crate::node::Activator;
 use crate::switch::{ActivateError, Switched};
+use mesh_node::profile::Trigger;
 
-impl Node {
+impl Activator {
     /// Switches back to `id`: across the flip, the found firewall is loaded back from its dump
     /// first; the record follows what is in force.
     pub fn go_back(

@@ -8,18 +8,18 @@ use std::path::Path;
 
 use mesh_lib::{atomic, Generation, GenerationId};
 
-use crate::host::{HostStore, Written};
-use crate::node::Node;
-use crate::plan::{Action, Plan, Reason};
-use crate::profile::Trigger;
-use crate::root::Observed;
+use crate::node::Activator;
 use crate::services::ServicePlan;
-use crate::switch::error::io_err;
 use crate::switch::files::Stamps;
 use crate::switch::journal::journal_path;
 use crate::switch::observe::{at_secret_path, Observations};
 use crate::switch::prepare::managed_triggers;
 use crate::switch::ActivateError;
+use mesh_node::host::{HostStore, Written};
+use mesh_node::io_err;
+use mesh_node::plan::{Action, Plan, Reason};
+use mesh_node::profile::Trigger;
+use mesh_node::root::Observed;
 
 /// What the commit needs to know of the switch.
 pub(crate) struct Commit<'a> {
@@ -35,7 +35,7 @@ pub(crate) struct Commit<'a> {
     pub(crate) declaration: Option<&'a Path>,
 }
 
-impl Node {
+impl Activator {
     /// Commits a switch; its number in the profile (`None` when it already was current).
     pub(crate) fn commit(
         &self,

@@ -21,7 +21,7 @@ use mesh_lib::{Generation, GenerationId, NodeRecord};
 
 use std::collections::BTreeMap;
 
-use crate::node::Node;
+use crate::node::Activator;
 use crate::services::Remount;
 use crate::switch::ActivateError;
 use mesh_containers::{Engine, Present, SecretValues, Step};
@@ -51,7 +51,7 @@ impl Containers {
     }
 }
 
-impl Node {
+impl Activator {
     /// Observes the engine and plans its steps for `target`, and the restarts of containers
     /// whose mounted files change (unless another step makes them anew).
     pub(crate) fn plan_containers(
@@ -144,11 +144,12 @@ impl Node {
             generation,
         );
         fetched.map_err(ActivateError::Images)?;
-        listed.map_err(|e| ActivateError::Io {
+        listed.map_err(|e| mesh_node::NodeError::Io {
             what: "listing the images fetched in",
             path: e.path,
             source: std::io::Error::other(e.why),
-        })
+        })?;
+        Ok(())
     }
 
     /// Carries out the steps. A failure here comes after the files of `target` were put in

@@ -1,32 +1,23 @@
 //! Why an activation failed, and how the binary is to report it (exit codes live in the binary).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use mesh_lib::store::StoreError;
 use mesh_lib::GenerationId;
 
-use crate::host::HostError;
-use crate::lock::LockError;
-use crate::plan::PlanError;
-use crate::root::RootError;
-
-/// How a failure is to be reported: the binary maps these to exit codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Bad input (exit 1).
-    User,
-    /// A conflict or refusal (exit 2).
-    Refused,
-    /// The system failed (exit 3).
-    System,
-}
+use mesh_node::host::HostError;
+use mesh_node::lock::LockError;
+use mesh_node::plan::PlanError;
+use mesh_node::root::RootError;
+pub use mesh_node::{Kind, NodeError};
 
 /// Why an activation failed. Each says what was changed: nothing, unless it says otherwise.
 #[derive(Debug, thiserror::Error)]
 pub enum ActivateError {
-    /// Another switch holds the lock.
+    /// The node's ground failed: its lock, store, root or state directory, or what was asked
+    /// does not fit it.
     #[error(transparent)]
-    Lock(#[from] LockError),
+    Node(#[from] NodeError),
     /// A generation from elsewhere that no trusted signer vouches for.
     #[error("{0}; nothing was changed")]
     Untrusted(Box<mesh_lib::trust::Refusal>),
@@ -64,12 +55,6 @@ pub enum ActivateError {
     /// The plan refused.
     #[error("{0}; nothing was changed")]
     Plan(#[from] PlanError),
-    /// The store failed (a corrupted blob among others).
-    #[error("{0}; nothing was changed")]
-    Store(#[from] StoreError),
-    /// The filesystem under the root failed.
-    #[error("{0}")]
-    Root(#[from] RootError),
     /// The host store failed.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -112,16 +97,6 @@ pub enum ActivateError {
         /// Why putting back failed.
         undo: RootError,
     },
-    /// The generation is of another node.
-    #[error("generation {id} is of node {theirs}, but this node is {ours}")]
-    WrongNode {
-        /// The generation.
-        id: GenerationId,
-        /// Its node.
-        theirs: String,
-        /// This node.
-        ours: String,
-    },
     /// A stored generation that breaks the model's invariants (built elsewhere, or crafted).
     #[error("generation {} is not one the compiler would build: {why}; nothing was changed", .id.short())]
     InvalidGeneration {
@@ -130,17 +105,6 @@ pub enum ActivateError {
         /// What is wrong.
         why: String,
     },
-    /// A declared path reaches the mesh's own state directory.
-    #[error("{path} lies in the mesh's state directory {} (under the root): a declaration never writes, removes or restores the mesh's own state; nothing was changed", .state.display())]
-    ReachesState {
-        /// The path.
-        path: mesh_lib::TargetPath,
-        /// The state directory.
-        state: PathBuf,
-    },
-    /// Nothing to roll back to, or no such generation number.
-    #[error("{0}")]
-    NoSuchGeneration(String),
     /// The Docker engine failed or does not answer.
     #[error("{0}")]
     Docker(#[from] mesh_containers::DockerError),
@@ -191,44 +155,24 @@ pub enum ActivateError {
     /// The node's addresses and routes cannot be read.
     #[error("{0}; nothing was changed")]
     Interfaces(#[from] mesh_reach::interfaces::InterfacesError),
-    /// Any other I/O in the state directory.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 impl ActivateError {
     /// How to report it.
     pub fn kind(&self) -> Kind {
         match self {
-            ActivateError::Lock(LockError::Held { .. })
-            | ActivateError::Untrusted(_)
+            ActivateError::Node(e) => e.kind(),
+            ActivateError::Untrusted(_)
             | ActivateError::Statement(_)
             | ActivateError::Unstated { .. }
             | ActivateError::Signers { .. } => Kind::Refused,
             ActivateError::Plan(PlanError::UnknownId { .. }) => Kind::User,
             ActivateError::Plan(_) => Kind::Refused,
-            ActivateError::Root(
-                RootError::Symlink { .. } | RootError::Folder { .. } | RootError::NotAFolder { .. },
-            )
-            | ActivateError::NotStarted {
+            ActivateError::NotStarted {
                 source:
                     RootError::Symlink { .. } | RootError::Folder { .. } | RootError::NotAFolder { .. },
             } => Kind::Refused,
-            ActivateError::Store(StoreError::MissingGeneration(_) | StoreError::Ambiguous(_)) => {
-                Kind::User
-            }
-            ActivateError::WrongNode { .. }
-            | ActivateError::NoSuchGeneration(_)
-            | ActivateError::InvalidGeneration { .. }
-            | ActivateError::ReachesState { .. } => Kind::User,
+            ActivateError::InvalidGeneration { .. } => Kind::User,
             ActivateError::Secret { key_missing, .. } => {
                 if *key_missing {
                     Kind::System
@@ -288,13 +232,14 @@ fn unfinished(
     )
 }
 
-pub(crate) fn io_err<'a>(
-    what: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> ActivateError + 'a {
-    move |source| ActivateError::Io {
-        what,
-        path: path.to_owned(),
-        source,
-    }
+/// The ground's own failures, through [`NodeError`]: the lock, the store, the root.
+macro_rules! through_node {
+    ($($error:ty),*) => {$(
+        impl From<$error> for ActivateError {
+            fn from(e: $error) -> Self {
+                ActivateError::Node(e.into())
+            }
+        }
+    )*};
 }
+through_node!(LockError, StoreError, RootError);

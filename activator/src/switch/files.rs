@@ -10,18 +10,18 @@ use std::collections::BTreeMap;
 
 use mesh_lib::TargetPath;
 
-use crate::node::Node;
-use crate::plan::{Action, Plan};
-use crate::root::{Observed, RootError, Stamp};
+use crate::node::Activator;
 use crate::switch::journal::journal_path;
 use crate::switch::observe::Observations;
 use crate::switch::prepare::Blobs;
 use crate::switch::ActivateError;
+use mesh_node::plan::{Action, Plan};
+use mesh_node::root::{Observed, RootError, Stamp};
 
 /// The stamp of each file the phase wrote, for the host store.
 pub(crate) type Stamps = BTreeMap<TargetPath, Stamp>;
 
-impl Node {
+impl Activator {
     /// Stages, syncs and renames every write of `plan`, then removes; puts back what changed if
     /// a step fails (and then, the firewall of the generation in force).
     pub(crate) fn apply_files(

@@ -9,10 +9,10 @@
 use mesh_lib::model::Mode;
 use mesh_lib::{Generation, NodeRecord};
 
-use crate::node::Node;
+use crate::node::Activator;
 use crate::switch::ActivateError;
 
-impl Node {
+impl Activator {
     /// Records the firewall found in force: its kind and a dump of it (into the store,
     /// durably), for a rollback after the flip. Refuses a kind no driver speaks.
     pub fn record_found_firewall(&self, record: &mut NodeRecord) -> Result<(), ActivateError> {
@@ -146,7 +146,7 @@ impl Node {
     ) -> Result<mesh_reach::preview::Observed, ActivateError> {
         let listing = self.firewall.listing()?;
         let netns = self.firewall.netns();
-        let sockets = mesh_reach::sockets::bound(netns).map_err(|e| ActivateError::Io {
+        let sockets = mesh_reach::sockets::bound(netns).map_err(|e| mesh_node::NodeError::Io {
             what: "reading the sockets of",
             path: std::path::PathBuf::from(netns.unwrap_or("this network namespace")),
             source: e.source,
@@ -232,7 +232,7 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(&state).unwrap();
         let firewall = Arc::new(Recording::default());
-        let node = Node::open(&state, &root, None)
+        let node = Activator::open(&state, &root, None)
             .unwrap()
             .with_firewall(Box::new(firewall.clone()));
         let dump = Dump {

@@ -10,13 +10,13 @@ use mesh_lib::model::{FileMode, UnitName, UnitTrigger};
 use mesh_lib::{atomic, BlobHash, GenerationId, TargetPath};
 use serde::{Deserialize, Serialize};
 
-use crate::host::{HostStore, UnitInForce, Written};
-use crate::node::Node;
-use crate::root::Observed;
+use crate::node::Activator;
 use crate::services::ServicePlan;
-use crate::switch::error::io_err;
 use crate::switch::units::UnitFailure;
 use crate::switch::ActivateError;
+use mesh_node::host::{HostStore, UnitInForce, Written};
+use mesh_node::io_err;
+use mesh_node::root::Observed;
 
 /// One path the journal says is changing, and what it will hold.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,7 +82,7 @@ pub(crate) fn journal_path(state: &Path) -> PathBuf {
     state.join("journal.json")
 }
 
-impl Node {
+impl Activator {
     /// Finishes a switch a crash interrupted: removes its temp files, puts in place each file
     /// it had not renamed yet (or removes it) where nothing else changed the path since,
     /// records in the host store what is written, and runs its service actions again (stops,
@@ -97,13 +97,13 @@ impl Node {
                 // Cut short by the crash before it was renamed into place cannot happen (it is
                 // written atomically); anything else unreadable is not ours to guess at.
                 Err(e) => {
-                    return Err(io_err("reading the journal", &path)(std::io::Error::other(
-                        e,
-                    )))
+                    return Err(
+                        io_err("reading the journal", &path)(std::io::Error::other(e)).into(),
+                    )
                 }
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Recovered::default()),
-            Err(e) => return Err(io_err("reading", &path)(e)),
+            Err(e) => return Err(io_err("reading", &path)(e).into()),
         };
         let mut host = HostStore::load(&self.state)?;
         for op in &journal.ops {

@@ -6,7 +6,7 @@
 //! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine; a
 //!    switch that changes the private network's range checks it against the node's addresses
 //!    and routes first ([`network`]);
-//! 2. **plan**: the pure file plan ([`crate::plan`]), the service plan ([`crate::services`],
+//! 2. **plan**: the pure file plan ([`mesh_node::plan`]), the service plan ([`crate::services`],
 //!    with the units' states systemd reports) and the container steps ([`containers`]); a dry
 //!    run stops here and prints them, with what a person reviews ([`review`]: each file's
 //!    content diff, the firewall's nft lines, the containers' fields);
@@ -49,11 +49,11 @@ pub use error::{ActivateError, Kind};
 pub use journal::Recovered;
 pub use units::UnitFailure;
 
-use crate::host::HostStore;
-use crate::node::Node;
-use crate::plan::{self, Action, Plan, PlanInput};
-use crate::profile::Trigger;
-use crate::switch::error::io_err;
+use crate::node::Activator;
+use mesh_node::host::HostStore;
+use mesh_node::io_err;
+use mesh_node::plan::{self, Action, Plan, PlanInput};
+use mesh_node::profile::Trigger;
 
 /// What a switch did, or would do.
 #[derive(Debug, Serialize)]
@@ -99,7 +99,7 @@ pub struct Switched {
     pub review: Option<mesh_lib::diff::Diff>,
 }
 
-impl Node {
+impl Activator {
     /// Switches to `target` (or only plans it, for a dry run) and commits it as the next
     /// generation of the profile.
     pub fn switch(

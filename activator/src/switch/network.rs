@@ -9,10 +9,10 @@
 
 use mesh_lib::model::PrivateNetwork;
 
-use crate::node::Node;
+use crate::node::Activator;
 use crate::switch::ActivateError;
 
-impl Node {
+impl Activator {
     /// The addresses and routes of the node's namespace.
     pub fn interfaces(&self) -> Result<mesh_reach::interfaces::Interfaces, ActivateError> {
         Ok(mesh_reach::interfaces::read(self.firewall.netns())?)

@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 
 use mesh_lib::{Generation, TargetPath};
 
-use crate::host::HostStore;
-use crate::node::Node;
-use crate::plan;
-use crate::root::{FileFacts, Observed, RootError};
+use crate::node::Activator;
 use crate::switch::ActivateError;
+use mesh_node::host::HostStore;
+use mesh_node::plan;
+use mesh_node::root::{FileFacts, Observed, RootError};
 
 /// What is at each path, and the bytes of each regular file there.
 pub(crate) type Observations = (
@@ -24,7 +24,7 @@ pub(crate) type Observations = (
     BTreeMap<TargetPath, Vec<u8>>,
 );
 
-impl Node {
+impl Activator {
     pub(crate) fn observe_all(
         &self,
         target: &Generation,

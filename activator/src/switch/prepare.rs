@@ -16,21 +16,21 @@ use mesh_lib::model::{FileState, UnitTrigger};
 use mesh_lib::secret::Zeroizing;
 use mesh_lib::{atomic, BlobHash, Generation, GenerationId, TargetPath};
 
-use crate::host::{HostStore, Kept};
-use crate::node::Node;
-use crate::plan::{Action, Plan, Reason};
-use crate::root::Observed;
+use crate::node::Activator;
 use crate::services::ServicePlan;
-use crate::switch::error::io_err;
 use crate::switch::journal::{journal_path, Before, Journal, JournalOp, Pending};
 use crate::switch::observe::{at_secret_path, Observations};
 use crate::switch::ActivateError;
+use mesh_node::host::{HostStore, Kept};
+use mesh_node::io_err;
+use mesh_node::plan::{Action, Plan, Reason};
+use mesh_node::root::Observed;
 
 /// The blobs a switch writes, read and checked (zeroed when dropped: some are the plaintexts
 /// of secrets).
 pub(crate) type Blobs = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
 
-impl Node {
+impl Activator {
     /// Reads and checks every blob the plan writes (a secret's plaintext is among
     /// `plaintexts`, never in the store), and checks that the root has room for them and is
     /// writable.
@@ -100,7 +100,7 @@ impl Node {
         host: &mut HostStore,
     ) -> Result<(), ActivateError> {
         let (observed, contents) = seen;
-        let keeps: Vec<(&TargetPath, BlobHash, crate::host::Why)> = plan
+        let keeps: Vec<(&TargetPath, BlobHash, mesh_node::host::Why)> = plan
             .actions
             .iter()
             .filter_map(|a| match a {

@@ -9,12 +9,12 @@
 use mesh_lib::diff::{content_diff, Diff, Side};
 use mesh_lib::Generation;
 
-use crate::node::Node;
-use crate::plan::{Action, Plan};
-use crate::root::Observed;
+use crate::node::Activator;
 use crate::switch::observe::Observations;
+use mesh_node::plan::{Action, Plan};
+use mesh_node::root::Observed;
 
-impl Node {
+impl Activator {
     /// The review of a switch from `in_force` to `target` whose plan is `plan`, the machine as
     /// `seen`.
     pub(crate) fn review(

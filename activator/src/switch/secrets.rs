@@ -27,9 +27,9 @@ use mesh_lib::model::{ContainerName, ContainerState, FileState};
 use mesh_lib::secret::{Identity, SecretContent, SecretRef, Zeroizing, HOST_KEY};
 use mesh_lib::{BlobHash, Generation, TargetPath};
 
-use crate::node::Node;
-use crate::root::Observed;
+use crate::node::Activator;
 use crate::switch::ActivateError;
+use mesh_node::root::Observed;
 
 /// The plaintexts of a switch's secret files, by their keyed digest.
 pub(crate) type Plaintexts = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
@@ -42,7 +42,7 @@ pub(crate) struct Opened {
     pub(crate) values: mesh_containers::SecretValues,
 }
 
-impl Node {
+impl Activator {
     /// Where the node's host key is under its root: the record's (`mesh genesis --host-key`),
     /// else [`HOST_KEY`].
     fn host_key_target(&self) -> TargetPath {

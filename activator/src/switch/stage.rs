@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use mesh_lib::{Generation, GenerationId};
 use serde::{Deserialize, Serialize};
 
-use crate::node::Node;
-use crate::switch::error::{io_err, ActivateError};
+use crate::node::Activator;
+use crate::switch::error::ActivateError;
+use mesh_node::io_err;
 
 /// What a stage put on the node.
 #[derive(Debug, Serialize)]
@@ -61,7 +62,7 @@ impl StagedRecord {
     }
 }
 
-impl Node {
+impl Activator {
     /// Stages `target` (see the module's doc).
     pub fn stage(&self, id: GenerationId, target: &Generation) -> Result<Staged, ActivateError> {
         target
@@ -87,7 +88,7 @@ impl Node {
             };
             let listed = mesh_containers::images::Fetched::record(&self.state, &wanted, done, &id);
             fetched.map_err(ActivateError::Images)?;
-            listed.map_err(|e| ActivateError::Io {
+            listed.map_err(|e| mesh_node::NodeError::Io {
                 what: "listing the images fetched in",
                 path: e.path,
                 source: std::io::Error::other(e.why),

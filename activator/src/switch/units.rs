@@ -32,12 +32,12 @@ use mesh_lib::model::{UnitName, UnitState};
 use mesh_lib::{Generation, NodeRecord};
 use serde::Serialize;
 
-use crate::host::HostStore;
-use crate::node::Node;
-use crate::plan::Plan;
+use crate::node::Activator;
 use crate::services::{self, ServiceInput, ServicePlan, UnitJob};
 use crate::switch::ActivateError;
 use crate::systemd::{Systemd, UnitNow, Verb};
+use mesh_node::host::HostStore;
+use mesh_node::plan::Plan;
 
 /// How long the jobs of one switch may take, all together, unless `MESH_JOB_TIMEOUT` (seconds)
 /// says otherwise.
@@ -85,7 +85,7 @@ fn bound() -> Duration {
         .map_or(JOB_BOUND, Duration::from_secs)
 }
 
-impl Node {
+impl Activator {
     /// Plans what the units and containers do around the files of `files`.
     pub(crate) fn plan_services(
         &self,

@@ -171,9 +171,9 @@ impl Profile {
             &link_name(number),
             &Path::new("../store/generations").join(id.hex()),
         )?;
-        crate::crash::point("profile-link-created");
+        mesh_lib::crash::point("profile-link-created");
         self.replace_link("current", Path::new(&link_name(number)))?;
-        crate::crash::point("current-switched");
+        mesh_lib::crash::point("current-switched");
         self.append(&Entry {
             number,
             id,
@@ -181,7 +181,7 @@ impl Profile {
             trigger,
             declaration: declaration.map(Path::to_owned),
         })?;
-        crate::crash::point("log-appended");
+        mesh_lib::crash::point("log-appended");
         Ok(number)
     }
 
