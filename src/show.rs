@@ -437,8 +437,8 @@ fn container_counts(steps: &[mesh_containers::Step]) -> Option<String> {
 }
 
 /// What the units do after the files, one line each with its cause.
-pub fn services(p: &mesh_activator::services::ServicePlan, dry_run: bool) -> String {
-    use mesh_activator::systemd::Verb;
+pub fn services(p: &mesh_systemd::services::ServicePlan, dry_run: bool) -> String {
+    use mesh_systemd::Verb;
     let mut o = String::new();
     if let Some(why) = &p.not_driven {
         if p.asks_systemd() {

@@ -21,11 +21,9 @@ pub mod deploy;
 pub mod import;
 pub mod node;
 pub mod reconcile;
-pub mod services;
 pub mod statement;
 pub mod status;
 pub mod switch;
-pub mod systemd;
 pub mod trust;
 
 pub use node::Activator;

@@ -21,7 +21,7 @@ pub struct Activator {
     node: Node,
     pub(crate) firewall: Box<dyn mesh_reach::firewall::Firewall>,
     /// systemd, connected on first use.
-    pub(crate) systemd: std::sync::OnceLock<Box<dyn crate::systemd::Systemd>>,
+    pub(crate) systemd: std::sync::OnceLock<Box<dyn mesh_systemd::Systemd>>,
     /// How many containers a switch creates and starts at once (its stops are all at once).
     pub(crate) container_jobs: usize,
     /// What the container phase reports while it runs.
@@ -90,8 +90,8 @@ impl Activator {
     /// The same node, speaking to systemd through `systemd` (a [`Recording`] one in tests of
     /// what the activator asks of it).
     ///
-    /// [`Recording`]: crate::systemd::Recording
-    pub fn with_systemd(mut self, systemd: Box<dyn crate::systemd::Systemd>) -> Self {
+    /// [`Recording`]: mesh_systemd::Recording
+    pub fn with_systemd(mut self, systemd: Box<dyn mesh_systemd::Systemd>) -> Self {
         self.systemd = std::sync::OnceLock::from(systemd);
         self
     }

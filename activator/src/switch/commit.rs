@@ -9,7 +9,6 @@ use std::path::Path;
 use mesh_lib::{atomic, Generation, GenerationId};
 
 use crate::node::Activator;
-use crate::services::ServicePlan;
 use crate::switch::files::Stamps;
 use crate::switch::journal::journal_path;
 use crate::switch::observe::{at_secret_path, Observations};
@@ -20,6 +19,7 @@ use mesh_node::io_err;
 use mesh_node::plan::{Action, Plan, Reason};
 use mesh_node::profile::Trigger;
 use mesh_node::root::Observed;
+use mesh_systemd::services::ServicePlan;
 
 /// What the commit needs to know of the switch.
 pub(crate) struct Commit<'a> {

@@ -22,9 +22,9 @@ use mesh_lib::{Generation, GenerationId, NodeRecord};
 use std::collections::BTreeMap;
 
 use crate::node::Activator;
-use crate::services::Remount;
 use crate::switch::ActivateError;
 use mesh_containers::{Engine, Present, SecretValues, Step};
+use mesh_systemd::services::Remount;
 
 /// The engine (when it is asked) and the steps planned on it.
 pub(crate) struct Containers {

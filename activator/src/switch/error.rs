@@ -135,10 +135,10 @@ pub enum ActivateError {
     },
     /// The generation declares units the mesh must run, and no systemd answers.
     #[error("{0}, and the generation declares units the mesh runs; nothing was changed")]
-    NoSystemd(#[source] crate::systemd::SystemdError),
+    NoSystemd(#[source] mesh_systemd::SystemdError),
     /// A call to systemd failed.
     #[error(transparent)]
-    Systemd(#[from] crate::systemd::SystemdError),
+    Systemd(#[from] mesh_systemd::SystemdError),
     /// The firewall refused (nft's own message); the kernel's ruleset is unchanged.
     #[error("{0}; the firewall was left as it was and no file was changed")]
     Firewall(#[from] mesh_reach::firewall::FirewallError),

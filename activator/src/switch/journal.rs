@@ -11,12 +11,12 @@ use mesh_lib::{atomic, BlobHash, GenerationId, TargetPath};
 use serde::{Deserialize, Serialize};
 
 use crate::node::Activator;
-use crate::services::ServicePlan;
 use crate::switch::units::UnitFailure;
 use crate::switch::ActivateError;
 use mesh_node::host::{HostStore, UnitInForce, Written};
 use mesh_node::io_err;
 use mesh_node::root::Observed;
+use mesh_systemd::services::ServicePlan;
 
 /// One path the journal says is changing, and what it will hold.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -6,7 +6,7 @@
 //! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine; a
 //!    switch that changes the private network's range checks it against the node's addresses
 //!    and routes first ([`network`]);
-//! 2. **plan**: the pure file plan ([`mesh_node::plan`]), the service plan ([`crate::services`],
+//! 2. **plan**: the pure file plan ([`mesh_node::plan`]), the service plan ([`mesh_systemd::services`],
 //!    with the units' states systemd reports) and the container steps ([`containers`]); a dry
 //!    run stops here and prints them, with what a person reviews ([`review`]: each file's
 //!    content diff, the firewall's nft lines, the containers' fields);
@@ -19,7 +19,7 @@
 //!    - the units that stop, with the definitions they run ([`units`]);
 //!    - the files, staged, synced, renamed ([`files`]);
 //!    - the units: daemon-reload, enables, then reloads, restarts, starts, and the settle
-//!      window ([`units`], planned by [`crate::services`]);
+//!      window ([`units`], planned by [`mesh_systemd::services`]);
 //!    - the containers, after the files they may mount ([`containers`]);
 //! 5. **commit**: the host store, the profile's `current`, the journal removed ([`commit`]).
 //!
@@ -68,7 +68,7 @@ pub struct Switched {
     /// (a rollback across a take restores files that are held again).
     pub states: crate::status::States,
     /// What the units and containers do after the files, and why.
-    pub services: crate::services::ServicePlan,
+    pub services: mesh_systemd::services::ServicePlan,
     /// The units that failed: their jobs failed, or they failed once started. The switch is
     /// committed all the same (the files are the new generation's).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -17,7 +17,6 @@ use mesh_lib::secret::Zeroizing;
 use mesh_lib::{atomic, BlobHash, Generation, GenerationId, TargetPath};
 
 use crate::node::Activator;
-use crate::services::ServicePlan;
 use crate::switch::journal::{journal_path, Before, Journal, JournalOp, Pending};
 use crate::switch::observe::{at_secret_path, Observations};
 use crate::switch::ActivateError;
@@ -25,6 +24,7 @@ use mesh_node::host::{HostStore, Kept};
 use mesh_node::io_err;
 use mesh_node::plan::{Action, Plan, Reason};
 use mesh_node::root::Observed;
+use mesh_systemd::services::ServicePlan;
 
 /// The blobs a switch writes, read and checked (zeroed when dropped: some are the plaintexts
 /// of secrets).

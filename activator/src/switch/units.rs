@@ -6,7 +6,7 @@
 //! bound; then a settle window, in which a unit that dies soon after it started is reported as
 //! a failed job is (one that waits for its `Restart=` after its process exited cleanly did not
 //! die: systemd's `Result` says which). What a change calls for is decided by
-//! [`crate::services`], purely.
+//! [`mesh_systemd::services`], purely.
 //!
 //! systemd is driven only when the root is `/` (this machine's systemd reads this machine's unit
 //! files): under another root the plan says what would be done, and nothing is asked. When no
@@ -33,11 +33,11 @@ use mesh_lib::{Generation, NodeRecord};
 use serde::Serialize;
 
 use crate::node::Activator;
-use crate::services::{self, ServiceInput, ServicePlan, UnitJob};
 use crate::switch::ActivateError;
-use crate::systemd::{Systemd, UnitNow, Verb};
 use mesh_node::host::HostStore;
 use mesh_node::plan::Plan;
+use mesh_systemd::services::{self, ServiceInput, ServicePlan, UnitJob};
+use mesh_systemd::{Systemd, UnitNow, Verb};
 
 /// How long the jobs of one switch may take, all together, unless `MESH_JOB_TIMEOUT` (seconds)
 /// says otherwise.
@@ -258,11 +258,11 @@ impl Activator {
     }
 
     /// systemd, connected on first use.
-    pub(crate) fn systemd(&self) -> Result<&dyn Systemd, crate::systemd::SystemdError> {
+    pub(crate) fn systemd(&self) -> Result<&dyn Systemd, mesh_systemd::SystemdError> {
         if let Some(s) = self.systemd.get() {
             return Ok(s.as_ref());
         }
-        let bus = crate::systemd::Bus::connect()?;
+        let bus = mesh_systemd::Bus::connect()?;
         Ok(self.systemd.get_or_init(|| Box::new(bus)).as_ref())
     }
 }
@@ -398,7 +398,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::systemd::{Exit, Recording};
+    use mesh_systemd::{Exit, Recording};
 
     fn u(name: &str) -> UnitName {
         UnitName::new(name).unwrap()

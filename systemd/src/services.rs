@@ -45,7 +45,7 @@ use mesh_lib::model::{
 use mesh_lib::{Generation, NodeRecord, TargetPath};
 use serde::{Deserialize, Serialize};
 
-use crate::systemd::{UnitNow, Verb};
+use crate::{UnitNow, Verb};
 use mesh_node::host::{HostStore, UnitInForce};
 use mesh_node::plan::{Action, Plan, Reason};
 
