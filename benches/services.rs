@@ -181,7 +181,7 @@ fn main() {
     );
     println!(
         "| the same switch with the default settle window ({} s), once | {} | {:.2}x |",
-        mesh_activator::switch::units::SETTLE.as_secs(),
+        mesh_switch::units::SETTLE.as_secs(),
         ms(settled),
         settled.as_secs_f64() / shell.as_secs_f64()
     );

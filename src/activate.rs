@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use mesh_activator::{Activator, Switched};
 use mesh_compiler::{build, BuildRequest, Built};
 use mesh_lib::model::{Mode, ModuleName, ModuleState};
 use mesh_lib::record::record_path;
 use mesh_lib::{Generation, GenerationId, NodeRecord};
 use mesh_node::profile::Trigger;
+use mesh_switch::{Activator, Switched};
 use serde_json::json;
 
 use crate::cli::{
@@ -214,10 +214,10 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
             // when a deploy key asks: having been in force before is no pass).
             let generation = node.store.generation(&id)?;
             if machine.served {
-                node.check_trust_now(&id)?;
-                node.check_stated(&id, generation.node.as_str())?;
+                mesh_remote::trust::check_now(&node, &id)?;
+                mesh_remote::statement::check_stated(&node, &id, generation.node.as_str())?;
             } else {
-                node.check_trust(&id)?;
+                mesh_remote::trust::check(&node, &id)?;
             }
             node.switch(id, &generation, Trigger::Build, None, args.dry_run)?
         }
@@ -244,7 +244,7 @@ fn stage(node: &Activator, machine: &Machine, args: &SwitchArgs) -> Result<(), F
         (None, Some(text)) => {
             let id = node.store.resolve_generation(text)?;
             let generation = node.store.generation(&id)?;
-            node.check_trust(&id)?;
+            mesh_remote::trust::check(node, &id)?;
             (id, generation)
         }
         (None, None) => unreachable!("clap requires one of them"),
@@ -591,7 +591,7 @@ pub fn diff(machine: &Machine, args: DiffArgs) -> Result<(), Failure> {
 
 pub fn status(machine: &Machine, json_out: bool) -> Result<(), Failure> {
     let node = machine.inspect()?;
-    let s = node.status()?;
+    let s = mesh_remote::status::of(&node)?;
     if json_out {
         say!("{}", serde_json::to_string(&s).unwrap_or_default());
     } else {
@@ -602,7 +602,7 @@ pub fn status(machine: &Machine, json_out: bool) -> Result<(), Failure> {
 
 pub fn gc(machine: &Machine, args: GcArgs) -> Result<(), Failure> {
     let node = machine.open()?;
-    let mesh_activator::node::Collected {
+    let mesh_switch::Collected {
         removed,
         store: report,
         images,
@@ -653,12 +653,12 @@ fn say_round(
 
 /// Says one round of reconcile: the deploys it settled, and what it did to the firewall.
 fn say_reconciled(
-    round: mesh_activator::reconcile::Round,
+    round: mesh_remote::reconcile::Round,
     would: bool,
     json_out: bool,
     quiet: bool,
 ) -> Result<(), Failure> {
-    use mesh_activator::reconcile::Done;
+    use mesh_remote::reconcile::Done;
     for s in &round.settled {
         if json_out {
             say!(
@@ -691,11 +691,11 @@ pub fn reconcile(machine: &Machine, args: ReconcileArgs) -> Result<(), Failure> 
     let place = crate::remote::place(machine);
     let Some(seconds) = args.watch else {
         let spawn = crate::remote::Spawn(machine.clone());
-        let round = mesh_activator::reconcile::round(&place, &spawn, args.dry_run);
+        let round = mesh_remote::reconcile::round(&place, &spawn, args.dry_run);
         return say_reconciled(round, args.dry_run, args.json, false);
     };
     let json_out = args.json;
-    mesh_activator::reconcile::watch(
+    mesh_remote::reconcile::watch(
         place,
         std::sync::Arc::new(crate::remote::Spawn(machine.clone())),
         std::time::Duration::from_secs(seconds),

@@ -89,7 +89,7 @@ pub struct Global {
         global = true,
         env = "MESH_SETTLE",
         value_name = "SECONDS",
-        default_value_t = mesh_activator::switch::units::SETTLE.as_secs(),
+        default_value_t = mesh_switch::units::SETTLE.as_secs(),
         value_parser = clap::value_parser!(u64).range(0..=3600)
     )]
     pub settle: u64,

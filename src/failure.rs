@@ -132,12 +132,12 @@ impl From<mesh_lib::state::StateError> for Failure {
     }
 }
 
-impl From<mesh_activator::ActivateError> for Failure {
-    fn from(e: mesh_activator::ActivateError) -> Self {
+impl From<mesh_switch::ActivateError> for Failure {
+    fn from(e: mesh_switch::ActivateError) -> Self {
         let exit = match e.kind() {
-            mesh_activator::Kind::User => Exit::User,
-            mesh_activator::Kind::Refused => Exit::Refused,
-            mesh_activator::Kind::System => Exit::System,
+            mesh_switch::Kind::User => Exit::User,
+            mesh_switch::Kind::Refused => Exit::Refused,
+            mesh_switch::Kind::System => Exit::System,
         };
         // Docker's and nft's messages are in the chain: escaped, their lines kept.
         Self::text(exit, mesh_lib::text::chain(&e))
@@ -146,6 +146,6 @@ impl From<mesh_activator::ActivateError> for Failure {
 
 impl From<mesh_node::NodeError> for Failure {
     fn from(e: mesh_node::NodeError) -> Self {
-        mesh_activator::ActivateError::from(e).into()
+        mesh_switch::ActivateError::from(e).into()
     }
 }

@@ -1,9 +1,9 @@
 //! `mesh import`: the declaration of what a node runs, written from the machine (read-only), and
 //! `mesh import --check`: a declaration compared, item by item, with what runs.
 
-use mesh_activator::Activator;
 use mesh_fleet::import::{render, write, FileToImport, Found, Imported, Skipped};
 use mesh_lib::TargetPath;
+use mesh_switch::Activator;
 use serde_json::json;
 
 use crate::activate::Machine;
@@ -57,15 +57,14 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
     let containers = if args.what.no_containers {
         Vec::new()
     } else {
-        let docker = |e| Failure::from(mesh_activator::ActivateError::from(e));
+        let docker = |e| Failure::from(mesh_switch::ActivateError::from(e));
         let engine = mesh_containers::Engine::connect().map_err(docker)?;
         let present = engine.containers().map_err(docker)?;
         let named = chosen(&present, &args.what.container)?;
         if args.what.compose.is_empty() {
-            mesh_activator::import::live_containers(&engine, &named, &machine.root)
-                .map_err(docker)?
+            mesh_switch::import::live_containers(&engine, &named, &machine.root).map_err(docker)?
         } else {
-            let all = mesh_activator::import::live_containers(&engine, &[], &machine.root)
+            let all = mesh_switch::import::live_containers(&engine, &[], &machine.root)
                 .map_err(docker)?;
             of_compose_files(all, &args.what.compose, &named, &machine.root)?
         }

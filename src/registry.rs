@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use mesh_activator::deploy::health::Check;
-use mesh_activator::deploy::pull::{self, PullResult, Pulled};
 use mesh_registry::{Options, Registry, RegistryError};
+use mesh_remote::deploy::health::Check;
+use mesh_remote::deploy::pull::{self, PullResult, Pulled};
 use serde_json::json;
 
 use crate::activate::Machine;

@@ -2,7 +2,7 @@
 //! asked for and received (`mesh store missing|receive`), a deploy's one connection (`mesh store
 //! serve`), a switch armed with a deadline (`mesh switch --generation ID --confirm-within S`),
 //! its confirmation (`mesh confirm`) and the deploys' records (`mesh deploys`) — as arguments
-//! and output. What they do is the activator's [`mesh_activator::deploy`]: arming, the agent
+//! and output. What they do is the activator's [`mesh_remote::deploy`]: arming, the agent
 //! (`mesh deploy-agent TOKEN`, detached, which switches, waits for the confirmation over a new
 //! connection and otherwise switches back), the requests of a deploy's connection
 //! ([`serve`]); `mesh pull` arms its switches there too.
@@ -10,8 +10,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use mesh_activator::deploy::{agent, serve, Deploy, DeployState};
 use mesh_lib::transfer;
+use mesh_remote::deploy::{agent, serve, Deploy, DeployState};
 use serde_json::json;
 
 use crate::activate::Machine;
@@ -99,7 +99,7 @@ fn start_deploy(machine: &Machine, generation: &str, seconds: u64) -> Result<Dep
     )
     .map_err(|e| match e {
         // One it cannot decrypt says `refused`, as an untrusted one does: nothing moved.
-        agent::StartError::Refused(e @ mesh_activator::ActivateError::Secret { .. }) => {
+        agent::StartError::Refused(e @ mesh_switch::ActivateError::Secret { .. }) => {
             Failure::new(Exit::Refused, miette::miette!("{e}"))
         }
         agent::StartError::Refused(e) => e.into(),
@@ -217,7 +217,7 @@ pub fn confirm(machine: &Machine, token: &str, json_out: bool) -> Result<(), Fai
         _ => Err(Failure::system(format!(
             "deploy {token} is still {} after 10 s: its agent does not answer (see {})",
             word(deploy.state),
-            mesh_activator::deploy::folder(state)
+            mesh_remote::deploy::folder(state)
                 .join(format!("{token}.log"))
                 .display()
         ))),

@@ -269,7 +269,7 @@ pub fn firewall(done: &mesh_reach::firewall::Converged, would: bool) -> String {
 }
 
 /// What a switch did (or, for a dry run, would do).
-pub fn switched(s: &mesh_activator::Switched) -> String {
+pub fn switched(s: &mesh_switch::Switched) -> String {
     let mut o = String::new();
     let verb = if s.dry_run {
         "would switch"
@@ -589,7 +589,7 @@ pub fn fields(f: &[mesh_lib::diff::FieldChange]) -> String {
 }
 
 /// `mesh status`, readable.
-pub fn status(s: &mesh_activator::Status) -> String {
+pub fn status(s: &mesh_remote::Status) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "mode: {}", s.mode);
     match &s.current {
@@ -606,7 +606,7 @@ pub fn status(s: &mesh_activator::Status) -> String {
             "staged: {staged} (everything it needs is here: `mesh switch --generation {staged}`)"
         );
     }
-    let counts = |c: &mesh_activator::status::Counts| {
+    let counts = |c: &mesh_switch::Counts| {
         format!(
             "{} managed, {} staged, {} held",
             c.managed, c.staged, c.held
@@ -656,13 +656,13 @@ pub fn status(s: &mesh_activator::Status) -> String {
         }
     }
     match &s.firewall {
-        Some(mesh_activator::status::FirewallDrift {
+        Some(mesh_remote::status::FirewallDrift {
             would_change: Some(d),
             ..
         }) if *d == Default::default() => {
             let _ = writeln!(o, "firewall: in force as the generation says");
         }
-        Some(mesh_activator::status::FirewallDrift {
+        Some(mesh_remote::status::FirewallDrift {
             would_change: Some(d),
             ..
         }) => {
@@ -672,7 +672,7 @@ pub fn status(s: &mesh_activator::Status) -> String {
                 firewall(d, true)
             );
         }
-        Some(mesh_activator::status::FirewallDrift {
+        Some(mesh_remote::status::FirewallDrift {
             unreadable: Some(why),
             ..
         }) => {

@@ -167,7 +167,7 @@ fn crash_at_every_point_leaves_old_or_new() {
     if !crate::support::crash_points_here() {
         return;
     }
-    let points = mesh_activator::crash::POINTS;
+    let points = mesh_lib::crash::POINTS;
     let mut covered = BTreeSet::new();
     let mut runs = 0;
     for scenario in [
@@ -248,7 +248,7 @@ fn gc_crashed_anywhere_loses_nothing_in_use() {
         f.ok(&["take", "ssh"]);
     };
     let mut crashed = 0;
-    for point in mesh_activator::crash::GC_POINTS {
+    for point in mesh_lib::crash::GC_POINTS {
         for k in 1.. {
             let f = Fixture::new();
             setup(&f);

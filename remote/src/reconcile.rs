@@ -4,8 +4,8 @@
 
 use mesh_lib::GenerationId;
 
-use crate::node::Activator;
-use crate::switch::ActivateError;
+use mesh_switch::ActivateError;
+use mesh_switch::Activator;
 
 /// What one round did: the deploys it settled, then the firewall put back in force — or not,
 /// while the generation in force waits for its deploy's confirmation.

@@ -11,7 +11,7 @@
 //!
 //! A stage (`mesh pull --stage`, [`Request::stage`]) goes as far as a pull goes before its
 //! switch — the tag read, its statement and signatures judged, the objects the store lacks
-//! fetched — then stages the generation ([`crate::switch::stage`]: its images fetched, its
+//! fetched — then stages the generation ([`mesh_switch::stage`]: its images fetched, its
 //! secrets decrypted to check them) and changes nothing in force. It keeps the signatures but
 //! not the statement, and writes no pull record: the floor of sequences stays where it was, so
 //! the later pull of the same tag judges the same statement afresh (an expiry passed meanwhile
@@ -28,9 +28,9 @@ use mesh_registry::{Registry, RegistryError};
 use super::agent::{self, Place, Spawner, StartError};
 use super::health::{self, Check};
 use super::{Deploy, DeployState};
-use crate::node::Activator;
-use crate::ActivateError;
 use mesh_node::lock::{LockError, StateLock};
+use mesh_switch::ActivateError;
+use mesh_switch::Activator;
 
 /// How a pull ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -226,11 +226,12 @@ fn judge(
         Some(Err(why)) => return Err(refused(StatementError::Malformed(format!("{what}: {why}")))),
         Some(Ok(s)) => s,
     };
-    let fit = match node.judge_statement(&signed, Some(tag), std::time::SystemTime::now())? {
+    let fit = match crate::statement::judge(node, &signed, Some(tag), std::time::SystemTime::now())?
+    {
         Some(fit) => fit,
         None => {
             return Err(PullError::Node(ActivateError::Signers {
-                path: node.trusted_signers_path()?,
+                path: crate::trust::signers_path(node)?,
                 why: "there is no such file: a pull switches only to a generation a signer the \
                       node trusts signed"
                     .into(),
@@ -258,7 +259,7 @@ pub enum Pulled {
     /// would be recorded, but not written).
     Done(LastPull),
     /// Fetched and staged: nothing in force changed, no pull recorded.
-    Staged(LastPull, crate::switch::stage::Staged),
+    Staged(LastPull, mesh_switch::stage::Staged),
     /// Another pull (this pid) is running here: nothing done, nothing recorded.
     Busy(String),
     /// The tag is withdrawn (a rollout stopped): nothing done, nothing recorded.
@@ -371,7 +372,7 @@ pub fn pull(
     // withdrawal leave the node as they found it.
     let fit = match judge(&node, &tag, statement, artifact.as_ref().ok()) {
         Ok(fit) => fit,
-        Err(PullError::Node(e)) if e.kind() == crate::Kind::Refused => {
+        Err(PullError::Node(e)) if e.kind() == mesh_switch::Kind::Refused => {
             return Ok(Pulled::Refused(e.to_string()))
         }
         Err(e) => return Err(e),
@@ -379,7 +380,7 @@ pub fn pull(
     let artifact = match artifact {
         Ok(a) => a,
         Err(withdrawn) => {
-            node.keep_statement(&fit)?;
+            crate::statement::keep(&node, &fit)?;
             return Ok(Pulled::Withdrawn(withdrawn));
         }
     };
@@ -393,7 +394,7 @@ pub fn pull(
         // A newer statement of what is in force (signed again, to renew it) is kept — by a
         // pull, not a stage.
         if !request.stage {
-            node.keep_statement(&fit)?;
+            crate::statement::keep(&node, &fit)?;
         }
         return Ok(Pulled::UpToDate(id));
     }
@@ -435,7 +436,7 @@ pub fn pull(
         Err(e) => return ended(record, PullResult::Failed, e.to_string()),
     };
     record.bytes += bytes;
-    if let Err(e) = node.judge_offer(&id, &signatures) {
+    if let Err(e) = crate::trust::judge_offer(&node, &id, &signatures) {
         return ended(record, PullResult::Refused, e.to_string());
     }
     let fetched = match registry.fetch(&node.store, &artifact) {
@@ -467,7 +468,7 @@ pub fn pull(
     if request.stage {
         return staged(place, record, id);
     }
-    if let Err(e) = node.keep_statement(&fit) {
+    if let Err(e) = crate::statement::keep(&node, &fit) {
         return ended(record, PullResult::Failed, e.to_string());
     }
     let deploy = match switch(place, spawner, &node, id, request.guard) {

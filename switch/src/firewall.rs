@@ -9,8 +9,8 @@
 use mesh_lib::model::Mode;
 use mesh_lib::{Generation, NodeRecord};
 
-use crate::node::Activator;
-use crate::switch::ActivateError;
+use crate::ActivateError;
+use crate::Activator;
 
 impl Activator {
     /// Records the firewall found in force: its kind and a dump of it (into the store,

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::deploy::{AgentId, Deploy, DeployState, Verdict};
-use crate::node::Activator;
-use crate::switch::{ActivateError, Switched, UnitFailure};
 use mesh_node::lock::{LockError, StateLock};
 use mesh_node::profile::Trigger;
+use mesh_switch::Activator;
+use mesh_switch::{ActivateError, Switched, UnitFailure};
 
 /// How long going back may take, beyond the deadline, before it is given up as hung.
 pub const REVERT_BOUND: Duration = Duration::from_secs(120);
@@ -137,7 +137,7 @@ pub fn run_step(place: &Place, token: &str, step: Step) -> StepOutcome {
 
 fn switch_step(node: &Activator, deploy: &Deploy) -> Result<StepOutcome, ActivateError> {
     // Checked when it was armed; again here, where it counts.
-    node.check_trust(&deploy.target)?;
+    crate::trust::check(node, &deploy.target)?;
     let generation = node.store.generation(&deploy.target)?;
     let mut switched = node.switch(deploy.target, &generation, Trigger::Deploy, None, false)?;
     if switched.firewall.is_none() {
@@ -345,7 +345,7 @@ pub fn run(place: &Place, spawner: &dyn Spawner, token: &str) -> Result<(), Agen
 /// Whether the node moved from the generation in force before the deploy (a switch that
 /// failed after it changed something, or a journal to finish).
 fn moved(place: &Place, deploy: &Deploy) -> bool {
-    let journal = crate::switch::journal::journal_path(&place.state).exists();
+    let journal = mesh_switch::journal::journal_path(&place.state).exists();
     let in_force = place
         .node()
         .ok()
@@ -600,11 +600,11 @@ pub fn start(
         .map_err(ActivateError::from)?;
     match asked {
         Asked::Here => {
-            node.check_trust(&target)?;
+            crate::trust::check(node, &target)?;
         }
         Asked::FromElsewhere => {
-            node.check_trust_now(&target)?;
-            node.check_stated(&target, generation.node.as_str())?;
+            crate::trust::check_now(node, &target)?;
+            crate::statement::check_stated(node, &target, generation.node.as_str())?;
         }
     }
     // A secret this node cannot decrypt (not encrypted to its host key, the key missing):
@@ -640,7 +640,7 @@ pub enum Asked {
     Here,
     /// A deploy key (`mesh serve`, a deploy's connection) or a registry (a pull): on a node
     /// that trusts signers, a signer it trusts now must vouch for the generation, and the newest
-    /// statement the node accepted must name it ([`Node::check_stated`]).
+    /// statement the node accepted must name it ([`crate::statement::check_stated`]).
     FromElsewhere,
 }
 

@@ -16,10 +16,10 @@ use mesh_lib::model::{FileState, UnitTrigger};
 use mesh_lib::secret::Zeroizing;
 use mesh_lib::{atomic, BlobHash, Generation, GenerationId, TargetPath};
 
-use crate::node::Activator;
-use crate::switch::journal::{journal_path, Before, Journal, JournalOp, Pending};
-use crate::switch::observe::{at_secret_path, Observations};
-use crate::switch::ActivateError;
+use crate::journal::{journal_path, Before, Journal, JournalOp, Pending};
+use crate::observe::{at_secret_path, Observations};
+use crate::ActivateError;
+use crate::Activator;
 use mesh_node::host::{HostStore, Kept};
 use mesh_node::io_err;
 use mesh_node::plan::{Action, Plan, Reason};
@@ -37,7 +37,7 @@ impl Activator {
     pub(crate) fn check(
         &self,
         plan: &Plan,
-        mut plaintexts: crate::switch::secrets::Plaintexts,
+        mut plaintexts: crate::secrets::Plaintexts,
     ) -> Result<Blobs, ActivateError> {
         let mut blobs = Blobs::new();
         for action in &plan.actions {
@@ -146,7 +146,7 @@ impl Activator {
                 }
             }
             host.save(&self.state)?;
-            crate::crash::point("originals-recorded");
+            mesh_lib::crash::point("originals-recorded");
         }
         // The generation and its blobs were written by a build without waiting for the disk.
         self.store.sync()?;
@@ -217,7 +217,7 @@ impl Activator {
         })
         .map_err(|e| io_err("encoding", &journal)(e.into()))?;
         atomic::write_file(&journal, &bytes, 0o600).map_err(io_err("writing", &journal))?;
-        crate::crash::point("journal-written");
+        mesh_lib::crash::point("journal-written");
         Ok(())
     }
 }

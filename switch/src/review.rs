@@ -9,8 +9,8 @@
 use mesh_lib::diff::{content_diff, Diff, Side};
 use mesh_lib::Generation;
 
-use crate::node::Activator;
-use crate::switch::observe::Observations;
+use crate::observe::Observations;
+use crate::Activator;
 use mesh_node::plan::{Action, Plan};
 use mesh_node::root::Observed;
 

@@ -18,9 +18,9 @@ use mesh_lib::secret::DigestKey;
 use mesh_lib::{BlobHash, Generation, TargetPath};
 use serde::Serialize;
 
-use crate::node::Activator;
-use crate::switch::containers::with_values;
-use crate::switch::ActivateError;
+use crate::containers::with_values;
+use crate::ActivateError;
+use crate::Activator;
 use mesh_containers::{DockerError, Engine};
 use mesh_node::root::Observed;
 use mesh_reach::preview::{Change, Found, Holder, Verdict, Who};

@@ -10,9 +10,9 @@ use mesh_lib::model::{FileMode, UnitName, UnitTrigger};
 use mesh_lib::{atomic, BlobHash, GenerationId, TargetPath};
 use serde::{Deserialize, Serialize};
 
-use crate::node::Activator;
-use crate::switch::units::UnitFailure;
-use crate::switch::ActivateError;
+use crate::units::UnitFailure;
+use crate::ActivateError;
+use crate::Activator;
 use mesh_node::host::{HostStore, UnitInForce, Written};
 use mesh_node::io_err;
 use mesh_node::root::Observed;
@@ -78,7 +78,8 @@ pub struct Recovered {
     pub failed: Vec<UnitFailure>,
 }
 
-pub(crate) fn journal_path(state: &Path) -> PathBuf {
+/// Where the journal of an interrupted switch is: its being there says a switch was cut short.
+pub fn journal_path(state: &Path) -> PathBuf {
     state.join("journal.json")
 }
 

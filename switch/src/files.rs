@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 
 use mesh_lib::TargetPath;
 
-use crate::node::Activator;
-use crate::switch::journal::journal_path;
-use crate::switch::observe::Observations;
-use crate::switch::prepare::Blobs;
-use crate::switch::ActivateError;
+use crate::journal::journal_path;
+use crate::observe::Observations;
+use crate::prepare::Blobs;
+use crate::ActivateError;
+use crate::Activator;
 use mesh_node::plan::{Action, Plan};
 use mesh_node::root::{Observed, RootError, Stamp};
 
@@ -60,7 +60,7 @@ impl Activator {
             }
         }
         self.root.sync()?;
-        crate::crash::point("file-written-before-rename");
+        mesh_lib::crash::point("file-written-before-rename");
 
         let mut applied: Vec<&Action> = Vec::new();
         let mut stamps = Stamps::new();
@@ -68,10 +68,10 @@ impl Activator {
             let result = match action {
                 Action::Write { path, .. } => self.root.commit(path).map(|stamp| {
                     stamps.insert(path.clone(), stamp);
-                    crate::crash::point("file-applied");
+                    mesh_lib::crash::point("file-applied");
                 }),
                 Action::Remove { path } => self.root.remove(path, false).map(|()| {
-                    crate::crash::point("file-removed");
+                    mesh_lib::crash::point("file-removed");
                 }),
                 _ => continue,
             };

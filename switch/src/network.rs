@@ -9,8 +9,8 @@
 
 use mesh_lib::model::PrivateNetwork;
 
-use crate::node::Activator;
-use crate::switch::ActivateError;
+use crate::ActivateError;
+use crate::Activator;
 
 impl Activator {
     /// The addresses and routes of the node's namespace.

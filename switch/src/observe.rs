@@ -12,20 +12,22 @@ use std::collections::BTreeMap;
 
 use mesh_lib::{Generation, TargetPath};
 
-use crate::node::Activator;
-use crate::switch::ActivateError;
+use crate::ActivateError;
+use crate::Activator;
 use mesh_node::host::HostStore;
 use mesh_node::plan;
 use mesh_node::root::{FileFacts, Observed, RootError};
 
 /// What is at each path, and the bytes of each regular file there.
-pub(crate) type Observations = (
+pub type Observations = (
     BTreeMap<TargetPath, Observed>,
     BTreeMap<TargetPath, Vec<u8>>,
 );
 
 impl Activator {
-    pub(crate) fn observe_all(
+    /// What is at each path `target` declares or the host store says the mesh wrote: a file
+    /// the mesh wrote and left unchanged (same stamp) is known without being read.
+    pub fn observe_all(
         &self,
         target: &Generation,
         host: &HostStore,

@@ -21,8 +21,8 @@ use mesh_lib::{Generation, GenerationId, NodeRecord};
 
 use std::collections::BTreeMap;
 
-use crate::node::Activator;
-use crate::switch::ActivateError;
+use crate::ActivateError;
+use crate::Activator;
 use mesh_containers::{Engine, Present, SecretValues, Step};
 use mesh_systemd::services::Remount;
 
@@ -195,7 +195,7 @@ impl Activator {
 /// `entry` as it is compared with a found container: its secret environment variables given
 /// their values (an unknown one left out, so the comparison says it differs). Only ever
 /// compared, never shown or stored.
-pub(crate) fn with_values(
+pub fn with_values(
     entry: &mesh_lib::model::ContainerEntry,
     values: &SecretValues,
 ) -> mesh_lib::model::ContainerEntry {

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use mesh_lib::{Generation, GenerationId};
 use serde::{Deserialize, Serialize};
 
-use crate::node::Activator;
-use crate::switch::error::ActivateError;
+use crate::error::ActivateError;
+use crate::Activator;
 use mesh_node::io_err;
 
 /// What a stage put on the node.

@@ -19,10 +19,10 @@ use std::path::Path;
 use mesh_lib::trust::{Signature, TrustedSigners, TRUSTED_SIGNERS};
 use mesh_lib::{GenerationId, TargetPath};
 
-use crate::node::Activator;
-use crate::switch::ActivateError;
 use mesh_node::io_err;
 use mesh_node::root::Observed;
+use mesh_node::Node;
+use mesh_switch::ActivateError;
 
 /// How a generation was let through.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,84 +35,82 @@ pub enum Accepted {
     SignedBy(String),
 }
 
-impl Activator {
-    /// Where the node's trusted signers are.
-    pub fn trusted_signers_path(&self) -> Result<TargetPath, ActivateError> {
-        Ok(self
-            .record()?
-            .and_then(|r| r.trusted_signers)
-            .unwrap_or_else(|| TargetPath::new(TRUSTED_SIGNERS).expect("a valid path")))
-    }
+/// Where the node's trusted signers are.
+pub fn signers_path(node: &Node) -> Result<TargetPath, ActivateError> {
+    Ok(node
+        .record()?
+        .and_then(|r| r.trusted_signers)
+        .unwrap_or_else(|| TargetPath::new(TRUSTED_SIGNERS).expect("a valid path")))
+}
 
-    /// The node's trusted signers (`None`: no file, nothing is checked).
-    pub fn trusted_signers(&self) -> Result<Option<TrustedSigners>, ActivateError> {
-        let path = self.trusted_signers_path()?;
-        if !trust_root_holds(self.root.path(), &path)? {
-            return Ok(None);
-        }
-        match self.root.observe(&path)? {
-            (Observed::Absent, _) => Ok(None),
-            (Observed::File(_), Some(bytes)) => {
-                let text = String::from_utf8_lossy(&bytes);
-                TrustedSigners::parse(&text)
-                    .map(Some)
-                    .map_err(|e| ActivateError::Signers {
-                        path,
-                        why: e.to_string(),
-                    })
-            }
-            _ => Err(ActivateError::Signers {
-                path,
-                why: "not a regular file".into(),
-            }),
-        }
+/// The node's trusted signers (`None`: no file, nothing is checked).
+pub fn signers(node: &Node) -> Result<Option<TrustedSigners>, ActivateError> {
+    let path = signers_path(node)?;
+    if !trust_root_holds(node.root.path(), &path)? {
+        return Ok(None);
     }
+    match node.root.observe(&path)? {
+        (Observed::Absent, _) => Ok(None),
+        (Observed::File(_), Some(bytes)) => {
+            let text = String::from_utf8_lossy(&bytes);
+            TrustedSigners::parse(&text)
+                .map(Some)
+                .map_err(|e| ActivateError::Signers {
+                    path,
+                    why: e.to_string(),
+                })
+        }
+        _ => Err(ActivateError::Signers {
+            path,
+            why: "not a regular file".into(),
+        }),
+    }
+}
 
-    /// Whether generation `id`, arrived from elsewhere, may be switched to: refused (exit 2,
-    /// nothing changed) unless the node trusts no signer, it was in force before, or one of its
-    /// signatures is by a signer the node trusts.
-    pub fn check_trust(&self, id: &GenerationId) -> Result<Accepted, ActivateError> {
-        let Some(signers) = self.trusted_signers()? else {
-            return Ok(Accepted::NoPolicy);
-        };
-        let log = self
-            .profile
-            .log()
-            .map_err(io_err("reading the profile in", &self.state))?;
-        if log.iter().any(|e| e.id == *id) {
-            return Ok(Accepted::InForceBefore);
-        }
-        self.signed_by(&signers, id)
+/// Whether generation `id`, arrived from elsewhere, may be switched to: refused (exit 2,
+/// nothing changed) unless the node trusts no signer, it was in force before, or one of its
+/// signatures is by a signer the node trusts.
+pub fn check(node: &Node, id: &GenerationId) -> Result<Accepted, ActivateError> {
+    let Some(signers) = signers(node)? else {
+        return Ok(Accepted::NoPolicy);
+    };
+    let log = node
+        .profile
+        .log()
+        .map_err(io_err("reading the profile in", &node.state))?;
+    if log.iter().any(|e| e.id == *id) {
+        return Ok(Accepted::InForceBefore);
     }
+    signed_by(node, &signers, id)
+}
 
-    /// Whether generation `id` may be switched to at the request of a deploy key: as
-    /// [`Node::check_trust`], but having been in force before is no pass — a signer the node
-    /// trusts *now* must vouch for it, so a generation signed only by a signer since removed
-    /// (or never signed, from before the node trusted any) is refused.
-    pub fn check_trust_now(&self, id: &GenerationId) -> Result<Accepted, ActivateError> {
-        match self.trusted_signers()? {
-            Some(signers) => self.signed_by(&signers, id),
-            None => Ok(Accepted::NoPolicy),
-        }
+/// Whether generation `id` may be switched to at the request of a deploy key: as
+/// [`check`], but having been in force before is no pass — a signer the node
+/// trusts *now* must vouch for it, so a generation signed only by a signer since removed
+/// (or never signed, from before the node trusted any) is refused.
+pub fn check_now(node: &Node, id: &GenerationId) -> Result<Accepted, ActivateError> {
+    match signers(node)? {
+        Some(signers) => signed_by(node, &signers, id),
+        None => Ok(Accepted::NoPolicy),
     }
+}
 
-    /// The signer among `signers` of one of the signatures the store keeps for `id`.
-    fn signed_by(
-        &self,
-        signers: &TrustedSigners,
-        id: &GenerationId,
-    ) -> Result<Accepted, ActivateError> {
-        let signatures: Vec<Signature> = self
-            .store
-            .signatures(id)?
-            .into_iter()
-            .filter_map(|(_, text)| Signature::parse(&text).ok())
-            .collect();
-        signers
-            .accept(id, &signatures)
-            .map(|s| Accepted::SignedBy(s.to_string()))
-            .map_err(|refusal| ActivateError::Untrusted(Box::new(refusal)))
-    }
+/// The signer among `signers` of one of the signatures the store keeps for `id`.
+fn signed_by(
+    node: &Node,
+    signers: &TrustedSigners,
+    id: &GenerationId,
+) -> Result<Accepted, ActivateError> {
+    let signatures: Vec<Signature> = node
+        .store
+        .signatures(id)?
+        .into_iter()
+        .filter_map(|(_, text)| Signature::parse(&text).ok())
+        .collect();
+    signers
+        .accept(id, &signatures)
+        .map(|s| Accepted::SignedBy(s.to_string()))
+        .map_err(|refusal| ActivateError::Untrusted(Box::new(refusal)))
 }
 
 /// Whether the trusted signers at `path` under `root` are there (`false`: no such file) and
@@ -229,31 +227,29 @@ fn shell_word(path: &Path) -> String {
     }
 }
 
-impl Activator {
-    /// Whether a generation offered by a registry may be fetched at all: one of `armored` (its
-    /// signatures, as the registry gave them) must be valid over `id` and by a signer the node
-    /// trusts — judged before anything else of it is fetched. Unlike [`Node::check_trust`], a
-    /// node that trusts no signer accepts nothing this way: a registry is not the operator.
-    pub fn judge_offer(
-        &self,
-        id: &GenerationId,
-        armored: &[String],
-    ) -> Result<String, ActivateError> {
-        let Some(signers) = self.trusted_signers()? else {
-            return Err(ActivateError::Signers {
-                path: self.trusted_signers_path()?,
-                why: "there is no such file: a pull switches only to a generation a signer the \
-                      node trusts signed"
-                    .into(),
-            });
-        };
-        let signatures: Vec<Signature> = armored
-            .iter()
-            .filter_map(|text| Signature::parse(text).ok())
-            .collect();
-        signers
-            .accept(id, &signatures)
-            .map(|s| s.to_string())
-            .map_err(|refusal| ActivateError::Untrusted(Box::new(refusal)))
-    }
+/// Whether a generation offered by a registry may be fetched at all: one of `armored` (its
+/// signatures, as the registry gave them) must be valid over `id` and by a signer the node
+/// trusts — judged before anything else of it is fetched. Unlike [`check`], a
+/// node that trusts no signer accepts nothing this way: a registry is not the operator.
+pub fn judge_offer(
+    node: &Node,
+    id: &GenerationId,
+    armored: &[String],
+) -> Result<String, ActivateError> {
+    let Some(signers) = signers(node)? else {
+        return Err(ActivateError::Signers {
+            path: signers_path(node)?,
+            why: "there is no such file: a pull switches only to a generation a signer the \
+                  node trusts signed"
+                .into(),
+        });
+    };
+    let signatures: Vec<Signature> = armored
+        .iter()
+        .filter_map(|text| Signature::parse(text).ok())
+        .collect();
+    signers
+        .accept(id, &signatures)
+        .map(|s| s.to_string())
+        .map_err(|refusal| ActivateError::Untrusted(Box::new(refusal)))
 }

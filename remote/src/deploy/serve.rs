@@ -21,7 +21,7 @@
 //!
 //! An offer ([`mesh_lib::statement::Offer`]: the generation, its signatures, the statement naming
 //! it for this node) is judged before any object is sent, and kept only when it passes
-//! ([`Node::accept_offer`]); a deployer of version 3 sends it first, so a refused deploy sends
+//! ([`crate::statement::accept_offer`]); a deployer of version 3 sends it first, so a refused deploy sends
 //! nothing else.
 //!
 //! A stage (`mesh deploy --stage`) is offered as `offer-stage`: judged exactly as an offer to
@@ -49,7 +49,7 @@ use serde_json::json;
 
 use super::agent::{self, Place, Spawner, StartError};
 use super::{Deploy, DeployState};
-use crate::{ActivateError, Activator, Kind};
+use mesh_switch::{ActivateError, Activator, Kind};
 
 /// How a session ended other than by the end of its input.
 #[derive(Debug, thiserror::Error)]
@@ -314,8 +314,10 @@ fn offer(place: &Place, bytes: &[u8]) -> String {
         Ok(o) => o,
         Err(e) => return format!("error not an offer: {e}"),
     };
-    let judged = Activator::inspect(&place.state, &place.root, place.netns.clone())
-        .and_then(|node| node.accept_offer(&offer, std::time::SystemTime::now()));
+    let judged =
+        Activator::inspect(&place.state, &place.root, place.netns.clone()).and_then(|node| {
+            crate::statement::accept_offer(&node, &offer, std::time::SystemTime::now())
+        });
     match judged {
         Ok(()) => "ok".to_owned(),
         Err(e) if refusal(&e) => format!("error refused: {}", chain(&e)),
@@ -339,8 +341,10 @@ fn offer_to_stage(place: &Place, bytes: &[u8]) -> (String, Option<ToStage>) {
         Ok(o) => o,
         Err(e) => return (format!("error not an offer: {e}"), None),
     };
-    let judged = Activator::inspect(&place.state, &place.root, place.netns.clone())
-        .and_then(|node| node.judge_offer_to_stage(&offer, std::time::SystemTime::now()));
+    let judged =
+        Activator::inspect(&place.state, &place.root, place.netns.clone()).and_then(|node| {
+            crate::statement::judge_offer_to_stage(&node, &offer, std::time::SystemTime::now())
+        });
     match judged {
         Ok(fit) => (
             "ok".to_owned(),
@@ -360,7 +364,7 @@ fn offer_to_stage(place: &Place, bytes: &[u8]) -> (String, Option<ToStage>) {
 /// `error …`.
 fn stage(place: &Place, id: GenerationId, judged: Option<&ToStage>) -> String {
     let staged = Activator::open(&place.state, &place.root, place.netns.clone()).and_then(|node| {
-        if node.trusted_signers()?.is_some() {
+        if crate::trust::signers(&node)?.is_some() {
             let statement = match judged {
                 Some(j) if j.generation == id => j.statement.as_ref(),
                 _ => None,
@@ -369,8 +373,8 @@ fn stage(place: &Place, id: GenerationId, judged: Option<&ToStage>) -> String {
                 target: id,
                 stated: None,
             })?;
-            node.judge_statement(statement, None, std::time::SystemTime::now())?;
-            node.check_trust_now(&id)?;
+            crate::statement::judge(&node, statement, None, std::time::SystemTime::now())?;
+            crate::trust::check_now(&node, &id)?;
         }
         let generation = node.store.generation(&id)?;
         node.stage(id, &generation)
@@ -421,7 +425,7 @@ pub fn refusal(e: &ActivateError) -> bool {
 /// waits for its confirmation, if one does.
 pub fn current(place: &Place) -> Result<Option<serde_json::Value>, ActivateError> {
     let node = Activator::inspect(&place.state, &place.root, place.netns.clone())?;
-    Ok(node.in_force()?.map(
+    Ok(crate::status::in_force(&node)?.map(
         |c| json!({ "id": c.id, "trigger": c.trigger, "deployed": c.deployed, "waiting": c.waiting }),
     ))
 }

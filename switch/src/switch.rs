@@ -1,55 +1,14 @@
-//! A switch: the machine from the generation in force to another, one phase after another, each
-//! in its own file saying what it changes, what its dry run prints and where its crash points
-//! are.
-//!
-//! 0. an interrupted switch is finished first, from its journal ([`journal`]);
-//! 1. **observe** what is at every path the plan needs ([`observe`]), and the Docker engine; a
-//!    switch that changes the private network's range checks it against the node's addresses
-//!    and routes first ([`network`]);
-//! 2. **plan**: the pure file plan ([`mesh_node::plan`]), the service plan ([`mesh_systemd::services`],
-//!    with the units' states systemd reports) and the container steps ([`containers`]); a dry
-//!    run stops here and prints them, with what a person reviews ([`review`]: each file's
-//!    content diff, the firewall's nft lines, the containers' fields);
-//! 3. **prepare**: every blob read and checked, space and writability checked ([`prepare`]);
-//!    the images pinned by digest that the containers need and the engine lacks fetched
-//!    ([`mesh_containers::images`]);
-//! 4. **apply**, in this order:
-//!    - the firewall, in one transaction ([`firewall`]): if nft refuses, nothing has changed;
-//!    - content the mesh did not write recorded, the journal written ([`prepare`]);
-//!    - the units that stop, with the definitions they run ([`units`]);
-//!    - the files, staged, synced, renamed ([`files`]);
-//!    - the units: daemon-reload, enables, then reloads, restarts, starts, and the settle
-//!      window ([`units`], planned by [`mesh_systemd::services`]);
-//!    - the containers, after the files they may mount ([`containers`]);
-//! 5. **commit**: the host store, the profile's `current`, the journal removed ([`commit`]).
-//!
-//! A crash anywhere leaves, after the next switch or rollback, the old or the new generation.
-
-pub(crate) mod back;
-pub(crate) mod commit;
-pub(crate) mod containers;
-pub(crate) mod error;
-pub(crate) mod files;
-pub(crate) mod firewall;
-pub(crate) mod journal;
-pub(crate) mod network;
-pub(crate) mod observe;
-pub(crate) mod prepare;
-pub(crate) mod review;
-pub(crate) mod secrets;
-pub mod stage;
-pub mod units;
+//! The switch itself: the phases below, one after another, and what it did ([`Switched`]).
 
 use std::path::Path;
 
 use mesh_lib::{Generation, GenerationId};
 use serde::Serialize;
 
-pub use error::{ActivateError, Kind};
-pub use journal::Recovered;
-pub use units::UnitFailure;
-
-use crate::node::Activator;
+use crate::error::ActivateError;
+use crate::journal::Recovered;
+use crate::units::UnitFailure;
+use crate::{commit, Activator};
 use mesh_node::host::HostStore;
 use mesh_node::io_err;
 use mesh_node::plan::{self, Action, Plan, PlanInput};
@@ -66,7 +25,7 @@ pub struct Switched {
     pub plan: Plan,
     /// The target generation's files, containers and units by state: what a summary counts
     /// (a rollback across a take restores files that are held again).
-    pub states: crate::status::States,
+    pub states: crate::states::States,
     /// What the units and containers do after the files, and why.
     pub services: mesh_systemd::services::ServicePlan,
     /// The units that failed: their jobs failed, or they failed once started. The switch is
@@ -192,7 +151,7 @@ impl Activator {
                 review,
                 id,
                 number: None,
-                states: crate::status::States::of(target),
+                states: crate::states::States::of(target),
                 docker_calls: containers.calls(),
                 systemd_jobs: self.systemd_jobs(),
                 plan,
@@ -215,7 +174,7 @@ impl Activator {
         // Apply: the firewall first, in one transaction; then what the mesh did not write is
         // recorded and the journal written; then the files, then the containers.
         let firewall = self.converge_firewall(target)?;
-        crate::crash::point("firewall-converged");
+        mesh_lib::crash::point("firewall-converged");
         self.record_originals(target, &plan, &seen, &mut host)?;
         let secret_paths = declared
             .files
@@ -257,7 +216,7 @@ impl Activator {
         Ok(Switched {
             id,
             number,
-            states: crate::status::States::of(target),
+            states: crate::states::States::of(target),
             docker_calls: containers.calls(),
             systemd_jobs: self.systemd_jobs(),
             plan,

@@ -5,8 +5,8 @@
 use mesh_lib::model::{Mode, ModuleState};
 use mesh_lib::{Generation, GenerationId};
 
-use crate::node::Activator;
-use crate::switch::{ActivateError, Switched};
+use crate::Activator;
+use crate::{ActivateError, Switched};
 use mesh_node::profile::Trigger;
 
 impl Activator {

@@ -1,7 +1,7 @@
 //! A node under the activator's hand: its ground ([`mesh_node::Node`]: state directory, root,
 //! store, profile, record) and what a switch speaks to on it — the firewall of its network
 //! namespace, systemd, the container engine — with how it speaks to them. What a switch does is
-//! in [`crate::switch`]; what `mesh status` reports in [`crate::status`].
+//! in [`crate::switch`]; what `mesh status` reports, in `mesh-remote`.
 
 use std::ops::Deref;
 use std::path::Path;
@@ -14,7 +14,7 @@ use mesh_node::io_err;
 use mesh_node::root::Observed;
 use mesh_node::Node;
 
-use crate::switch::ActivateError;
+use crate::ActivateError;
 
 /// A node, and the firewall, systemd and container engine a switch speaks to on it.
 pub struct Activator {
@@ -49,7 +49,7 @@ impl Activator {
 
     /// Opens the node to change it, under the lock another process holds for this one: a
     /// deploy's step, run by the deploy's agent, which holds the lock until the deploy is
-    /// settled (see [`crate::deploy::agent`]).
+    /// settled (the deploy's agent, in `mesh-remote`).
     pub fn open_under(
         state: &Path,
         root: &Path,
@@ -74,7 +74,7 @@ impl Activator {
             systemd: std::sync::OnceLock::new(),
             container_jobs: mesh_containers::DEFAULT_JOBS,
             progress: Box::new(mesh_containers::Quiet),
-            settle: crate::switch::units::SETTLE,
+            settle: crate::units::SETTLE,
         }
     }
 
@@ -284,7 +284,7 @@ impl Activator {
             .map(|(_, id)| id)
             .collect();
         // The staged generation, its blobs and images stay for the switch to it.
-        if let Some(staged) = crate::switch::stage::StagedRecord::load(&self.state) {
+        if let Some(staged) = crate::stage::StagedRecord::load(&self.state) {
             if self.store.has_generation(&staged) {
                 kept.insert(staged);
             }

@@ -8,12 +8,12 @@ use std::path::Path;
 
 use mesh_lib::{atomic, Generation, GenerationId};
 
-use crate::node::Activator;
-use crate::switch::files::Stamps;
-use crate::switch::journal::journal_path;
-use crate::switch::observe::{at_secret_path, Observations};
-use crate::switch::prepare::managed_triggers;
-use crate::switch::ActivateError;
+use crate::files::Stamps;
+use crate::journal::journal_path;
+use crate::observe::{at_secret_path, Observations};
+use crate::prepare::managed_triggers;
+use crate::ActivateError;
+use crate::Activator;
 use mesh_node::host::{HostStore, Written};
 use mesh_node::io_err;
 use mesh_node::plan::{Action, Plan, Reason};
@@ -108,7 +108,7 @@ impl Activator {
             host.set_units(c.services.in_force.clone());
         }
         host.save(&self.state)?;
-        crate::crash::point("host-store-written");
+        mesh_lib::crash::point("host-store-written");
 
         let number = if c.already {
             None

@@ -27,8 +27,8 @@ use mesh_lib::model::{ContainerName, ContainerState, FileState};
 use mesh_lib::secret::{Identity, SecretContent, SecretRef, Zeroizing, HOST_KEY};
 use mesh_lib::{BlobHash, Generation, TargetPath};
 
-use crate::node::Activator;
-use crate::switch::ActivateError;
+use crate::ActivateError;
+use crate::Activator;
 use mesh_node::root::Observed;
 
 /// The plaintexts of a switch's secret files, by their keyed digest.
@@ -37,9 +37,11 @@ pub(crate) type Plaintexts = BTreeMap<BlobHash, Zeroizing<Vec<u8>>>;
 /// A target's secrets, decrypted: its files' plaintexts, and the values of its containers'
 /// secret environment variables, each by its keyed digest.
 #[derive(Default)]
-pub(crate) struct Opened {
-    pub(crate) files: Plaintexts,
-    pub(crate) values: mesh_containers::SecretValues,
+pub struct Opened {
+    /// The files' plaintexts.
+    pub files: Plaintexts,
+    /// The containers' secret environment values.
+    pub values: mesh_containers::SecretValues,
 }
 
 impl Activator {
@@ -109,7 +111,7 @@ impl Activator {
 
     /// [`Node::open_secrets`], also of the files and containers held (`held`): what `mesh
     /// import --check` compares with what is found, whatever the mesh does with it.
-    pub(crate) fn open_secrets_of(
+    pub fn open_secrets_of(
         &self,
         target: &Generation,
         held: bool,

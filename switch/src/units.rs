@@ -32,8 +32,8 @@ use mesh_lib::model::{UnitName, UnitState};
 use mesh_lib::{Generation, NodeRecord};
 use serde::Serialize;
 
-use crate::node::Activator;
-use crate::switch::ActivateError;
+use crate::ActivateError;
+use crate::Activator;
 use mesh_node::host::HostStore;
 use mesh_node::plan::Plan;
 use mesh_systemd::services::{self, ServiceInput, ServicePlan, UnitJob};
@@ -187,7 +187,7 @@ impl Activator {
         for wave in plan.stops() {
             failed.extend(run_jobs(systemd, &wave, bound())?);
         }
-        crate::crash::point("services-stopped");
+        mesh_lib::crash::point("services-stopped");
         Ok(failed)
     }
 
@@ -238,7 +238,7 @@ impl Activator {
         if plan.daemon_reload() {
             systemd.daemon_reload()?;
         }
-        crate::crash::point("services-reloaded");
+        mesh_lib::crash::point("services-reloaded");
         let bound = bound();
         for verb in [Verb::Reload, Verb::Restart, Verb::Start] {
             let jobs: Vec<&UnitJob> = plan.jobs.iter().filter(|j| j.verb == verb).collect();
@@ -246,7 +246,7 @@ impl Activator {
                 continue;
             }
             failed.extend(run_jobs(systemd, &jobs, bound)?);
-            crate::crash::point("service-jobs-done");
+            mesh_lib::crash::point("service-jobs-done");
         }
         failed.extend(settle(systemd, plan, &failed, self.settle)?);
         Ok(failed)
