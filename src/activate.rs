@@ -16,45 +16,9 @@ use crate::cli::{
     AdoptArgs, DiffArgs, FlipArgs, GcArgs, GenesisArgs, ReconcileArgs, RollbackArgs, SwitchArgs,
     TakeArgs,
 };
+use crate::context::Machine;
 use crate::failure::{Exit, Failure};
 use crate::show;
-
-/// Where the commands act: the state directory, the root files go under, the network
-/// namespace the firewall and sockets are read and written in.
-#[derive(Debug, Clone)]
-pub struct Machine {
-    pub state: PathBuf,
-    pub root: PathBuf,
-    pub netns: Option<String>,
-    /// How many containers a switch creates and starts at once (its stops are all at once).
-    pub container_jobs: usize,
-    /// How long a switch watches the units it started before it calls them up.
-    pub settle: std::time::Duration,
-    /// Whether a deploy key asked for what runs (`mesh serve`): a generation from elsewhere
-    /// then needs a signer trusted now, and a statement naming it.
-    pub served: bool,
-}
-
-impl Machine {
-    /// The node, its lock taken: for a command that changes it.
-    fn open(&self) -> Result<Activator, Failure> {
-        Ok(
-            Activator::open(&self.state, &self.root, self.netns.clone())?
-                .with_container_jobs(self.container_jobs)
-                .with_settle(self.settle)
-                .with_progress(Box::new(crate::progress::Containers::new())),
-        )
-    }
-
-    /// The node, to look at it.
-    fn inspect(&self) -> Result<Activator, Failure> {
-        Ok(Activator::inspect(
-            &self.state,
-            &self.root,
-            self.netns.clone(),
-        )?)
-    }
-}
 
 /// Builds `decl` with `record` (kept in memory: the caller saves it) and the image lock of its
 /// tree, if it has one.
@@ -64,15 +28,15 @@ pub(crate) fn build_with(
     record: Option<&NodeRecord>,
 ) -> Result<Built, Failure> {
     let path = record_path(state);
-    let images = mesh_compiler::images_lock(decl, crate::commands::tree_rule())?;
+    let images = mesh_compiler::images_lock(decl, crate::context::tree_rule())?;
     Ok(build(&BuildRequest {
         node: decl,
         record: record.map(|r| (r, path.as_path())),
         images: images.as_ref().map(|(l, _)| l),
         state_dir: state,
         use_cache: true,
-        evaluator: crate::commands::evaluator(),
-        tree: crate::commands::tree_rule(),
+        evaluator: crate::context::evaluator(),
+        tree: crate::context::tree_rule(),
         per_module: true,
     })?)
 }

@@ -5,42 +5,11 @@ use std::path::{Path, PathBuf};
 
 use mesh_fleet::deploy::{Options, Outcome};
 use mesh_fleet::progress::Progress;
-use mesh_fleet::{Fleet, Node};
 use serde_json::json;
 
 use crate::cli::{DeployArgs, FleetArgs, FleetBuildArgs, FleetImportArgs, FleetStatusArgs};
+use crate::context::{load, select, signer, Place};
 use crate::failure::{Exit, Failure};
-
-/// Where the fleet is, as the global options say.
-pub struct Place {
-    /// The fleet file named (`--fleet`, `MESH_FLEET`); none: the nearest `fleet.ncl` from the
-    /// working folder upwards.
-    pub file: Option<PathBuf>,
-    /// The fleet's tree, given outright (`--tree`, `MESH_TREE`).
-    pub tree: Option<PathBuf>,
-}
-
-pub(crate) fn load(state: &Path, place: &Place) -> Result<Fleet, Failure> {
-    let file = match &place.file {
-        Some(file) => file.clone(),
-        None => {
-            let here = std::env::current_dir().map_err(Failure::system)?;
-            mesh_compiler::imports::nearest_fleet_file(&here).ok_or_else(|| {
-                Failure::user(format!(
-                    "no {} in {} or a folder above it (up to its checkout): name one with \
-                     --fleet FILE (MESH_FLEET), or start a fleet with `mesh init`",
-                    mesh_compiler::imports::FLEET_FILE,
-                    here.display()
-                ))
-            })?
-        }
-    };
-    Ok(Fleet::load(&file, state, place.tree.as_deref())?)
-}
-
-pub(crate) fn select<'a>(fleet: &'a Fleet, names: &[String]) -> Result<Vec<&'a Node>, Failure> {
-    fleet.select(names).map_err(Failure::user)
-}
 
 fn short(id: Option<&mesh_lib::GenerationId>) -> String {
     id.map_or("-".to_owned(), |i| i.short().to_string())
@@ -123,7 +92,7 @@ pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Fa
         &fleet,
         &nodes,
         state,
-        crate::commands::evaluator(),
+        crate::context::evaluator(),
         args.fleet.at_once.parallel as usize,
     );
     let signer = signer(args.sign, &args.key)?;
@@ -265,7 +234,7 @@ pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Resu
     let args = &status_args.fleet;
     let fleet = load(state, place)?;
     let nodes = select(&fleet, &args.nodes)?;
-    let evaluator = crate::commands::evaluator();
+    let evaluator = crate::context::evaluator();
     let mut lines = mesh_fleet::each(&nodes, args.at_once.parallel as usize, |n| {
         mesh_fleet::status::line(&fleet, n, state, evaluator)
     });
@@ -424,7 +393,7 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
         confirm_within: args.confirm_timeout,
         dry_run: args.dry_run,
         state_dir: state.to_owned(),
-        evaluator: crate::commands::evaluator().clone(),
+        evaluator: crate::context::evaluator().clone(),
         io_timeout: std::time::Duration::from_secs(args.io_timeout),
         replace_foreign: args.replace_foreign,
         signer: signer(args.sign, &args.key)?,
@@ -508,19 +477,6 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
     } else {
         Failure::system(message)
     })
-}
-
-/// The signer `--sign` and `--key` ask for, if any.
-pub(crate) fn signer(
-    sign: bool,
-    key: &crate::cli::SigningKey,
-) -> Result<Option<mesh_fleet::sign::Signer>, Failure> {
-    if !sign {
-        return Ok(None);
-    }
-    mesh_fleet::sign::Signer::new(key.key.as_deref())
-        .map(Some)
-        .map_err(Failure::user)
 }
 
 /// `mesh sign ID…`.

@@ -12,8 +12,8 @@ use mesh_lib::image_lock::{ImageLock, Unpinned};
 use serde_json::json;
 
 use crate::cli::ImagesLockArgs;
+use crate::context::Place;
 use crate::failure::{Exit, Failure};
-use crate::fleet::Place;
 
 /// The images one lock file answers for: each unpinned reference and the containers that name
 /// it (`NODE/CONTAINER`).
@@ -52,22 +52,22 @@ fn wanted(
     let whole = node.is_none();
     match node {
         Some(decl) => {
-            let record = crate::commands::load_record(state, None)?;
+            let record = crate::context::load_record(state, None)?;
             let built = mesh_compiler::build(&BuildRequest {
                 node: decl,
                 record: record.as_ref().map(|(r, p)| (r, p.as_path())),
                 images: None,
                 state_dir: state,
                 use_cache: true,
-                evaluator: crate::commands::evaluator(),
-                tree: crate::commands::tree_rule(),
+                evaluator: crate::context::evaluator(),
+                tree: crate::context::tree_rule(),
                 per_module: true,
             })?;
-            let lock = mesh_compiler::images_lock_path(decl, crate::commands::tree_rule())?;
+            let lock = mesh_compiler::images_lock_path(decl, crate::context::tree_rule())?;
             found.push((lock, built.summary.node.to_string(), unpinned_of(&built)?));
         }
         None => {
-            let fleet = crate::fleet::load(state, place)?;
+            let fleet = crate::context::load(state, place)?;
             let nodes: Vec<&mesh_fleet::Node> = fleet.nodes.values().collect();
             let built = mesh_fleet::each(&nodes, 8, |n| {
                 let record = mesh_fleet::build::recorded(&fleet, n)
@@ -76,7 +76,7 @@ fn wanted(
                     n,
                     record.as_ref().map(|(r, p)| (r, p.as_path())),
                     state,
-                    crate::commands::evaluator(),
+                    crate::context::evaluator(),
                 )?;
                 let lock = mesh_compiler::images_lock_path(&n.declaration, &n.tree)?;
                 Ok::<_, mesh_compiler::BuildError>((lock, built))

@@ -6,8 +6,8 @@ use mesh_lib::TargetPath;
 use mesh_switch::Activator;
 use serde_json::json;
 
-use crate::activate::Machine;
 use crate::cli::ImportArgs;
+use crate::context::Machine;
 use crate::failure::{Exit, Failure};
 
 pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {

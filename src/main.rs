@@ -4,8 +4,10 @@
 #[macro_use]
 mod output;
 mod activate;
+mod build;
 mod cli;
 mod commands;
+mod context;
 mod failure;
 mod fleet;
 mod images;

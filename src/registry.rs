@@ -10,10 +10,10 @@ use mesh_remote::deploy::health::Check;
 use mesh_remote::deploy::pull::{self, PullResult, Pulled};
 use serde_json::json;
 
-use crate::activate::Machine;
 use crate::cli::{FollowArgs, PruneArgs, PullArgs, PushArgs, RegistryOptions, RolloutArgs};
+use crate::context::Machine;
+use crate::context::Place;
 use crate::failure::{Exit, Failure};
-use crate::fleet::Place;
 
 /// The registry `target`, as the options say to reach it.
 pub fn connect(target: &str, options: &RegistryOptions) -> Result<Registry, Failure> {
@@ -56,13 +56,13 @@ fn prepare(
     Failure,
 > {
     let registry = registry(&args.target, &args.registry)?;
-    let fleet = crate::fleet::load(state, place)?;
-    let nodes = crate::fleet::select(&fleet, &args.fleet.nodes)?;
+    let fleet = crate::context::load(state, place)?;
+    let nodes = crate::context::select(&fleet, &args.fleet.nodes)?;
     let options = mesh_fleet::publish::Options {
         parallel: args.fleet.at_once.parallel as usize,
         state_dir: state.to_owned(),
-        evaluator: crate::commands::evaluator().clone(),
-        signer: crate::fleet::signer(args.sign, &args.key)?,
+        evaluator: crate::context::evaluator().clone(),
+        signer: crate::context::signer(args.sign, &args.key)?,
         revision: args
             .revision
             .clone()
@@ -196,7 +196,7 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
             )));
         }
     }
-    let nodes = crate::fleet::select(&fleet, &args.publish.fleet.nodes)?;
+    let nodes = crate::context::select(&fleet, &args.publish.fleet.nodes)?;
     let waves = mesh_fleet::rollout::waves(&fleet, &nodes).map_err(Failure::user)?;
     let json_out = args.publish.fleet.json;
     let reports = mesh_fleet::rollout::run(

@@ -14,7 +14,7 @@ use mesh_lib::transfer;
 use mesh_remote::deploy::{agent, serve, Deploy, DeployState};
 use serde_json::json;
 
-use crate::activate::Machine;
+use crate::context::Machine;
 use crate::failure::{Exit, Failure};
 
 fn transfer_failure(e: transfer::TransferError) -> Failure {

@@ -60,7 +60,7 @@ fn locate(state: &Path, file: &Path) -> Result<(Tree, String), Failure> {
 pub(crate) fn tree_at(state: &Path, at: &Path) -> Result<Tree, Failure> {
     let library = mesh_compiler::library::install(state)
         .map_err(|e| Failure::system(format!("installing the mesh library: {e}")))?;
-    let rule = crate::commands::tree_rule();
+    let rule = crate::context::tree_rule();
     // The tree of the nearest secrets.ncl above (the one that declares this secret's readers).
     let rules_file = at
         .ancestors()

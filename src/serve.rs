@@ -158,9 +158,9 @@ pub fn allowed(asked: &[String], own: &[(String, String)]) -> Result<Vec<String>
     ))
 }
 
-/// `mesh serve`: runs the request in `SSH_ORIGINAL_COMMAND` when [`allowed`], refuses anything
-/// else (exit 1, saying so).
-pub fn serve(own: &[(String, String)]) -> Result<(), Failure> {
+/// `mesh serve`: the request in `SSH_ORIGINAL_COMMAND`, to run when [`allowed`] (with the
+/// node's own options, `own`); anything else refused (exit 1, saying so).
+pub fn request(own: &[(String, String)]) -> Result<crate::cli::Cli, Failure> {
     let Some(original) = std::env::var_os("SSH_ORIGINAL_COMMAND") else {
         return Err(Failure::user(
             "this key deploys only: it opens no shell (mesh serve runs a deploy's requests, which sshd passes in SSH_ORIGINAL_COMMAND)",
@@ -194,7 +194,7 @@ pub fn serve(own: &[(String, String)]) -> Result<(), Failure> {
     let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(&argv)
         .map_err(|e| Failure::user(e.to_string()))?;
     SERVED.store(true, Ordering::Relaxed);
-    crate::commands::run(cli)
+    Ok(cli)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::failure::{Exit, Failure};
 /// `mesh init`.
 pub fn init(state: &Path, args: InitArgs) -> Result<(), Failure> {
     let node = NodeName::new(&args.node).map_err(|e| Failure::user(format!("--node: {e}")))?;
-    let done = mesh_fleet::init::init(&args.dir, &node, state, crate::commands::evaluator())
+    let done = mesh_fleet::init::init(&args.dir, &node, state, crate::context::evaluator())
         .map_err(|e| match e {
             InitError::Build { source, .. } => (*source).into(),
             InitError::InTheWay { .. } => Failure::text(Exit::Refused, e),

@@ -373,6 +373,12 @@ impl Deploy {
     }
 }
 
+/// Whether the node refused (nothing moved) rather than failed: a generation it does not trust
+/// or cannot decrypt, a lock held.
+pub fn refusal(e: &mesh_switch::ActivateError) -> bool {
+    matches!(e, mesh_switch::ActivateError::Secret { .. }) || e.kind() == mesh_switch::Kind::Refused
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -189,7 +189,7 @@ fn staged(place: &Place, mut record: LastPull, id: GenerationId) -> Result<Pulle
             Ok(Pulled::Staged(record, s))
         }
         Err(e) => {
-            record.result = if super::serve::refusal(&e) {
+            record.result = if super::refusal(&e) {
                 PullResult::Refused
             } else {
                 PullResult::Failed

@@ -48,8 +48,8 @@ use mesh_lib::{transfer, GenerationId, Store};
 use serde_json::json;
 
 use super::agent::{self, Place, Spawner, StartError};
-use super::{Deploy, DeployState};
-use mesh_switch::{ActivateError, Activator, Kind};
+use super::{refusal, Deploy, DeployState};
+use mesh_switch::{ActivateError, Activator};
 
 /// How a session ended other than by the end of its input.
 #[derive(Debug, thiserror::Error)]
@@ -412,12 +412,6 @@ fn switch(place: &Place, spawner: &dyn Spawner, id: &str, seconds: u64) -> Strin
         Err(StartError::Refused(e)) => format!("error {}", chain(&e)),
         Err(StartError::Io(e)) => format!("error {e}"),
     }
-}
-
-/// Whether the node refused (nothing moved) rather than failed: a generation it does not trust
-/// or cannot decrypt, a lock held.
-pub fn refusal(e: &ActivateError) -> bool {
-    matches!(e, ActivateError::Secret { .. }) || e.kind() == Kind::Refused
 }
 
 /// The generation in force, as `current` answers it: its id, what put it in force (the
