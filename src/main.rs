@@ -27,7 +27,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     // The evaluating child of a build (see mesh_compiler::bounded): not a command of the CLI.
     if std::env::args_os().nth(1).as_deref() == Some(mesh_compiler::bounded::CHILD_ARG.as_ref()) {
-        return ExitCode::from(mesh_compiler::bounded::serve());
+        return ExitCode::from(mesh_compiler::serve());
     }
     // The ProxyCommand of the mesh's own ssh connections (see mesh_fleet::ssh::proxy).
     if std::env::args_os().nth(1).as_deref() == Some(mesh_fleet::ssh::PROXY_ARG.as_ref()) {

@@ -200,7 +200,7 @@ fn ms(d: Duration) -> String {
 fn main() {
     // The bounded builds' evaluating child is this very binary.
     if std::env::args_os().nth(1).as_deref() == Some(mesh_compiler::bounded::CHILD_ARG.as_ref()) {
-        std::process::exit(i32::from(mesh_compiler::bounded::serve()));
+        std::process::exit(i32::from(mesh_compiler::serve()));
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let nodes = root.join("examples/nodes");

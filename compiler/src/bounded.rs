@@ -2,7 +2,8 @@
 //!
 //! Nickel is a full language: a declaration can recurse forever, and one did, growing past
 //! 13 GB in a minute. The mesh evaluates a declaration in a child process of its own binary
-//! (the program named by [`Evaluator::Child`], run with [`CHILD_ARG`]): the child limits its
+//! (the program named by [`Evaluator::Child`], run with [`CHILD_ARG`], which calls
+//! [`crate::serve`]): the child limits its
 //! own address space (`RLIMIT_AS`) before it reads anything, and the mesh kills it when the time
 //! limit passes. Should the mesh itself be killed first, the child does not outlive it: it asks
 //! the kernel for SIGKILL when its parent goes, and its CPU time is limited too (`RLIMIT_CPU`, a
@@ -10,9 +11,9 @@
 //! memory or the mesh itself, and the mesh reports which limit it went past (exit 1). A crash of
 //! the evaluator (a stack overflow, a panic) is reported too, never a silent abort.
 //!
-//! The child does all of the work that needs Nickel's values: the walk of the imports
-//! ([`crate::imports`]), the evaluation, and the assembly (whose rejections point into the
-//! sources). It keeps what it built ([`crate::keep`]: the blobs, the generation, the cache
+//! The child ([`crate::child`]) does all of the work that needs Nickel's values: the walk of
+//! the imports ([`crate::imports`]), the evaluation, and the assembly (whose rejections point
+//! into the sources). It keeps what it built ([`crate::keep`]: the blobs, the generation, the cache
 //! entries, in the state directory it was given) and answers with the generation's id and
 //! summary, or with the rejection, spans included: a large node's generation is not encoded
 //! for the mesh to decode again. A build the cache answers starts no child.
@@ -32,10 +33,9 @@ use std::time::Duration;
 
 use mesh_lib::image_lock::ImageLock;
 use mesh_lib::model::Summary;
-use mesh_lib::{GenerationId, NodeRecord};
+use mesh_lib::GenerationId;
 use serde::{Deserialize, Serialize};
 
-use crate::assemble::{Assembled, RecordSource};
 use crate::diagnostic::MeshDiagnostic;
 use crate::eval::ReadSource;
 use crate::imports::Tree;
@@ -46,7 +46,7 @@ pub const CHILD_ARG: &str = "__mesh-evaluate";
 
 /// The argument after [`CHILD_ARG`] that has the child load Nickel's standard library as it
 /// starts: a node built before, most likely with a few modules to evaluate in that process.
-const WARM_ARG: &str = "--warm";
+pub(crate) const WARM_ARG: &str = "--warm";
 
 /// The default time limit, in seconds.
 pub const DEFAULT_TIME_SECONDS: u64 = 60;
@@ -78,7 +78,7 @@ pub enum Evaluator {
     InProcess,
     /// In a child process, bounded by `limits`: `program CHILD_ARG`.
     Child {
-        /// The program to run; it must call [`serve`] when given [`CHILD_ARG`].
+        /// The program to run; it must call [`crate::serve`] when given [`CHILD_ARG`].
         program: PathBuf,
         /// The limits.
         limits: Limits,
@@ -184,7 +184,7 @@ pub(crate) struct Request {
 }
 
 #[derive(Serialize, Deserialize)]
-enum Answer {
+pub(crate) enum Answer {
     /// Built and kept in the store.
     Kept {
         id: GenerationId,
@@ -201,174 +201,12 @@ enum Answer {
     },
 }
 
-/// An evaluation's result: the assembled generation and the sources it read.
-pub(crate) struct Evaluated {
-    pub assembled: Assembled,
-    pub sources: Vec<ReadSource>,
-    /// The per-module cache entries to write.
-    pub entries: Vec<crate::cache::modules::Entry>,
-    /// The keys of the node's modules, whose entries the cache keeps when it bounds itself.
-    pub live: Vec<String>,
-    /// How many modules were evaluated, when they were evaluated apart (`None`: the node was
-    /// evaluated whole).
-    pub evaluated: Option<usize>,
-    /// The imports of the texts the walk parsed, to remember when they changed.
-    pub parsed: Option<crate::imports::Parsed>,
-    /// The store, when it was opened (and the blobs of the modules read from the cache put in
-    /// it) while the evaluation went on.
-    pub store: Option<mesh_lib::Store>,
-}
-
-/// Evaluates and assembles in this process: what the child does, and what
-/// [`Evaluator::InProcess`] does.
-/// `warm`: an evaluator already loading the standard library, if one was started.
-pub(crate) fn evaluate_here(
-    request: &Request,
-    warm: Option<&crate::eval::Warm>,
-) -> Result<Evaluated, MeshDiagnostic> {
-    let mut evaluated = evaluate_declaration(request, warm)?;
-    // The secrets' ciphertexts are read from the tree, and are sources like the imports.
-    let read = crate::secrets::resolve(&mut evaluated.assembled, &request.tree, &request.library)?;
-    evaluated.sources.extend(read);
-    Ok(evaluated)
-}
-
-/// Evaluates the declaration and assembles its generation, its secrets not yet read; a
-/// container named by a tag the image lock holds is pinned by its locked digest (after the
-/// assembly, so the modules' caches hold what the declaration says, whatever the lock).
-fn evaluate_declaration(
-    request: &Request,
-    warm: Option<&crate::eval::Warm>,
-) -> Result<Evaluated, MeshDiagnostic> {
-    let mut evaluated = evaluate_as_declared(request, warm)?;
-    if !request.images.images.is_empty() {
-        for entry in evaluated.assembled.generation.containers.values_mut() {
-            request.images.pin(entry);
-        }
-    }
-    Ok(evaluated)
-}
-
-/// [`evaluate_declaration`], the images as declared.
-fn evaluate_as_declared(
-    request: &Request,
-    warm: Option<&crate::eval::Warm>,
-) -> Result<Evaluated, MeshDiagnostic> {
-    let tree = &request.tree;
-    let known = match (&request.cache_dir, request.per_module) {
-        (Some(dir), true) => crate::cache::modules::load_parsed(dir, &request.node),
-        _ => crate::imports::Parsed::new(),
-    };
-    // A node built before here: most likely a few of its modules changed, to be evaluated
-    // here, so the evaluator loads its standard library while the walk goes on. (Not for a
-    // first build: its modules are evaluated in processes of their own, and the walk parses
-    // on every core.)
-    let started = match warm {
-        None if !known.is_empty() => crate::eval::Warm::start(),
-        _ => None,
-    };
-    let warm = warm.or(started.as_ref());
-    if let Some(w) = warm {
-        w.library(&request.library);
-    }
-    let (graph, parsed) = crate::imports::walk_with(
-        &request.node,
-        std::slice::from_ref(&request.library),
-        tree,
-        &known,
-    )?;
-    let parsed =
-        (request.cache_dir.is_some() && request.per_module && parsed != known).then_some(parsed);
-    let record = match &request.record {
-        Some((bytes, name)) => Some((
-            NodeRecord::parse(bytes.as_bytes())
-                .map_err(|e| MeshDiagnostic::new(format!("{name}: {e}")))?,
-            name.clone(),
-        )),
-        None => None,
-    };
-    let source = record.as_ref().map(|(record, name)| RecordSource {
-        record,
-        name: name.clone(),
-    });
-    if request.per_module {
-        // The blobs of the modules read from the cache are put in the store while the others
-        // are evaluated (the store and its packs' index then ready for the rest): most, if
-        // not all, are there already — the build that cached those modules stored them.
-        let store = std::sync::OnceLock::new();
-        let early = |assembly: &crate::assemble::Assembly<'_>| {
-            if let Ok(opened) = mesh_lib::Store::open(&request.state_dir) {
-                let blobs = assembly.blobs().map(|b| (b.bytes.as_slice(), b.private));
-                // Put again with the rest, whatever happened here.
-                let _again_at_the_keep = opened.put_blobs_deferred(blobs);
-                let _once = store.set(opened);
-            }
-        };
-        let inputs = crate::incremental::Inputs {
-            node: &request.node,
-            library: &request.library,
-            pinned: &request.pinned,
-            tree,
-            graph: &graph,
-            record: source.as_ref(),
-            cache: request.cache_dir.as_deref(),
-            early: request.cache_dir.is_some().then_some(&early as _),
-            threads: if request.program.is_some() {
-                processes()
-            } else {
-                1
-            },
-            chunks: request.program.as_ref().map(|program| Chunks {
-                program: program.clone(),
-                limits: Limits {
-                    time: Duration::from_secs(request.time_seconds.max(1)),
-                    // Together the chunks stay within the limit; one that needs more fails,
-                    // and the node is evaluated whole, within all of it.
-                    memory_mib: (request.memory_mib / processes() as u64).max(64),
-                },
-                request,
-            }),
-        };
-        let answer = crate::incremental::evaluate(&inputs, warm);
-        if let Some(answer) = answer {
-            discard((graph, known));
-            return Ok(Evaluated {
-                assembled: answer.assembled,
-                sources: answer.sources,
-                entries: answer.entries,
-                live: answer.live,
-                evaluated: Some(answer.evaluated),
-                parsed,
-                store: store.into_inner(),
-            });
-        }
-    }
-    let evaluation =
-        crate::eval::evaluate_in(&request.node, &request.library, &request.pinned, tree)?;
-    let assembled = crate::assemble::assemble(&evaluation, source.as_ref())?;
-    Ok(Evaluated {
-        assembled,
-        sources: evaluation.read_sources(),
-        entries: Vec::new(),
-        live: Vec::new(),
-        evaluated: None,
-        parsed,
-        store: None,
-    })
-}
-
-/// How many processes evaluate chunks of modules at once: one per core. (Threads would not do:
-/// Nickel's evaluator is not `Send`, and its identifiers are interned behind one global lock.)
-fn processes() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-}
-
 /// Where chunks of modules are evaluated: `program`, one process each, within `limits`, for
 /// the node of `request`.
 pub(crate) struct Chunks<'a> {
-    program: PathBuf,
-    limits: Limits,
-    request: &'a Request,
+    pub(crate) program: PathBuf,
+    pub(crate) limits: Limits,
+    pub(crate) request: &'a Request,
 }
 
 impl Chunks<'_> {
@@ -404,27 +242,6 @@ impl Chunks<'_> {
     }
 }
 
-/// A chunk evaluated here: what a chunk's process answers.
-pub(crate) fn evaluate_chunk_here(
-    request: &Request,
-    text: String,
-) -> Result<(Box<serde_json::value::RawValue>, Vec<ReadSource>), MeshDiagnostic> {
-    let tree = &request.tree;
-    let evaluation = crate::eval::evaluate_text_in(
-        &request.node,
-        text,
-        &request.library,
-        &request.pinned,
-        tree,
-    )?;
-    let value = evaluation.to_json().map_err(MeshDiagnostic::new)?;
-    let sources = evaluation.read_sources();
-    // Handing the evaluation's memory back one allocation at a time (some 7 ms for a hundred
-    // modules) would only delay the answer.
-    discard(evaluation);
-    Ok((value, sources))
-}
-
 fn decode_sources(sources: Vec<(PathBuf, String)>) -> Result<Vec<ReadSource>, String> {
     sources
         .into_iter()
@@ -435,38 +252,11 @@ fn decode_sources(sources: Vec<(PathBuf, String)>) -> Result<Vec<ReadSource>, St
         .collect()
 }
 
-fn encode_sources(sources: Vec<ReadSource>) -> Vec<(PathBuf, String)> {
+pub(crate) fn encode_sources(sources: Vec<ReadSource>) -> Vec<(PathBuf, String)> {
     sources
         .into_iter()
         .map(|(p, d)| (p, blake3::Hash::from_bytes(d).to_hex().to_string()))
         .collect()
-}
-
-/// Runs `request` in `program`, bounded by `limits`.
-pub(crate) fn evaluate_in_child(
-    program: &Path,
-    limits: Limits,
-    request: &Request,
-) -> Result<Result<crate::Kept, crate::BuildError>, BoundedError> {
-    let input = serde_json::to_vec(request).map_err(|e| BoundedError::Failed {
-        node: request.node.clone(),
-        reason: e.to_string(),
-    })?;
-    let warm = request.per_module
-        && request
-            .cache_dir
-            .as_deref()
-            .is_some_and(|dir| crate::cache::modules::has_parsed(dir, &request.node));
-    // A node built before: most likely one module to evaluate, in a child that stays.
-    let output = if warm && crate::serving::enabled() {
-        crate::serving::evaluate(program, limits, &request.node, &input)?
-    } else {
-        run_child(program, limits, &request.node, &input, false)?
-    };
-    decode(&output).map_err(|e| BoundedError::Failed {
-        node: request.node.clone(),
-        reason: format!("its answer cannot be read: {e}"),
-    })
 }
 
 /// Runs `program` as an evaluating child with `input` on its stdin, bounded by `limits`; its
@@ -616,7 +406,7 @@ pub(crate) fn finish_child(
     Ok(output)
 }
 
-fn decode(output: &[u8]) -> Result<Result<crate::Kept, crate::BuildError>, String> {
+pub(crate) fn decode(output: &[u8]) -> Result<Result<crate::Kept, crate::BuildError>, String> {
     let json = unframe(output).ok_or("it is cut short")?;
     match serde_json::from_slice(json).map_err(|e| e.to_string())? {
         Answer::Rejected(d) => Ok(Err((*d).into())),
@@ -635,178 +425,11 @@ fn decode(output: &[u8]) -> Result<Result<crate::Kept, crate::BuildError>, Strin
     }
 }
 
-fn encode(result: Result<crate::Kept, crate::BuildError>) -> Result<Vec<u8>, String> {
-    frame(match result {
-        Ok(kept) => Answer::Kept {
-            id: kept.id,
-            summary: kept.summary,
-            evaluated: kept.evaluated,
-        },
-        Err(crate::BuildError::Rejected(d)) => Answer::Rejected(Box::new(d)),
-        Err(e) => Answer::NotKept(e.to_string()),
-    })
-    .map_err(|e| e.to_string())
-}
-
-fn encode_chunk(
-    result: Result<(Box<serde_json::value::RawValue>, Vec<ReadSource>), MeshDiagnostic>,
-) -> Result<Vec<u8>, String> {
-    frame(match result {
-        Ok((value, sources)) => Answer::Chunk {
-            value,
-            sources: encode_sources(sources),
-        },
-        Err(d) => Answer::Rejected(Box::new(d)),
-    })
-    .map_err(|e| e.to_string())
-}
-
 /// The answer: its JSON's length, then its JSON.
-fn frame(answer: Answer) -> Result<Vec<u8>, serde_json::Error> {
+pub(crate) fn frame(answer: Answer) -> Result<Vec<u8>, serde_json::Error> {
     let json = serde_json::to_vec(&answer)?;
     let mut out = Vec::with_capacity(8 + json.len());
     out.extend_from_slice(&(json.len() as u64).to_le_bytes());
     out.extend_from_slice(&json);
     Ok(out)
-}
-
-/// Set in an evaluating child: it ends once it has answered, and gives its memory back to the
-/// system all at once then.
-static ENDS_AFTER_ANSWER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Set in an evaluator serving one build after another ([`crate::serving`]): what the answer
-/// would wait for the freeing of is freed once it is given ([`collect_garbage`]).
-pub(crate) static SERVING: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-thread_local! {
-    /// What this thread is to free once its answer is given.
-    static GARBAGE: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Drops `value` — or, in an evaluating child, leaves it to the process's end (or, in one
-/// that serves several builds, to the moment its answer is given): freeing a large evaluation
-/// or node value by value costs milliseconds the answer would wait for.
-pub(crate) fn discard<T: 'static>(value: T) {
-    if SERVING.load(std::sync::atomic::Ordering::Relaxed) {
-        GARBAGE.with(|g| g.borrow_mut().push(Box::new(value)));
-    } else if ENDS_AFTER_ANSWER.load(std::sync::atomic::Ordering::Relaxed) {
-        std::mem::forget(value);
-    }
-}
-
-/// Frees what this thread [`discard`]ed.
-pub(crate) fn collect_garbage() {
-    let garbage = GARBAGE.with(|g| std::mem::take(&mut *g.borrow_mut()));
-    drop(garbage);
-}
-
-/// The child's side: reads the request on stdin, limits its own address space, evaluates,
-/// writes the answer on stdout. Returns the process's exit code: 0 when it answered (a
-/// rejection is an answer), 3 when it could not.
-pub fn serve() -> u8 {
-    // Told a node built before is to be built: Nickel's standard library is loaded from the
-    // start, beside everything else.
-    let mode = std::env::args_os().nth(2);
-    if mode.as_deref() == Some(crate::serving::SERVE_ARG.as_ref()) {
-        return crate::serving::serve_builds();
-    }
-    ENDS_AFTER_ANSWER.store(true, std::sync::atomic::Ordering::Relaxed);
-    let warm = mode
-        .is_some_and(|a| a == WARM_ARG)
-        .then(crate::eval::Warm::start)
-        .flatten();
-    let mut input = Vec::new();
-    if let Err(e) = std::io::stdin().read_to_end(&mut input) {
-        eprintln!("mesh evaluator: reading the request: {e}");
-        return 3;
-    }
-    let request: Request = match serde_json::from_slice(&input) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("mesh evaluator: the request cannot be read: {e}");
-            return 3;
-        }
-    };
-    drop(input);
-
-    // The mesh waits for this answer; if it is gone, so is the reason to compute it.
-    let _best_effort =
-        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
-    if request.time_seconds > 0 {
-        if let Err(e) = limit_cpu(request.time_seconds.saturating_add(1)) {
-            eprintln!("mesh evaluator: {e}");
-            return 3;
-        }
-    }
-    if let Err(e) = limit_memory(request.memory_mib) {
-        eprintln!("mesh evaluator: {e}");
-        return 3;
-    }
-    let answer = match answer(&request, warm.as_ref()) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("mesh evaluator: cannot encode the answer: {e}");
-            return 3;
-        }
-    };
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(&answer).and_then(|()| stdout.flush()) {
-        Ok(()) => {
-            // The answer is whole: the mesh need not wait for this process to go away.
-            if let Ok(null) = std::fs::File::open("/dev/null") {
-                let _still_open = rustix::stdio::dup2_stdout(&null);
-            }
-            0
-        }
-        Err(e) => {
-            eprintln!("mesh evaluator: writing the answer: {e}");
-            3
-        }
-    }
-}
-
-/// What an evaluating child answers `request`, framed: a chunk's value, or the node's
-/// generation kept (or why not).
-pub(crate) fn answer(
-    request: &Request,
-    warm: Option<&crate::eval::Warm>,
-) -> Result<Vec<u8>, String> {
-    match request.chunk.clone() {
-        Some(text) => encode_chunk(evaluate_chunk_here(request, text)),
-        None => encode(
-            evaluate_here(request, warm)
-                .map_err(crate::BuildError::from)
-                .and_then(|evaluated| crate::keep(request, evaluated)),
-        ),
-    }
-}
-
-/// Limits this process's CPU time to `seconds` (it gets SIGXCPU past them).
-pub(crate) fn limit_cpu(seconds: u64) -> Result<(), String> {
-    lower_to(rustix::process::Resource::Cpu, seconds)
-        .map_err(|e| format!("cannot limit its time: {e}"))
-}
-
-/// Limits this process's address space to `mib` MiB (0: no limit).
-pub(crate) fn limit_memory(mib: u64) -> Result<(), String> {
-    if mib == 0 {
-        return Ok(());
-    }
-    lower_to(
-        rustix::process::Resource::As,
-        mib.saturating_mul(1024 * 1024),
-    )
-    .map_err(|e| format!("cannot limit its memory: {e}"))
-}
-
-/// Sets the soft limit of `resource` to `value`, within its hard limit.
-fn lower_to(resource: rustix::process::Resource, value: u64) -> rustix::io::Result<()> {
-    let hard = rustix::process::getrlimit(resource).maximum;
-    let limit = rustix::process::Rlimit {
-        current: Some(hard.map_or(value, |h| h.min(value))),
-        maximum: hard,
-    };
-    rustix::process::setrlimit(resource, limit)
 }

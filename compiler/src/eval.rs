@@ -335,18 +335,18 @@ impl Warm {
                         Ask::Library(dir) => context.library(dir),
                         Ask::Job(job) => {
                             let answer = context.run(&job).unwrap_or_else(|Stale| {
-                                crate::bounded::discard(std::mem::replace(
+                                crate::memory::discard(std::mem::replace(
                                     &mut context,
                                     Context::new(),
                                 ));
                                 context.run(&job).ok().flatten()
                             });
                             let _gone = answered.send(answer);
-                            crate::bounded::collect_garbage();
+                            crate::memory::collect_garbage();
                         }
                     }
                 }
-                crate::bounded::discard(context);
+                crate::memory::discard(context);
             })
             .ok()?;
         Some(Warm {
@@ -529,7 +529,7 @@ impl Context {
                 }
             }
             let answer = json_of(&value).ok().map(|json| (json, read));
-            crate::bounded::discard(value);
+            crate::memory::discard(value);
             answer
         })())
     }

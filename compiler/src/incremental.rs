@@ -222,7 +222,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, warm: Option<&crate::eval::Warm>) ->
         live: keys.modules.iter().flatten().cloned().collect(),
         entries,
     };
-    crate::bounded::discard((values, bundles, spine, keys));
+    crate::memory::discard((values, bundles, spine, keys));
     Some(answer)
 }
 

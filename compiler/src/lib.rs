@@ -21,12 +21,14 @@
 pub mod assemble;
 pub mod bounded;
 pub mod cache;
+pub mod child;
 pub mod diagnostic;
 pub mod eval;
 pub mod format;
 pub mod imports;
 pub mod incremental;
 pub mod library;
+mod memory;
 pub mod secrets;
 pub mod serving;
 pub mod spine;
@@ -39,8 +41,20 @@ use mesh_lib::store::StoreError;
 use mesh_lib::{Generation, GenerationId, NodeRecord, Store};
 
 pub use bounded::{Evaluator, Limits};
+
 pub use diagnostic::MeshDiagnostic;
 pub use imports::TreeRule;
+
+/// The evaluating child's side, when this binary was run as one (its first argument is
+/// [`bounded::CHILD_ARG`]): answers one build, or — told to serve ([`serving::SERVE_ARG`]) —
+/// build after build of the process that started it. Returns the process's exit code.
+pub fn serve() -> u8 {
+    let mode = std::env::args_os().nth(2);
+    if mode.as_deref() == Some(serving::SERVE_ARG.as_ref()) {
+        return serving::serve_builds();
+    }
+    child::answer_once(mode)
+}
 
 /// What to build.
 pub struct BuildRequest<'a> {
@@ -206,7 +220,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
     };
     match request.evaluator {
         Evaluator::InProcess => {
-            let evaluated = bounded::evaluate_here(&eval_request, None)?;
+            let evaluated = child::evaluate_here(&eval_request, None)?;
             let kept = keep(&eval_request, evaluated)?;
             Ok(built(
                 kept.id,
@@ -223,7 +237,7 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
                 time_seconds: limits.time.as_secs_f64().ceil() as u64,
                 ..eval_request
             };
-            let kept = bounded::evaluate_in_child(program, *limits, &eval_request)??;
+            let kept = serving::evaluate_in_child(program, *limits, &eval_request)??;
             Ok(built(kept.id, kept.summary, false, kept.evaluated, None))
         }
     }
@@ -290,7 +304,7 @@ pub(crate) struct Kept {
 /// which sends back only the id and the summary, not a large node's generation to decode again.
 pub(crate) fn keep(
     request: &bounded::Request,
-    evaluated: bounded::Evaluated,
+    evaluated: child::Evaluated,
 ) -> Result<Kept, BuildError> {
     let store = match evaluated.store {
         Some(store) => store,
@@ -334,7 +348,7 @@ pub(crate) fn keep(
         let key = cache::CacheKey::from_bytes(*key);
         cache::store(&request.state_dir, &key, id, &summary, &evaluated.sources);
     }
-    bounded::discard((assembled.blobs, evaluated.entries, evaluated.sources));
+    memory::discard((assembled.blobs, evaluated.entries, evaluated.sources));
     Ok(Kept {
         id,
         summary,

@@ -353,7 +353,7 @@ fn read_frame(input: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
 /// The child's side: serves requests on stdin until it ends, or until this child retires.
 /// Returns the process's exit code: 0 when it ended as it should, 3 when it could not go on.
 pub(crate) fn serve_builds() -> u8 {
-    crate::bounded::SERVING.store(true, std::sync::atomic::Ordering::Relaxed);
+    crate::memory::SERVING.store(true, std::sync::atomic::Ordering::Relaxed);
     let warm = crate::eval::Warm::start();
     let mut stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout().lock();
@@ -394,7 +394,7 @@ pub(crate) fn serve_builds() -> u8 {
             let _best_effort = rustix::process::set_parent_process_death_signal(Some(
                 rustix::process::Signal::KILL,
             ));
-            if let Err(e) = crate::bounded::limit_memory(request.memory_mib) {
+            if let Err(e) = crate::child::limit_memory(request.memory_mib) {
                 eprintln!("mesh evaluator: {e}");
                 return 3;
             }
@@ -403,12 +403,12 @@ pub(crate) fn serve_builds() -> u8 {
         if request.time_seconds > 0 {
             let used = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
             let used = u64::try_from(used.tv_sec).unwrap_or(0) + 1;
-            if let Err(e) = crate::bounded::limit_cpu(used.saturating_add(request.time_seconds)) {
+            if let Err(e) = crate::child::limit_cpu(used.saturating_add(request.time_seconds)) {
                 eprintln!("mesh evaluator: {e}");
                 return 3;
             }
         }
-        let answer = match crate::bounded::answer(&request, warm.as_ref()) {
+        let answer = match crate::child::answer(&request, warm.as_ref()) {
             Ok(a) => a,
             Err(e) => {
                 eprintln!("mesh evaluator: cannot encode the answer: {e}");
@@ -425,7 +425,7 @@ pub(crate) fn serve_builds() -> u8 {
             eprintln!("mesh evaluator: writing the answer: {e}");
             return 3;
         }
-        crate::bounded::collect_garbage();
+        crate::memory::collect_garbage();
         if !more {
             return 0;
         }
@@ -439,4 +439,31 @@ fn address_space() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmSize:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Runs `request` in `program`, bounded by `limits`.
+pub(crate) fn evaluate_in_child(
+    program: &Path,
+    limits: Limits,
+    request: &Request,
+) -> Result<Result<crate::Kept, crate::BuildError>, BoundedError> {
+    let input = serde_json::to_vec(request).map_err(|e| BoundedError::Failed {
+        node: request.node.clone(),
+        reason: e.to_string(),
+    })?;
+    let warm = request.per_module
+        && request
+            .cache_dir
+            .as_deref()
+            .is_some_and(|dir| crate::cache::modules::has_parsed(dir, &request.node));
+    // A node built before: most likely one module to evaluate, in a child that stays.
+    let output = if warm && enabled() {
+        evaluate(program, limits, &request.node, &input)?
+    } else {
+        crate::bounded::run_child(program, limits, &request.node, &input, false)?
+    };
+    crate::bounded::decode(&output).map_err(|e| BoundedError::Failed {
+        node: request.node.clone(),
+        reason: format!("its answer cannot be read: {e}"),
+    })
 }
