@@ -781,6 +781,29 @@ fn aside(json_out: bool, line: &str) {
     }
 }
 
+/// Sets the path the operator gave with a flag (`(flag, given)`) in `field` of the node's
+/// record: saved, and said, when it changes the record.
+fn set_record_path(
+    node: &Activator,
+    record: &mut NodeRecord,
+    (flag, given): (&str, Option<&String>),
+    field: fn(&mut NodeRecord) -> &mut Option<mesh_lib::TargetPath>,
+    said: impl Fn(&mesh_lib::TargetPath) -> String,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let Some(given) = given else {
+        return Ok(());
+    };
+    let path =
+        mesh_lib::TargetPath::new(given).map_err(|e| Failure::user(format!("{flag}: {e}")))?;
+    if field(record).as_ref() != Some(&path) {
+        *field(record) = Some(path.clone());
+        node.save_record(record)?;
+        aside(json_out, &said(&path));
+    }
+    Ok(())
+}
+
 pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
     let state = machine.state.as_path();
     use mesh_lib::model::{Port, Protocol, FOUNDATION_PORTS};
@@ -789,36 +812,24 @@ pub fn genesis(machine: &Machine, args: GenesisArgs) -> Result<(), Failure> {
         Some(r) => r,
         None => NodeRecord::managed(build_with(state, &args.node, None)?.summary.node),
     };
-    if let Some(path) = &args.trusted_signers {
-        let path = mesh_lib::TargetPath::new(path)
-            .map_err(|e| Failure::user(format!("--trusted-signers: {e}")))?;
-        if record.trusted_signers.as_ref() != Some(&path) {
-            record.trusted_signers = Some(path);
-            node.save_record(&record)?;
-            aside(
-                args.json,
-                &format!(
-                    "the node's trusted signers are at {} (a generation from elsewhere needs a signature by one of them)",
-                    record.trusted_signers.as_ref().expect("just set")
-                ),
-            );
-        }
-    }
-    if let Some(path) = &args.host_key {
-        let path = mesh_lib::TargetPath::new(path)
-            .map_err(|e| Failure::user(format!("--host-key: {e}")))?;
-        if record.host_key.as_ref() != Some(&path) {
-            record.host_key = Some(path);
-            node.save_record(&record)?;
-            aside(
-                args.json,
-                &format!(
-                    "the node's host key is at {} (its secrets are decrypted with it)",
-                    record.host_key.as_ref().expect("just set")
-                ),
-            );
-        }
-    }
+    set_record_path(
+        &node,
+        &mut record,
+        ("--trusted-signers", args.trusted_signers.as_ref()),
+        |r| &mut r.trusted_signers,
+        |path| {
+            format!("the node's trusted signers are at {path} (a generation from elsewhere needs a signature by one of them)")
+        },
+        args.json,
+    )?;
+    set_record_path(
+        &node,
+        &mut record,
+        ("--host-key", args.host_key.as_ref()),
+        |r| &mut r.host_key,
+        |path| format!("the node's host key is at {path} (its secrets are decrypted with it)"),
+        args.json,
+    )?;
     // The declaration's ports: built without the pins when repinning.
     let mut unpinned = record.clone();
     if args.repin {

@@ -189,22 +189,7 @@ mod tests {
     use crate::{LABEL_MODULE, LABEL_OWNER};
 
     fn entry(state: ContainerState) -> ContainerEntry {
-        ContainerEntry {
-            module: ModuleName::new("m").unwrap(),
-            image: "img".into(),
-            digest: None,
-            command: vec![],
-            environment: BTreeMap::new(),
-            secret_environment: Default::default(),
-            ports: vec![],
-            volumes: vec![],
-            labels: BTreeMap::new(),
-            stop_timeout: None,
-            restart: None,
-            networks: Vec::new(),
-            healthcheck: None,
-            state,
-        }
+        ContainerEntry::new(ModuleName::new("m").unwrap(), "img", state)
     }
 
     fn present(ours: Option<&ContainerEntry>, running: bool) -> Present {
@@ -223,6 +208,23 @@ mod tests {
 
     fn one(state: ContainerState) -> BTreeMap<ContainerName, ContainerEntry> {
         BTreeMap::from([(ContainerName::new("c").unwrap(), entry(state))])
+    }
+
+    /// The steps for one container `c` in `state`, what the engine has being `present`, with no
+    /// found container recorded and none known to be the declared one.
+    fn steps(
+        state: ContainerState,
+        present: &BTreeMap<String, Present>,
+        adopted: bool,
+    ) -> Result<Vec<Step>, String> {
+        plan(
+            &one(state),
+            present,
+            &BTreeMap::new(),
+            adopted,
+            "me",
+            &BTreeSet::new(),
+        )
     }
 
     fn held() -> ContainerState {
@@ -269,43 +271,19 @@ mod tests {
         let none = BTreeMap::new();
         let found = BTreeMap::from([("c".to_string(), present(None, true))]);
         assert_eq!(
-            plan(&one(held()), &found, &none, true, "me", &BTreeSet::new()).unwrap(),
+            steps(held(), &found, true).unwrap(),
             vec![Step::Hold { name: "c".into() }]
         );
         assert_eq!(
-            plan(
-                &one(ContainerState::Staged),
-                &found,
-                &none,
-                true,
-                "me",
-                &BTreeSet::new()
-            )
-            .unwrap_err(),
+            steps(ContainerState::Staged, &found, true).unwrap_err(),
             "c"
         );
         assert_eq!(
-            plan(
-                &one(ContainerState::Staged),
-                &BTreeMap::new(),
-                &none,
-                true,
-                "me",
-                &BTreeSet::new()
-            )
-            .unwrap(),
+            steps(ContainerState::Staged, &BTreeMap::new(), true).unwrap(),
             vec![Step::Stage { name: "c".into() }]
         );
         assert_eq!(
-            plan(
-                &one(ContainerState::Managed),
-                &found,
-                &none,
-                true,
-                "me",
-                &BTreeSet::new()
-            )
-            .unwrap(),
+            steps(ContainerState::Managed, &found, true).unwrap(),
             vec![
                 Step::Retire { name: "c".into() },
                 Step::Run {
@@ -317,15 +295,7 @@ mod tests {
         let managed = entry(ContainerState::Managed);
         let ours = BTreeMap::from([("c".to_string(), present(Some(&managed), true))]);
         assert_eq!(
-            plan(
-                &one(ContainerState::Managed),
-                &ours,
-                &none,
-                false,
-                "me",
-                &BTreeSet::new()
-            )
-            .unwrap(),
+            steps(ContainerState::Managed, &ours, false).unwrap(),
             vec![]
         );
         let stale = BTreeMap::from([("old".to_string(), present(Some(&managed), true))]);
@@ -408,32 +378,15 @@ mod tests {
     /// left alone.
     #[test]
     fn a_staged_container_that_runs_is_stopped() {
-        let none = BTreeMap::new();
         let staged = entry(ContainerState::Staged);
         let running = BTreeMap::from([("c".to_string(), present(Some(&staged), true))]);
         assert_eq!(
-            plan(
-                &one(ContainerState::Staged),
-                &running,
-                &none,
-                true,
-                "me",
-                &BTreeSet::new()
-            )
-            .unwrap(),
+            steps(ContainerState::Staged, &running, true).unwrap(),
             vec![Step::Stop { name: "c".into() }]
         );
         let created = BTreeMap::from([("c".to_string(), present(Some(&staged), false))]);
         assert_eq!(
-            plan(
-                &one(ContainerState::Staged),
-                &created,
-                &none,
-                true,
-                "me",
-                &BTreeSet::new()
-            )
-            .unwrap(),
+            steps(ContainerState::Staged, &created, true).unwrap(),
             vec![]
         );
     }

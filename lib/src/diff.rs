@@ -720,7 +720,6 @@ fn listed(list: &[String]) -> String {
 mod tests {
     use super::*;
     use crate::model::{ContainerState, ModuleName};
-    use std::collections::BTreeMap;
 
     fn mode(m: &str) -> FileMode {
         FileMode::parse(m).unwrap()
@@ -771,22 +770,12 @@ mod tests {
     /// A container's spec, field by field: the image, one environment variable, the state.
     #[test]
     fn containers_change_field_by_field() {
-        let a = ContainerEntry {
-            module: ModuleName::new("web").unwrap(),
-            image: "web:1".into(),
-            digest: None,
-            command: vec![],
-            environment: [("A".into(), "1".into()), ("B".into(), "2".into())].into(),
-            secret_environment: Default::default(),
-            ports: vec![],
-            volumes: vec![],
-            labels: BTreeMap::new(),
-            stop_timeout: None,
-            restart: None,
-            networks: Vec::new(),
-            healthcheck: None,
-            state: ContainerState::Staged,
-        };
+        let mut a = ContainerEntry::new(
+            ModuleName::new("web").unwrap(),
+            "web:1",
+            ContainerState::Staged,
+        );
+        a.environment = [("A".into(), "1".into()), ("B".into(), "2".into())].into();
         let mut b = a.clone();
         b.image = "web:2".into();
         b.environment.remove("B");

@@ -937,6 +937,27 @@ pub struct ContainerEntry {
 }
 
 impl ContainerEntry {
+    /// A container of `module` that runs `image` as the image says, with nothing else declared
+    /// (no command, environment, ports, volumes or labels), in `state`.
+    pub fn new(module: ModuleName, image: impl Into<String>, state: ContainerState) -> Self {
+        Self {
+            module,
+            image: image.into(),
+            digest: None,
+            command: Vec::new(),
+            environment: BTreeMap::new(),
+            secret_environment: BTreeMap::new(),
+            ports: Vec::new(),
+            volumes: Vec::new(),
+            labels: BTreeMap::new(),
+            stop_timeout: None,
+            restart: None,
+            networks: Vec::new(),
+            healthcheck: None,
+            state,
+        }
+    }
+
     /// The digest held is the one the image reference is pinned by (none for a tag alone).
     pub fn check_digest(&self) -> Result<(), String> {
         let declared = if self.image.contains('@') {

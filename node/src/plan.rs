@@ -456,6 +456,24 @@ mod tests {
         }
     }
 
+    /// A host store saying the mesh wrote `content` at [`path`], mode 0644, root's.
+    fn wrote(content: &[u8]) -> HostStore {
+        let mut host = HostStore::default();
+        host.written.insert(
+            path(),
+            Written {
+                hash: BlobHash::of(content),
+                keyed: false,
+                mode: FileMode::parse("0644").unwrap(),
+                uid: 0,
+                gid: 0,
+                stamp: None,
+                units: Vec::new(),
+            },
+        );
+        host
+    }
+
     fn file(content: &[u8]) -> Observed {
         Observed::File(FileFacts {
             hash: BlobHash::of(content),
@@ -530,19 +548,7 @@ mod tests {
             },
             b"new",
         );
-        let mut host = HostStore::default();
-        host.written.insert(
-            path(),
-            Written {
-                hash: BlobHash::of(b"new"),
-                keyed: false,
-                mode: FileMode::parse("0644").unwrap(),
-                uid: 0,
-                gid: 0,
-                stamp: None,
-                units: Vec::new(),
-            },
-        );
+        let host = wrote(b"new");
         let p = plan_of(&g, &host, &adopted(Some(b"orig")), file(b"new")).unwrap();
         assert_eq!(
             p.actions,
@@ -567,19 +573,7 @@ mod tests {
             },
             b"new",
         );
-        let mut host = HostStore::default();
-        host.written.insert(
-            path(),
-            Written {
-                hash: BlobHash::of(b"new"),
-                keyed: false,
-                mode: FileMode::parse("0644").unwrap(),
-                uid: 0,
-                gid: 0,
-                stamp: None,
-                units: Vec::new(),
-            },
-        );
+        let host = wrote(b"new");
         let mut record = adopted(Some(b"orig"));
         let found = record.found.files.get_mut(&path()).unwrap();
         (found.owner, found.group) = ("gone".into(), "gone".into());
@@ -658,19 +652,7 @@ mod tests {
     #[test]
     fn drift_is_kept_before_update() {
         let g = generation(FileState::Managed, b"new");
-        let mut host = HostStore::default();
-        host.written.insert(
-            path(),
-            Written {
-                hash: BlobHash::of(b"old"),
-                keyed: false,
-                mode: FileMode::parse("0644").unwrap(),
-                uid: 0,
-                gid: 0,
-                stamp: None,
-                units: Vec::new(),
-            },
-        );
+        let host = wrote(b"old");
         let p = plan_of(&g, &host, &adopted(None), file(b"edited")).unwrap();
         assert!(
             matches!(

@@ -120,29 +120,34 @@ impl Activator {
     }
 
     /// Fetches the images the steps need and the engine lacks, before anything changes (see
-    /// [`mesh_containers::images`]), and lists each one fetched as the mesh's, needed by `generation`
-    /// (also those fetched before a failure: they stay on the engine). A failure refuses the
-    /// switch with nothing changed but the engine's images.
+    /// [`mesh_containers::images`]).
     pub(crate) fn fetch_images(
         &self,
         containers: &Containers,
         generation: &GenerationId,
     ) -> Result<(), ActivateError> {
-        let Some(engine) = &containers.engine else {
-            return Ok(());
-        };
-        let fetched =
-            mesh_containers::images::fetch(engine, &containers.fetch, self.progress.as_ref());
+        match &containers.engine {
+            Some(engine) => self.fetch_listed(engine, &containers.fetch, generation),
+            None => Ok(()),
+        }
+    }
+
+    /// Fetches `wanted` through `engine` and lists each image fetched as the mesh's, needed by
+    /// `generation` (also those fetched before a failure: they stay on the engine). A failure
+    /// refuses the switch or stage with nothing changed but the engine's images.
+    pub(crate) fn fetch_listed(
+        &self,
+        engine: &mesh_containers::Engine,
+        wanted: &[mesh_containers::images::Wanted],
+        generation: &GenerationId,
+    ) -> Result<(), ActivateError> {
+        let fetched = mesh_containers::images::fetch(engine, wanted, self.progress.as_ref());
         let images = match &fetched {
             Ok(images) => images,
             Err(failed) => &failed.fetched,
         };
-        let listed = mesh_containers::images::Fetched::record(
-            &self.state,
-            &containers.fetch,
-            images,
-            generation,
-        );
+        let listed =
+            mesh_containers::images::Fetched::record(&self.state, wanted, images, generation);
         fetched.map_err(ActivateError::Images)?;
         listed.map_err(|e| mesh_node::NodeError::Io {
             what: "listing the images fetched in",

@@ -81,18 +81,7 @@ impl Activator {
             let engine = mesh_containers::Engine::connect()?;
             let (wanted, present) =
                 mesh_containers::images::pinned_missing(&engine, &target.containers)?;
-            let fetched = mesh_containers::images::fetch(&engine, &wanted, self.progress.as_ref());
-            let done = match &fetched {
-                Ok(images) => images,
-                Err(failed) => &failed.fetched,
-            };
-            let listed = mesh_containers::images::Fetched::record(&self.state, &wanted, done, &id);
-            fetched.map_err(ActivateError::Images)?;
-            listed.map_err(|e| mesh_node::NodeError::Io {
-                what: "listing the images fetched in",
-                path: e.path,
-                source: std::io::Error::other(e.why),
-            })?;
+            self.fetch_listed(&engine, &wanted, &id)?;
             (wanted, present)
         } else {
             (Vec::new(), 0)

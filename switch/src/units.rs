@@ -178,10 +178,9 @@ impl Activator {
         &self,
         plan: &ServicePlan,
     ) -> Result<Vec<UnitFailure>, ActivateError> {
-        if plan.not_driven.is_some() || !plan.asks_systemd() {
+        let Some(systemd) = self.asked(plan)? else {
             return Ok(Vec::new());
-        }
-        let systemd = self.systemd().map_err(ActivateError::NoSystemd)?;
+        };
         systemd.disable(&plan.disable.iter().map(|u| &u.unit).collect::<Vec<_>>())?;
         let mut failed = Vec::new();
         for wave in plan.stops() {
@@ -195,10 +194,9 @@ impl Activator {
     /// the ones it disabled are enabled again (best effort: the switch's own error is what is
     /// reported).
     pub(crate) fn restart_stopped(&self, plan: &ServicePlan) {
-        if plan.not_driven.is_some() || !plan.asks_systemd() {
+        let Ok(Some(systemd)) = self.asked(plan) else {
             return;
-        }
-        let Ok(systemd) = self.systemd() else { return };
+        };
         let disabled: Vec<&UnitName> = plan.disable.iter().map(|u| &u.unit).collect();
         let _best_effort = systemd.enable(&disabled);
         let _best_effort = systemd.daemon_reload();
@@ -219,10 +217,9 @@ impl Activator {
         &self,
         plan: &ServicePlan,
     ) -> Result<Vec<UnitFailure>, ActivateError> {
-        if plan.not_driven.is_some() || !plan.asks_systemd() {
+        let Some(systemd) = self.asked(plan)? else {
             return Ok(Vec::new());
-        }
-        let systemd = self.systemd().map_err(ActivateError::NoSystemd)?;
+        };
         let mut failed = Vec::new();
         // Enabling reads the unit files from the disk: done first, so that one daemon-reload
         // reads the new files and the links together.
@@ -255,6 +252,15 @@ impl Activator {
     /// How many jobs this node queued on systemd.
     pub(crate) fn systemd_jobs(&self) -> usize {
         self.systemd.get().map_or(0, |s| s.jobs())
+    }
+
+    /// systemd, when `plan` asks anything of it on a node where the mesh drives it (`None`
+    /// otherwise); connected on first use, and refused when it does not answer.
+    fn asked(&self, plan: &ServicePlan) -> Result<Option<&dyn Systemd>, ActivateError> {
+        if plan.not_driven.is_some() || !plan.asks_systemd() {
+            return Ok(None);
+        }
+        self.systemd().map(Some).map_err(ActivateError::NoSystemd)
     }
 
     /// systemd, connected on first use.

@@ -914,11 +914,11 @@ mod tests {
         }
     }
 
+    /// The service plan of an adopted node for `actions` on `g`, systemd saying `now`.
     fn run(
         g: &Generation,
         actions: Vec<Action>,
         host: &HostStore,
-        record: &NodeRecord,
         now: &BTreeMap<UnitName, UnitNow>,
     ) -> ServicePlan {
         run_with(
@@ -928,7 +928,7 @@ mod tests {
             now,
             &BTreeMap::new(),
             &BTreeSet::new(),
-            record,
+            &record(),
         )
     }
 
@@ -982,19 +982,12 @@ mod tests {
             &g,
             actions.clone(),
             &host,
-            &record(),
             &states(&[("ssh.service", "active")]),
         );
         assert_eq!(jobs(&plan), [("ssh.service".into(), Verb::Reload)]);
         assert_eq!(plan.jobs[0].because, ["/etc/ssh/x.conf changed"]);
         assert!(!plan.daemon_reload());
-        let idle = run(
-            &g,
-            actions,
-            &host,
-            &record(),
-            &states(&[("ssh.service", "inactive")]),
-        );
+        let idle = run(&g, actions, &host, &states(&[("ssh.service", "inactive")]));
         assert!(idle.jobs.is_empty());
         assert_eq!(idle.idle.len(), 1);
     }
@@ -1026,7 +1019,6 @@ mod tests {
                 write("/etc/b.conf", Reason::Restore),
             ],
             &HostStore::default(),
-            &record(),
             &now,
         );
         assert_eq!(jobs(&plan), [("b.service".into(), Verb::Reload)]);
@@ -1062,7 +1054,6 @@ mod tests {
                 path: p("/etc/gone.conf"),
             }],
             &host,
-            &record(),
             &states(&[("gone.service", "active")]),
         );
         assert_eq!(jobs(&plan), [("gone.service".into(), Verb::Restart)]);
@@ -1086,7 +1077,6 @@ mod tests {
             &g,
             vec![write(&path, Reason::Create)],
             &HostStore::default(),
-            &record(),
             &states(&[]),
         );
         assert!(fresh.daemon_reload());
@@ -1096,45 +1086,21 @@ mod tests {
         let mut host = HostStore::default();
         host.units.insert(u("w.service"), in_force(b"v0"));
         let running = states(&[("w.service", "active")]);
-        let changed = run(
-            &g,
-            vec![write(&path, Reason::Update)],
-            &host,
-            &record(),
-            &running,
-        );
+        let changed = run(&g, vec![write(&path, Reason::Update)], &host, &running);
         assert_eq!(jobs(&changed), [("w.service".into(), Verb::Restart)]);
         assert!(changed.enable.is_empty());
 
         g.units.get_mut(&u("w.service")).unwrap().on_change = OnChange::Reload;
-        let reloaded = run(
-            &g,
-            vec![write(&path, Reason::Update)],
-            &host,
-            &record(),
-            &running,
-        );
+        let reloaded = run(&g, vec![write(&path, Reason::Update)], &host, &running);
         assert_eq!(jobs(&reloaded), [("w.service".into(), Verb::Reload)]);
         g.units.get_mut(&u("w.service")).unwrap().on_change = OnChange::Leave;
-        let left = run(
-            &g,
-            vec![write(&path, Reason::Update)],
-            &host,
-            &record(),
-            &running,
-        );
+        let left = run(&g, vec![write(&path, Reason::Update)], &host, &running);
         assert!(left.jobs.is_empty());
         assert_eq!(left.idle.len(), 1);
 
         host.units.insert(u("w.service"), in_force(b"v1"));
         host.units.get_mut(&u("w.service")).unwrap().install = BlobHash::of(b"[Install] old");
-        let install = run(
-            &g,
-            vec![write(&path, Reason::Update)],
-            &host,
-            &record(),
-            &running,
-        );
+        let install = run(&g, vec![write(&path, Reason::Update)], &host, &running);
         assert!(install.jobs.is_empty(), "{:?}", install.jobs);
         assert_eq!(install.enable[0].because, "its [Install] section changed");
     }
@@ -1151,7 +1117,7 @@ mod tests {
             host.units.insert(u(n), in_force(b"v1"));
             running.push((n.as_str(), "active"));
         }
-        let plan = run(&g, Vec::new(), &host, &record(), &states(&running));
+        let plan = run(&g, Vec::new(), &host, &states(&running));
         assert!(plan.is_empty(), "{plan:?}");
         assert_eq!(plan.in_force, host.units);
     }
@@ -1172,7 +1138,7 @@ mod tests {
         host.units.insert(u("gone.service"), in_force(b"v1"));
         host.units.insert(u("s.service"), in_force(b"v1"));
         let now = states(&[("gone.service", "active"), ("s.service", "active")]);
-        let plan = run(&g, Vec::new(), &host, &record(), &now);
+        let plan = run(&g, Vec::new(), &host, &now);
         assert_eq!(
             jobs(&plan),
             [
@@ -1207,7 +1173,6 @@ mod tests {
             &g,
             vec![write("/etc/h.conf", Reason::Update)],
             &HostStore::default(),
-            &record(),
             &now,
         );
         assert!(plan.jobs.is_empty() && plan.enable.is_empty(), "{plan:?}");
@@ -1223,7 +1188,15 @@ mod tests {
                 enabled: false,
             },
         );
-        let back = run(&g, Vec::new(), &host, &rec, &now);
+        let back = run_with(
+            &g,
+            Vec::new(),
+            &host,
+            &now,
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            &rec,
+        );
         assert_eq!(
             jobs(&back),
             [
@@ -1234,7 +1207,15 @@ mod tests {
         );
         assert_eq!(back.disable.len(), 1);
         rec.found.units.get_mut(&u("h.service")).unwrap().active = false;
-        let stopped = run(&g, Vec::new(), &host, &rec, &now);
+        let stopped = run_with(
+            &g,
+            Vec::new(),
+            &host,
+            &now,
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            &rec,
+        );
         assert_eq!(jobs(&stopped), [("h.service".into(), Verb::Stop)]);
     }
 
@@ -1275,7 +1256,6 @@ mod tests {
             &g,
             vec![write("/etc/wiki/app.env", Reason::Update)],
             &HostStore::default(),
-            &record(),
             &states(&[]),
         );
         let names: Vec<&str> = plan.restarts.iter().map(|r| r.name.as_str()).collect();
@@ -1292,7 +1272,7 @@ mod tests {
         host.units.insert(u("tick.timer"), in_force(b"t"));
         host.units.insert(u("tick.service"), in_force(b"s"));
         let now = states(&[("tick.timer", "active"), ("tick.service", "active")]);
-        let plan = run(&g, Vec::new(), &host, &record(), &now);
+        let plan = run(&g, Vec::new(), &host, &now);
         let [first, then] = plan.stops();
         let names = |wave: Vec<&UnitJob>| -> Vec<String> {
             wave.iter().map(|j| j.unit.to_string()).collect()
@@ -1328,7 +1308,6 @@ mod tests {
                 write("/etc/b.conf", Reason::Update),
             ],
             &HostStore::default(),
-            &record(),
             &now,
         );
         assert_eq!(jobs(&plan), [("real.service".into(), Verb::Restart)]);
@@ -1357,7 +1336,6 @@ mod tests {
             &g,
             vec![write(&path, Reason::Create)],
             &HostStore::default(),
-            &record(),
             &states(&[]),
         );
         let enabled: Vec<String> = fresh.enable.iter().map(|e| e.unit.to_string()).collect();
@@ -1380,13 +1358,7 @@ mod tests {
             ("e@two.service", "active"),
             ("e@three.service", "active"),
         ]);
-        let changed = run(
-            &g,
-            vec![write(&path, Reason::Update)],
-            &host,
-            &record(),
-            &running,
-        );
+        let changed = run(&g, vec![write(&path, Reason::Update)], &host, &running);
         assert_eq!(
             jobs(&changed),
             [
@@ -1399,7 +1371,7 @@ mod tests {
 
         g.units.get_mut(&u("e@.service")).unwrap().instances = vec!["one".into()];
         host.units.get_mut(&u("e@.service")).unwrap().body = BlobHash::of(b"v1");
-        let fewer = run(&g, Vec::new(), &host, &record(), &running);
+        let fewer = run(&g, Vec::new(), &host, &running);
         assert_eq!(jobs(&fewer), [("e@two.service".into(), Verb::Stop)]);
         let disabled: Vec<String> = fewer.disable.iter().map(|e| e.unit.to_string()).collect();
         assert_eq!(disabled, ["e@two.service"]);
@@ -1424,7 +1396,6 @@ mod tests {
                 Reason::Update,
             )],
             &HostStore::default(),
-            &record(),
             &running,
         );
         assert_eq!(jobs(&plan), [("e@one.service".into(), Verb::Restart)]);
