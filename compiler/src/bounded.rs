@@ -40,7 +40,7 @@ use crate::diagnostic::MeshDiagnostic;
 use crate::eval::ReadSource;
 use crate::imports::Tree;
 
-/// The first argument that makes the mesh's binary (or any binary that calls [`serve`] for
+/// The first argument that makes the mesh's binary (or any binary that calls [`crate::serve`] for
 /// it) an evaluating child.
 pub const CHILD_ARG: &str = "__mesh-evaluate";
 

@@ -3,7 +3,7 @@
 //!
 //! - [`engine`]: the [`Engine`] — listing, inspecting, starting, stopping, renaming, removing;
 //! - [`create`]: what a declared container is created with, and its spec's digest;
-//! - [`plan`]: the [`Step`]s from a generation's containers to what is on the engine (pure);
+//! - [`mod@plan`]: the [`Step`]s from a generation's containers to what is on the engine (pure);
 //! - [`apply`]: the steps carried out, concurrently across containers;
 //! - [`images`]: the images a generation needs, fetched before anything changes;
 //! - [`progress`]: what a person is shown while the container phase and the fetches run.

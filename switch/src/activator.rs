@@ -314,7 +314,7 @@ impl Activator {
     }
 }
 
-/// What [`Node::gc`] collected.
+/// What [`Activator::gc`] collected.
 #[derive(Debug)]
 pub struct Collected {
     /// The numbers of the generation links removed.

@@ -10,7 +10,7 @@
 //! refuses the switch with nothing done. Dry run: the images it would fetch.
 //!
 //! The steps run concurrently across containers: every stop at once, then the creates and
-//! starts at most [`Node::with_container_jobs`] at a time (see [`Engine::apply`]); the engine
+//! starts at most [`Activator::with_container_jobs`] at a time (see [`Engine::apply`]); the engine
 //! is listed once, for the plan.
 //!
 //! Dry run: the container steps. Crash point: `container-changed`, after each engine change

@@ -3,7 +3,7 @@
 //! (check: what a converge would change) and adoption (the found firewall recorded, and loaded
 //! back across the flip).
 //!
-//! Dry run: `mesh reconcile --dry-run` and `mesh status` print [`Node::check_firewall`].
+//! Dry run: `mesh reconcile --dry-run` and `mesh status` print [`Activator::check_firewall`].
 //! Crash point: `firewall-converged`, after the transaction.
 
 use mesh_lib::model::Mode;
@@ -35,7 +35,7 @@ impl Activator {
         self.firewall_against(generation, true)
     }
 
-    /// What [`Node::converge_firewall`] would change, changing nothing: the firewall's drift.
+    /// What [`Activator::converge_firewall`] would change, changing nothing: the firewall's drift.
     pub fn check_firewall(
         &self,
         generation: &Generation,
@@ -98,7 +98,7 @@ impl Activator {
         self.preview_flip_removing(managed, published, goes)
     }
 
-    /// [`Node::preview_flip`] for a declaration checked before the node is adopted
+    /// [`Activator::preview_flip`] for a declaration checked before the node is adopted
     /// (`mesh import --check`): a node with no record yet is previewed as if adopted now, its
     /// firewall in force the one the flip removes. Reads only.
     pub fn preview_flip_as_found(

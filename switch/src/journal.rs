@@ -1,6 +1,6 @@
 //! The journal of a switch: written before any declared path changes, naming every path about
 //! to change and what it will hold, and removed at the commit. A switch a crash interrupted is
-//! finished from it by the next command that changes the node ([`Node::recover`]): temp files go,
+//! finished from it by the next command that changes the node ([`Activator::recover`]): temp files go,
 //! and the host store records what had been written.
 
 use std::collections::BTreeMap;

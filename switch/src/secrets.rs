@@ -109,8 +109,10 @@ impl Activator {
         self.open_secrets_of(target, false)
     }
 
-    /// [`Node::open_secrets`], also of the files and containers held (`held`): what `mesh
-    /// import --check` compares with what is found, whatever the mesh does with it.
+    /// The target with its secrets decrypted, as a switch opens them (held files and containers
+    /// aside: they are not the switch's to write), or also those held (`held`): what `mesh
+    /// import --check` and `mesh status` compare with what is found, whatever the mesh does
+    /// with it.
     pub fn open_secrets_of(
         &self,
         target: &Generation,

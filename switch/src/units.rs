@@ -14,7 +14,7 @@
 //! changes; one that only names units its files configure goes on with the files, and says so.
 //!
 //! The plan is in the journal before the first unit is stopped, so a crash anywhere in the
-//! phase is finished by the next switch or rollback ([`Node::recover`] runs it again, the files
+//! phase is finished by the next switch or rollback ([`Activator::recover`] runs it again, the files
 //! put in place first). Every step is one that may be done twice: a unit already stopped or gone
 //! is stopped, one whose file is gone has nothing to disable, a restart restarts what runs, and
 //! a job already done is done again harmlessly.
