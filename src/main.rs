@@ -1,5 +1,7 @@
 //! The `mesh` binary: argument parsing and presentation only. Every semantic lives in the
-//! `mesh-lib`, `mesh-compiler` and `mesh-activator` crates.
+//! libraries: `mesh-lib`, `mesh-compiler`, the node's crates (`mesh-node`, `mesh-reach`,
+//! `mesh-containers`, `mesh-systemd`, `mesh-switch`, `mesh-remote`), `mesh-fleet` and
+//! `mesh-registry`.
 
 #[macro_use]
 mod output;

@@ -7,7 +7,7 @@
 //! ([`crate::model::ContainerEntry::digest`]), so its id changes when the digest does, and never
 //! when a tag moves at the registry.
 //!
-//! Pure: parsing and naming only. The activator fetches (`mesh_activator::images`).
+//! Pure: parsing and naming only. The switch fetches (`mesh_containers::images`).
 
 use std::fmt;
 
