@@ -1,6 +1,13 @@
-//! One switch at a time per state directory: a non-blocking `flock` on `STATE/lock`. The kernel
-//! releases it when the holder exits, however it exits, so a lock left by a killed process never
-//! blocks. The holder's pid is in the file for the second caller's message.
+//! One switch at a time per state directory: a non-blocking `flock` on the state directory
+//! itself, and on `STATE/lock`. The kernel releases both when the holder exits, however it exits,
+//! so a lock left by a killed process never blocks. The holder's pid is in the file for the
+//! second caller's message.
+//!
+//! The directory's lock is the one that holds whatever happens to the files in it: a lock file
+//! removed (or replaced) while a switch runs would let a second caller lock a new file of the
+//! same name beside it, but not the directory, which the holder has open. The file's lock is
+//! kept too, so that a mesh of an earlier version, which locks only the file, is excluded as
+//! well.
 //!
 //! The pid never reads empty. The lock file is born whole: a temp file with the creator's pid,
 //! locked by it, then linked to the name (a second creator's link fails, and it takes the lock
@@ -27,6 +34,9 @@ const PID_WIDTH: usize = 20;
 /// The lock, held until dropped.
 pub struct StateLock {
     _file: File,
+    /// The state directory, locked (`None` for a named lock of its own, see
+    /// [`StateLock::take_file`]).
+    _folder: Option<File>,
 }
 
 /// Why the lock was not taken.
@@ -61,6 +71,15 @@ fn try_lock(file: &File) -> io::Result<bool> {
     }
 }
 
+/// Whether `file` is the one named `path` now (same device and inode).
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// The pid in a lock file, if it names a running process.
 fn holder(file: &mut File) -> Option<String> {
     let mut text = String::new();
@@ -81,9 +100,42 @@ pub fn runs(pid: i32) -> bool {
 }
 
 impl StateLock {
-    /// Takes the lock of `state`, failing at once if it is held.
+    /// Takes the lock of `state`, failing at once if it is held: the directory's, then its
+    /// lock file's.
     pub fn take(state: &Path) -> Result<Self, LockError> {
-        Self::take_file(state, "lock")
+        let path = state.join("lock");
+        let io_err = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
+        mesh_lib::atomic::create_dir_all(state).map_err(io_err)?;
+        let folder = File::open(state).map_err(io_err)?;
+        // The holder writes its pid just after its flock: a loser that finds none running
+        // looks again, briefly (as for the file's lock below).
+        let mut taken = false;
+        for _ in 0..200 {
+            if try_lock(&folder).map_err(io_err)? {
+                taken = true;
+                break;
+            }
+            if let Some(pid) = OpenOptions::new()
+                .read(true)
+                .open(&path)
+                .ok()
+                .and_then(|mut file| holder(&mut file))
+            {
+                return Err(LockError::Held { pid });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if !taken {
+            return Err(LockError::Held {
+                pid: "unknown".into(),
+            });
+        }
+        let mut lock = Self::take_file(state, "lock")?;
+        lock._folder = Some(folder);
+        Ok(lock)
     }
 
     /// Takes the lock `STATE/NAME` (another than the switch's: one pull at a time, say),
@@ -111,9 +163,17 @@ impl StateLock {
             };
             if try_lock(&file).map_err(io_err)? {
                 // Over the previous holder's pid, whole, in one write: never an empty file.
+                // A file removed or replaced since it was opened is no longer the lock: the
+                // lock is the one under the name.
+                if !same_file(&file, &path) {
+                    continue;
+                }
                 file.write_all_at(pid_record().as_bytes(), 0)
                     .map_err(io_err)?;
-                return Ok(Self { _file: file });
+                return Ok(Self {
+                    _file: file,
+                    _folder: None,
+                });
             }
             match holder(&mut file) {
                 Some(pid) => return Err(LockError::Held { pid }),
@@ -147,7 +207,10 @@ impl StateLock {
             ));
         }
         match tmp.persist_noclobber(path) {
-            Ok(file) => Ok(Some(Self { _file: file })),
+            Ok(file) => Ok(Some(Self {
+                _file: file,
+                _folder: None,
+            })),
             Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Ok(None),
             Err(e) => Err(e.error),
         }
@@ -192,5 +255,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The lock holds whatever happens to its file: removed, or replaced by another, while
+    /// it is held, a second caller is still refused — and once the holder is gone, taken.
+    #[test]
+    fn the_lock_holds_when_its_file_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = StateLock::take(dir.path()).unwrap();
+        std::fs::remove_file(dir.path().join("lock")).unwrap();
+        assert!(matches!(
+            StateLock::take(dir.path()),
+            Err(LockError::Held { .. })
+        ));
+        std::fs::write(dir.path().join("lock"), "1\n").unwrap();
+        assert!(matches!(
+            StateLock::take(dir.path()),
+            Err(LockError::Held { .. })
+        ));
+        drop(held);
+        StateLock::take(dir.path()).expect("free once the holder is gone");
     }
 }
