@@ -114,6 +114,7 @@ fn main() {
         openings: &openings,
         remove_tables: &[],
         empty_inputs: &[],
+        restore: None,
     };
     let runs = 9;
 

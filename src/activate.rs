@@ -371,9 +371,10 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
     )
 }
 
-/// Saves a changed record and switches to what it builds to: a take, a flip. Built before the
-/// record is saved, so a record the declaration rejects (a take of a module not assigned)
-/// changes nothing.
+/// Switches to what a changed record builds to: a take, a flip. The record is saved by the
+/// switch once its generation is in force (the record follows what is in force), so a record
+/// the declaration rejects (a take of a module not assigned) changes nothing, and a take cut
+/// short leaves the record as it was.
 fn commit_record(
     node: &Activator,
     state: &Path,
@@ -383,8 +384,6 @@ fn commit_record(
     json_out: bool,
     rollback_on_failure: bool,
 ) -> Result<(), Failure> {
-    build_with(state, decl, Some(&record))?;
-    node.save_record(&record)?;
     let switched = switch_declaration(node, state, decl, Some(record), trigger, false)?;
     finish(node, switched, json_out, rollback_on_failure)
 }

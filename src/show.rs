@@ -358,6 +358,8 @@ pub fn switched(s: &mesh_switch::Switched) -> String {
         use mesh_containers::Step;
         let _ = match step {
             Step::Hold { name } => writeln!(o, "  hold     container {name}  (found, module not taken: not stopped, not restarted)"),
+            Step::Resume { name } => writeln!(o, "  resume   container {name}  (found, module not taken: started again, as it ran before the switch that was cut short)"),
+            Step::StopFound { name } => writeln!(o, "  quiet    container {name}.found  (the found one, stopped: it ran beside the module's)"),
             Step::Keep { name, start } => writeln!(o, "  keep     container {name}  (found, equal to the declared one: the module's as it is, not recreated{})", if *start { "; started" } else { "" }),
             Step::Stage { name } => writeln!(o, "  stage    container {name}  (created, not started)"),
             Step::Retire { name } => writeln!(o, "  retire   container {name}  (the found one stops, kept as {name}.found)"),
@@ -401,6 +403,8 @@ fn container_counts(steps: &[mesh_containers::Step]) -> Option<String> {
     use mesh_containers::Step;
     let words = [
         "held",
+        "resumed",
+        "quieted",
         "kept",
         "staged",
         "retired",
@@ -411,19 +415,21 @@ fn container_counts(steps: &[mesh_containers::Step]) -> Option<String> {
         "stopped",
         "restarted",
     ];
-    let mut counts = [0usize; 10];
+    let mut counts = [0usize; 12];
     for step in steps {
         let at = match step {
             Step::Hold { .. } => 0,
-            Step::Keep { .. } => 1,
-            Step::Stage { .. } => 2,
-            Step::Retire { .. } => 3,
-            Step::Run { .. } => 4,
-            Step::Start { .. } => 5,
-            Step::Restore { .. } => 6,
-            Step::Remove { .. } => 7,
-            Step::Stop { .. } => 8,
-            Step::Restart { .. } => 9,
+            Step::Resume { .. } => 1,
+            Step::StopFound { .. } => 2,
+            Step::Keep { .. } => 3,
+            Step::Stage { .. } => 4,
+            Step::Retire { .. } => 5,
+            Step::Run { .. } => 6,
+            Step::Start { .. } => 7,
+            Step::Restore { .. } => 8,
+            Step::Remove { .. } => 9,
+            Step::Stop { .. } => 10,
+            Step::Restart { .. } => 11,
         };
         counts[at] += 1;
     }
@@ -737,11 +743,27 @@ pub fn status(s: &mesh_remote::Status) -> String {
             ),
         };
     }
-    if s.interrupted {
-        let _ = writeln!(
-            o,
-            "an interrupted switch waits to be finished: run `mesh switch` or `mesh rollback`"
-        );
+    match (&s.unfinished, s.interrupted) {
+        (Some(u), _) => {
+            let _ = writeln!(
+                o,
+                "interrupted: a switch to {} was cut short{}; the same command again finishes it, `mesh rollback` undoes it{}",
+                u.target.short(),
+                u.previous
+                    .map(|p| format!(" while {} was in force", p.short()))
+                    .unwrap_or_default(),
+                u.previous
+                    .map(|p| format!(" (back to {})", p.short()))
+                    .unwrap_or_default(),
+            );
+        }
+        (None, true) => {
+            let _ = writeln!(
+                o,
+                "an interrupted switch waits to be finished: run `mesh switch` or `mesh rollback`"
+            );
+        }
+        (None, false) => {}
     }
     o
 }

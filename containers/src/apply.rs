@@ -65,7 +65,10 @@ pub(crate) fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> V
         let c = &mut out[at];
         match step {
             Step::Hold { .. } | Step::Keep { start: false, .. } => {}
-            Step::Keep { start: true, .. } => c.acquire.push(Call::Start(name)),
+            Step::Keep { start: true, .. } | Step::Resume { .. } => {
+                c.acquire.push(Call::Start(name))
+            }
+            Step::StopFound { .. } => c.release.push(Call::Stop(format!("{name}{FOUND_SUFFIX}"))),
             Step::Stage { .. } => c.acquire.push(Call::Create(name)),
             Step::Retire { .. } => {
                 c.release.push(Call::Stop(name.clone()));
@@ -101,6 +104,38 @@ pub(crate) fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> V
     out.retain(|c| !c.release.is_empty() || !c.acquire.is_empty());
     out
 }
+
+/// The containers `steps` ask the engine to stop, by engine name, with the seconds each is given
+/// to stop: a declared one's `stop_timeout`, or the engine's default; a found one's, as it was
+/// created (asked of the engine).
+pub fn stopping(
+    engine: &Engine,
+    steps: &[Step],
+    containers: &BTreeMap<ContainerName, ContainerEntry>,
+    present: &BTreeMap<String, Present>,
+) -> Result<BTreeMap<String, u32>, DockerError> {
+    let mut out = BTreeMap::new();
+    for calls in calls_of(steps, present) {
+        for call in calls.release.iter().chain(&calls.acquire) {
+            let Call::Stop(name) = call else { continue };
+            let ours = present.get(name).is_none_or(Present::is_ours);
+            let declared = containers
+                .iter()
+                .find(|(n, _)| n.as_str() == name)
+                .and_then(|(_, e)| e.stop_timeout);
+            let seconds = match (ours, declared) {
+                (true, Some(s)) => s,
+                (true, None) => DEFAULT_STOP_SECONDS,
+                (false, _) => engine.stop_timeout(name)?,
+            };
+            out.insert(name.clone(), seconds);
+        }
+    }
+    Ok(out)
+}
+
+/// The engine's own stop timeout, for a container created without one.
+pub const DEFAULT_STOP_SECONDS: u32 = 10;
 
 /// The mesh's container goes: stopped first, within the stop timeout its declaration gives (a
 /// database flushes its files on SIGTERM; a removal alone would kill it), then removed.

@@ -312,6 +312,39 @@ impl Engine {
         Ok((inspect.id.unwrap_or_default(), started))
     }
 
+    /// Waits until each container of `stopping` (by name, with the seconds it is given to stop)
+    /// that runs has stopped, or its time and a little more has passed: a stop another process
+    /// asked for before it was killed goes on in the engine. One that is gone, or does not run,
+    /// is not waited for.
+    pub fn wait_stopped(&self, stopping: &BTreeMap<String, u32>) -> Result<(), DockerError> {
+        let Some(longest) = stopping.values().max() else {
+            return Ok(());
+        };
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_secs(u64::from(*longest) + 3);
+        loop {
+            let present = self.containers()?;
+            let running = stopping
+                .keys()
+                .any(|name| present.get(name).is_some_and(|p| p.running));
+            if !running || std::time::Instant::now() >= deadline {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
+    /// The seconds container `name` is given to stop (`docker run --stop-timeout`; the engine's
+    /// default when it was created without).
+    pub fn stop_timeout(&self, name: &str) -> Result<u32, DockerError> {
+        let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
+        Ok(inspect
+            .config
+            .and_then(|c| c.stop_timeout)
+            .and_then(|s| u32::try_from(s).ok())
+            .unwrap_or(crate::apply::DEFAULT_STOP_SECONDS))
+    }
+
     /// Starts a container.
     pub fn start(&self, name: &str) -> Result<(), DockerError> {
         self.runtime.block_on(self.start_async(name))

@@ -34,7 +34,7 @@ pub mod progress;
 
 use std::collections::BTreeMap;
 
-pub use apply::{StepsFailed, DEFAULT_JOBS};
+pub use apply::{stopping, StepsFailed, DEFAULT_JOBS, DEFAULT_STOP_SECONDS};
 pub use create::spec_digest;
 pub use engine::{DockerError, Engine, Present};
 pub use plan::{plan, Step};

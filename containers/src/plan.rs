@@ -1,6 +1,12 @@
 //! The container steps of a switch: a pure function of the generation's containers, what is on
-//! the engine, the node record's found containers and which found containers already are the
-//! declared ones.
+//! the engine, the node record's found containers, which found containers already are the
+//! declared ones, and how the containers stood before a switch that was cut short.
+//!
+//! Whatever the engine holds — a generation's containers, or any mix a switch cut short left —
+//! the steps bring each declared container to what the generation says: a held one is the
+//! found container under its name (running again if the cut-short switch had stopped it), a
+//! taken one is the mesh's, running, and its found container kept as `NAME.found`, stopped —
+//! never the service twice.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +22,18 @@ pub enum Step {
     /// A found container stays as it is, running or not.
     Hold {
         /// Its name.
+        name: String,
+    },
+    /// A found container that a switch cut short had stopped runs again: it is held, as it
+    /// was before that switch.
+    Resume {
+        /// Its name.
+        name: String,
+    },
+    /// The found container kept as `NAME.found` is stopped: it runs beside the mesh's (a
+    /// rollback across the take was cut short after starting it).
+    StopFound {
+        /// The declared container's name.
         name: String,
     },
     /// The found container already is the declared one (the same spec once created, nothing
@@ -82,6 +100,8 @@ impl Step {
     pub fn name(&self) -> &str {
         match self {
             Step::Hold { name }
+            | Step::Resume { name }
+            | Step::StopFound { name }
             | Step::Keep { name, .. }
             | Step::Stage { name }
             | Step::Retire { name }
@@ -95,16 +115,48 @@ impl Step {
     }
 }
 
+/// How the engine had a container before a switch (under its name, or kept as `NAME.found`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Was {
+    /// Its id.
+    pub id: String,
+    /// Whether it ran.
+    pub running: bool,
+}
+
+/// What the steps are planned from.
+pub struct Input<'a> {
+    /// The generation's containers.
+    pub containers: &'a BTreeMap<ContainerName, ContainerEntry>,
+    /// What is on the engine, by name.
+    pub present: &'a BTreeMap<String, Present>,
+    /// The node record's found containers.
+    pub found: &'a BTreeMap<ContainerName, mesh_lib::record::FoundContainer>,
+    /// Whether the node is adopted (a found container the generation does not hold is refused).
+    pub adopted: bool,
+    /// This node's owner label: only its containers are removed when no longer declared.
+    pub owner: &'a str,
+    /// The found containers that already are the declared ones (kept in place by a take).
+    pub equal: &'a std::collections::BTreeSet<String>,
+    /// How the containers a switch cut short touched stood before it, by engine name: a found
+    /// container it stopped runs again when held. Empty when no switch was cut short.
+    pub was: &'a BTreeMap<String, Was>,
+}
+
 /// The container steps from the target generation to what is on the engine. A found container
 /// the generation does not hold is refused on an adopted node, by name.
-pub fn plan(
-    containers: &BTreeMap<ContainerName, ContainerEntry>,
-    present: &BTreeMap<String, Present>,
-    found: &BTreeMap<ContainerName, mesh_lib::record::FoundContainer>,
-    adopted: bool,
-    owner: &str,
-    equal: &std::collections::BTreeSet<String>,
-) -> Result<Vec<Step>, String> {
+pub fn plan(input: &Input<'_>) -> Result<Vec<Step>, String> {
+    let Input {
+        containers,
+        present,
+        found,
+        adopted,
+        owner,
+        equal,
+        was,
+    } = *input;
+    // The container under `name` before the switch cut short, if it is `p` (same id).
+    let was_this = |name: &str, p: &Present| was.get(name).filter(|w| w.id == p.id);
     let mut steps = Vec::new();
     for (name, entry) in containers {
         let name = name.to_string();
@@ -112,13 +164,24 @@ pub fn plan(
         let found_kept = present.get(&format!("{name}{FOUND_SUFFIX}"));
         let same_spec = here.is_some_and(|p| p.labels.get(LABEL_SPEC) == Some(&spec_digest(entry)));
         match entry.state {
-            ContainerState::Held { .. } => match here {
-                Some(p) if !p.is_ours() => steps.push(Step::Hold { name }),
-                _ if found_kept.is_some() => {
-                    let start = found
-                        .iter()
-                        .find(|(n, _)| n.as_str() == name)
-                        .is_none_or(|(_, f)| f.running);
+            ContainerState::Held { .. } => match (here, found_kept) {
+                (Some(p), _) if !p.is_ours() => {
+                    if !p.running && was_this(&name, p).is_some_and(|w| w.running) {
+                        steps.push(Step::Resume { name });
+                    } else {
+                        steps.push(Step::Hold { name });
+                    }
+                }
+                (_, Some(kept)) => {
+                    // Running as it ran before the take a switch cut short, or else as it ran
+                    // when it was found.
+                    let start = match was_this(&name, kept) {
+                        Some(w) => w.running,
+                        None => found
+                            .iter()
+                            .find(|(n, _)| n.as_str() == name)
+                            .is_none_or(|(_, f)| f.running),
+                    };
                     steps.push(Step::Restore { name, start })
                 }
                 _ => steps.push(Step::Hold { name }),
@@ -139,32 +202,37 @@ pub fn plan(
                 }
                 None => steps.push(Step::Stage { name }),
             },
-            ContainerState::Managed => match here {
-                // The found container already is the declared one (the same spec once
-                // created, nothing a declaration cannot say): it is the module's as it is,
-                // not recreated.
-                Some(p) if !p.is_ours() && equal.contains(&name) => steps.push(Step::Keep {
-                    name,
-                    start: !p.running,
-                }),
-                Some(p) if !p.is_ours() => {
-                    steps.push(Step::Retire { name: name.clone() });
-                    steps.push(Step::Run {
+            ContainerState::Managed => {
+                if found_kept.is_some_and(|k| k.running) {
+                    steps.push(Step::StopFound { name: name.clone() });
+                }
+                match here {
+                    // The found container already is the declared one (the same spec once
+                    // created, nothing a declaration cannot say): it is the module's as it is,
+                    // not recreated.
+                    Some(p) if !p.is_ours() && equal.contains(&name) => steps.push(Step::Keep {
+                        name,
+                        start: !p.running,
+                    }),
+                    Some(p) if !p.is_ours() => {
+                        steps.push(Step::Retire { name: name.clone() });
+                        steps.push(Step::Run {
+                            name,
+                            replace: false,
+                        });
+                    }
+                    Some(p) if same_spec && p.running => {}
+                    Some(_) if same_spec => steps.push(Step::Start { name }),
+                    Some(_) => steps.push(Step::Run {
+                        name,
+                        replace: true,
+                    }),
+                    None => steps.push(Step::Run {
                         name,
                         replace: false,
-                    });
+                    }),
                 }
-                Some(p) if same_spec && p.running => {}
-                Some(_) if same_spec => steps.push(Step::Start { name }),
-                Some(_) => steps.push(Step::Run {
-                    name,
-                    replace: true,
-                }),
-                None => steps.push(Step::Run {
-                    name,
-                    replace: false,
-                }),
-            },
+            }
         }
     }
     for (name, p) in present {
@@ -217,7 +285,7 @@ mod tests {
         present: &BTreeMap<String, Present>,
         adopted: bool,
     ) -> Result<Vec<Step>, String> {
-        plan(
+        planned(
             &one(state),
             present,
             &BTreeMap::new(),
@@ -225,6 +293,26 @@ mod tests {
             "me",
             &BTreeSet::new(),
         )
+    }
+
+    /// The steps, no switch having been cut short before.
+    fn planned(
+        containers: &BTreeMap<ContainerName, ContainerEntry>,
+        present: &BTreeMap<String, Present>,
+        found: &BTreeMap<ContainerName, FoundContainer>,
+        adopted: bool,
+        owner: &str,
+        equal: &BTreeSet<String>,
+    ) -> Result<Vec<Step>, String> {
+        plan(&Input {
+            containers,
+            present,
+            found,
+            adopted,
+            owner,
+            equal,
+            was: &BTreeMap::new(),
+        })
     }
 
     fn held() -> ContainerState {
@@ -247,18 +335,18 @@ mod tests {
                 start,
             }]
         };
-        let steps = plan(&managed, &running, &none, true, "me", &equal).unwrap();
+        let steps = planned(&managed, &running, &none, true, "me", &equal).unwrap();
         assert_eq!(steps, keep(false));
         assert_eq!(calls_of(&steps, &running), vec![]);
         let stopped = BTreeMap::from([("c".to_string(), present(None, false))]);
-        let steps = plan(&managed, &stopped, &none, true, "me", &equal).unwrap();
+        let steps = planned(&managed, &stopped, &none, true, "me", &equal).unwrap();
         assert_eq!(steps, keep(true));
         assert_eq!(
             calls_of(&steps, &stopped)[0].acquire,
             [Call::Start("c".into())]
         );
         assert_eq!(
-            plan(&managed, &running, &none, true, "me", &BTreeSet::new()).unwrap()[0],
+            planned(&managed, &running, &none, true, "me", &BTreeSet::new()).unwrap()[0],
             Step::Retire { name: "c".into() }
         );
     }
@@ -300,7 +388,7 @@ mod tests {
         );
         let stale = BTreeMap::from([("old".to_string(), present(Some(&managed), true))]);
         assert_eq!(
-            plan(
+            planned(
                 &BTreeMap::new(),
                 &stale,
                 &none,
@@ -313,7 +401,7 @@ mod tests {
         );
         // Another state's container is not this node's to remove.
         assert_eq!(
-            plan(
+            planned(
                 &BTreeMap::new(),
                 &stale,
                 &none,
@@ -342,7 +430,7 @@ mod tests {
             },
         )]);
         assert_eq!(
-            plan(
+            planned(
                 &one(held()),
                 &after_take,
                 &stopped,
@@ -357,7 +445,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            plan(
+            planned(
                 &one(held()),
                 &after_take,
                 &BTreeMap::new(),

@@ -1,7 +1,10 @@
 //! Named crash-injection points, compiled in with the `crash-points` feature only.
 //!
 //! With `MESH_CRASH_AT=NAME` (or `NAME:K`, the K-th time the point is reached) the process aborts
-//! at that point, as a power cut would stop it: no destructor runs, no buffer is flushed. The
+//! at that point, as a power cut would stop it: no destructor runs, no buffer is flushed. With
+//! `MESH_PAUSE_AT=NAME` (or `NAME:K`) it stops itself there (SIGSTOP) until it is continued
+//! (SIGCONT): a test then does what a fault would do in the middle of the command — remounts
+//! the root read-only, removes the lock file, runs a second command — and lets it go on. The
 //! crash-safety test runs a switch, a take, a rollback and a flip once per point in [`POINTS`]; the
 //! container test crashes a take and a rollback after each change on the engine
 //! ([`CONTAINER_POINTS`]); the gc test crashes a gc at each of [`GC_POINTS`]; the services test a
@@ -10,6 +13,7 @@
 /// Every crash point, in the order a switch reaches them.
 pub const POINTS: &[&str] = &[
     "record-written",
+    "journal-begun",
     "firewall-converged",
     "originals-recorded",
     "journal-written",
@@ -20,6 +24,7 @@ pub const POINTS: &[&str] = &[
     "profile-link-created",
     "current-switched",
     "log-appended",
+    "record-followed",
 ];
 
 /// The crash points of `mesh gc`: after the profile's links of removed generations are gone, and
@@ -42,12 +47,13 @@ pub const SERVICE_POINTS: &[&str] = &["services-stopped", "services-reloaded", "
 /// merged pack is written, before the packs it holds are removed.
 pub const STORE_POINTS: &[&str] = &["packs-merged"];
 
-/// Aborts here if asked to.
+/// Aborts here, or stops here until continued, if asked to.
 #[cfg(feature = "crash-points")]
 pub fn point(name: &'static str) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::OnceLock;
-    static TARGET: OnceLock<Option<(String, usize)>> = OnceLock::new();
+    static CRASH: OnceLock<Option<(String, usize)>> = OnceLock::new();
+    static PAUSE: OnceLock<Option<(String, usize)>> = OnceLock::new();
     static HITS: AtomicUsize = AtomicUsize::new(0);
     debug_assert!(
         POINTS.contains(&name)
@@ -57,17 +63,28 @@ pub fn point(name: &'static str) {
             || STORE_POINTS.contains(&name),
         "crash point {name} is not listed in POINTS, CONTAINER_POINTS, GC_POINTS, SERVICE_POINTS or STORE_POINTS"
     );
-    let target = TARGET.get_or_init(|| {
-        let spec = std::env::var("MESH_CRASH_AT").ok()?;
+    let asked = |variable: &str| {
+        let spec = std::env::var(variable).ok()?;
         match spec.split_once(':') {
             Some((n, k)) => Some((n.to_owned(), k.parse().unwrap_or(1))),
             None => Some((spec, 1)),
         }
-    });
-    if let Some((target, k)) = target {
-        if target == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *k {
-            std::process::abort();
-        }
+    };
+    let crash = CRASH.get_or_init(|| asked("MESH_CRASH_AT"));
+    let pause = PAUSE.get_or_init(|| asked("MESH_PAUSE_AT"));
+    let here = |target: &Option<(String, usize)>| {
+        target.as_ref().is_some_and(|(target, _)| target == name)
+    };
+    if !here(crash) && !here(pause) {
+        return;
+    }
+    let hit = HITS.fetch_add(1, Ordering::SeqCst) + 1;
+    if crash.as_ref().is_some_and(|(_, k)| *k == hit) {
+        std::process::abort();
+    }
+    if pause.as_ref().is_some_and(|(_, k)| *k == hit) {
+        let _continued =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
     }
 }
 

@@ -221,6 +221,24 @@ impl NodeRecord {
         Ok(serde_json::from_slice(bytes)?)
     }
 
+    /// The record as it is once `generation` is in force: its mode, and on an adopted node the
+    /// modules it has taken (a managed node's generation says nothing of takes: they stay).
+    /// Whatever put the generation in force — a take, a flip, a rollback, a switch by id — the
+    /// record then says what is in force.
+    pub fn following(&self, generation: &crate::model::Generation) -> Self {
+        let mut record = self.clone();
+        record.mode = generation.mode;
+        if generation.mode == Mode::Adopted {
+            record.taken = generation
+                .modules
+                .iter()
+                .filter(|(_, s)| **s == crate::model::ModuleState::Taken)
+                .map(|(m, _)| m.clone())
+                .collect();
+        }
+        record
+    }
+
     /// Every blob the record references: found originals, container specs, the firewall dump.
     pub fn blobs(&self) -> impl Iterator<Item = BlobHash> + '_ {
         self.found

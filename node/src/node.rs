@@ -202,9 +202,9 @@ impl Node {
         }
     }
 
-    /// The generation `mesh rollback` goes to: number `to`, or the newest one before the current
-    /// whose content differs from it.
-    pub fn rollback_target(&self, to: Option<u64>) -> Result<(u64, GenerationId), NodeError> {
+    /// Generation number `to`, or the newest one before the current whose content differs from
+    /// it: where a rollback goes when no command was cut short.
+    pub fn generation_before(&self, to: Option<u64>) -> Result<(u64, GenerationId), NodeError> {
         let generations = self
             .profile
             .generations()

@@ -1,6 +1,7 @@
 //! `mesh reconcile`: what runs at boot and on a schedule — deploys whose agent is gone settled
-//! (the node restarted in a deploy's window), then the firewall of the generation in force put
-//! back, unless that generation waits for its deploy's confirmation.
+//! (the node restarted in a deploy's window), a switch a command cut short settled (back to the
+//! generation in force before it), then the firewall of the generation in force put back,
+//! unless that generation waits for its deploy's confirmation.
 
 use mesh_lib::GenerationId;
 
@@ -80,7 +81,11 @@ pub fn round(
         let node = if dry_run {
             look
         } else {
-            Activator::open(&place.state, &place.root, place.netns.clone())?
+            let node = Activator::open(&place.state, &place.root, place.netns.clone())?;
+            // A switch a command (or the power) cut short: back to the generation in force
+            // before it, first.
+            node.settle()?;
+            node
         };
         let (_, id, generation) = node.current()?.ok_or_else(none)?;
         let converged = if dry_run {

@@ -34,6 +34,10 @@ pub struct Status {
     pub drift: Vec<Drift>,
     /// Whether an interrupted switch is waiting to be finished.
     pub interrupted: bool,
+    /// The switch a command cut short, when it had not committed: the generation it was
+    /// putting in force, and the one in force before it (where `mesh rollback` goes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unfinished: Option<Unfinished>,
     /// What a take would do to each held container.
     pub take_would_retire: Vec<Retire>,
     /// The held containers a take would keep as they are: each already is the declared one
@@ -171,6 +175,15 @@ pub fn in_force(node: &Node) -> Result<Option<Current>, ActivateError> {
     }))
 }
 
+/// A switch a command cut short.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unfinished {
+    /// The generation it was putting in force.
+    pub target: GenerationId,
+    /// The generation in force before it (`None` before the node's first switch).
+    pub previous: Option<GenerationId>,
+}
+
 /// A managed file changed behind the mesh's back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Drift {
@@ -242,6 +255,10 @@ pub fn of(node: &Activator) -> Result<Status, ActivateError> {
         not_taken: Vec::new(),
         drift: Vec::new(),
         interrupted: journal_path(&node.state).exists(),
+        unfinished: node.unfinished()?.map(|(target, act)| Unfinished {
+            target,
+            previous: act.previous.map(|(_, id)| id),
+        }),
         take_would_retire: Vec::new(),
         take_would_keep: Vec::new(),
         firewall: None,

@@ -1,15 +1,15 @@
 //! The commit phase: the host store records what the mesh wrote (and what is no longer its own),
-//! the profile's `current` moves atomically to the new generation, and the journal goes.
+//! the profile's `current` moves atomically to the new generation, the node record follows it
+//! (its mode, its taken modules: whatever put the generation in force), and the journal goes.
 //!
 //! Dry run: nothing. Crash points: `host-store-written`, then the profile's
-//! (`profile-link-created`, `current-switched`, `log-appended`).
+//! (`profile-link-created`, `current-switched`, `log-appended`), then `record-followed`.
 
 use std::path::Path;
 
-use mesh_lib::{atomic, Generation, GenerationId};
+use mesh_lib::{Generation, GenerationId};
 
 use crate::files::Stamps;
-use crate::journal::journal_path;
 use crate::observe::{at_secret_path, Observations};
 use crate::prepare::managed_triggers;
 use crate::ActivateError;
@@ -119,11 +119,10 @@ impl Activator {
                     .map_err(io_err("committing the profile in", &self.state))?,
             )
         };
-        let journal = journal_path(&self.state);
-        if journal.exists() {
-            std::fs::remove_file(&journal).map_err(io_err("removing", &journal))?;
-            atomic::sync_dir(&self.state).map_err(io_err("syncing", &self.state))?;
-        }
+        // The record says what is in force; then the switch is done.
+        self.follow(c.target)?;
+        mesh_lib::crash::point("record-followed");
+        self.drop_journal()?;
         Ok(number)
     }
 }

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use crate::ActivateError;
 use crate::Activator;
+use mesh_containers::plan::Was;
 use mesh_containers::{Engine, Present, SecretValues, Step};
 use mesh_systemd::services::Remount;
 
@@ -38,6 +39,29 @@ pub(crate) struct Containers {
 }
 
 impl Containers {
+    /// How the engine has each container the steps touch, under its name and kept as
+    /// `NAME.found`: what a switch cut short after them needs to know of before.
+    pub(crate) fn touched(&self) -> BTreeMap<String, Was> {
+        let mut out = BTreeMap::new();
+        for step in &self.steps {
+            for name in [
+                step.name().to_owned(),
+                format!("{}{}", step.name(), mesh_containers::FOUND_SUFFIX),
+            ] {
+                if let Some(p) = self.present.get(&name) {
+                    out.insert(
+                        name,
+                        Was {
+                            id: p.id.clone(),
+                            running: p.running,
+                        },
+                    );
+                }
+            }
+        }
+        out
+    }
+
     /// Whether a step changes the engine.
     pub(crate) fn busy(&self) -> bool {
         self.steps
@@ -54,12 +78,15 @@ impl Containers {
 impl Activator {
     /// Observes the engine and plans its steps for `target`, and the restarts of containers
     /// whose mounted files change (unless another step makes them anew).
+    /// `was`: how a switch cut short before this one found the containers it touched (see
+    /// [`mesh_containers::plan`]).
     pub(crate) fn plan_containers(
         &self,
         target: &Generation,
         record: &NodeRecord,
         remounts: &[Remount],
         values: &SecretValues,
+        was: &BTreeMap<String, Was>,
     ) -> Result<Containers, ActivateError> {
         if target.containers.is_empty() && !self.engine_used() {
             return Ok(Containers {
@@ -86,14 +113,15 @@ impl Activator {
                 equal.insert(name.to_string());
             }
         }
-        let mut steps = mesh_containers::plan(
-            &target.containers,
-            &present,
-            &record.found.containers,
-            record.mode == Mode::Adopted,
-            &self.owner(),
-            &equal,
-        )
+        let mut steps = mesh_containers::plan(&mesh_containers::plan::Input {
+            containers: &target.containers,
+            present: &present,
+            found: &record.found.containers,
+            adopted: record.mode == Mode::Adopted,
+            owner: &self.owner(),
+            equal: &equal,
+            was,
+        })
         .map_err(|name| ActivateError::FoundContainerNotHeld { name })?;
         for r in remounts {
             let acted_on = steps.iter().any(|s| s.name() == r.name);

@@ -89,13 +89,15 @@ pub enum ActivateError {
         source: RootError,
     },
     /// A file operation failed and putting back failed too: the journal stays for the next run.
-    #[error("{source}; putting the changed files back failed too ({undo}); run the switch again to finish")]
+    #[error("{source}; {}", cut_short(.put_back, .not_put_back))]
     Interrupted {
         /// What failed.
         #[source]
         source: RootError,
-        /// Why putting back failed.
-        undo: RootError,
+        /// The files the switch had changed that were put back as they were.
+        put_back: Vec<mesh_lib::TargetPath>,
+        /// Those that could not be, each with why.
+        not_put_back: Vec<(mesh_lib::TargetPath, String)>,
     },
     /// A stored generation that breaks the model's invariants (built elsewhere, or crafted).
     #[error("generation {} is not one the compiler would build: {why}; nothing was changed", .id.short())]
@@ -198,6 +200,24 @@ impl ActivateError {
             _ => Kind::System,
         }
     }
+}
+
+/// What an interrupted files phase says of what it had changed: which files were put back,
+/// which were not and why, and the way on.
+fn cut_short(put_back: &[mesh_lib::TargetPath], not: &[(mesh_lib::TargetPath, String)]) -> String {
+    let list = |paths: Vec<String>| paths.join(", ");
+    let back = if put_back.is_empty() {
+        "none of the files it had changed was put back".to_owned()
+    } else {
+        format!(
+            "put back: {}",
+            list(put_back.iter().map(ToString::to_string).collect())
+        )
+    };
+    format!(
+        "{back}; not put back: {}; the node is between two generations and its journal stays: once the cause is gone, run the switch again to finish it, or `mesh rollback` to go back",
+        list(not.iter().map(|(p, why)| format!("{p} ({why})")).collect())
+    )
 }
 
 /// What a container phase that failed says: each failure with the engine's message, then where

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 
 use mesh_lib::TargetPath;
 
-use crate::journal::journal_path;
 use crate::observe::Observations;
 use crate::prepare::Blobs;
 use crate::ActivateError;
@@ -30,7 +29,6 @@ impl Activator {
         blobs: &Blobs,
         seen: &Observations,
     ) -> Result<Stamps, ActivateError> {
-        let journal = journal_path(&self.state);
         let writes: Vec<&Action> = plan
             .actions
             .iter()
@@ -55,7 +53,8 @@ impl Activator {
                 for staged in &writes[..i] {
                     let _best_effort = self.root.remove_leftover(staged.path());
                 }
-                let _done = std::fs::remove_file(&journal);
+                // No declared path changed: the generation in force is put back whole.
+                self.back_in_force()?;
                 return Err(ActivateError::NotStarted { source });
             }
         }
@@ -79,16 +78,16 @@ impl Activator {
                 for w in &writes {
                     let _best_effort = self.root.remove_leftover(w.path());
                 }
-                return Err(match self.put_back(&applied, seen) {
-                    Ok(()) => {
-                        let _done = std::fs::remove_file(&journal);
-                        if let Ok(Some((_, _, current))) = self.current() {
-                            let _best_effort = self.converge_firewall(&current);
-                        }
-                        ActivateError::RolledBack { source }
-                    }
-                    Err(undo) => ActivateError::Interrupted { source, undo },
-                });
+                let (put_back, not_put_back) = self.put_back(&applied, seen);
+                if !not_put_back.is_empty() {
+                    return Err(ActivateError::Interrupted {
+                        source,
+                        put_back,
+                        not_put_back,
+                    });
+                }
+                self.back_in_force()?;
+                return Err(ActivateError::RolledBack { source });
             }
             applied.push(action);
         }
@@ -97,33 +96,54 @@ impl Activator {
         Ok(stamps)
     }
 
-    /// Puts back what `applied` changed: the content observed before, or nothing where there was
-    /// nothing.
-    fn put_back(&self, applied: &[&Action], seen: &Observations) -> Result<(), RootError> {
+    /// After a files phase that changed no declared path in the end (none, or each put back):
+    /// the firewall of the generation in force is put back in force, and the journal goes —
+    /// the node is at that generation, as the error says.
+    fn back_in_force(&self) -> Result<(), ActivateError> {
+        if let Some((_, _, current)) = self.current()? {
+            self.converge_firewall(&current)?;
+        }
+        self.drop_journal()
+    }
+
+    /// Puts back what `applied` changed, each path in turn whatever the others did: the content
+    /// observed before, or nothing where there was nothing. The paths put back, and those that
+    /// could not be, with why.
+    fn put_back(
+        &self,
+        applied: &[&Action],
+        seen: &Observations,
+    ) -> (Vec<TargetPath>, Vec<(TargetPath, String)>) {
         let (observed, contents) = seen;
+        let (mut back, mut not) = (Vec::new(), Vec::new());
         for action in applied.iter().rev() {
             let path = action.path();
-            match observed.get(path) {
+            let done = match observed.get(path) {
                 Some(Observed::File(f)) => {
                     // Not read when its stamp showed it unchanged: the store has its content.
-                    let stored;
-                    let bytes = match contents.get(path) {
-                        Some(b) => b,
-                        None => {
-                            stored = self.store.blob(&f.hash).map_err(|e| RootError::Io {
+                    match contents.get(path) {
+                        Some(b) => self.root.write(path, b, f.mode, f.uid, f.gid).map(drop),
+                        None => match self.store.blob(&f.hash) {
+                            Ok(stored) => self
+                                .root
+                                .write(path, &stored, f.mode, f.uid, f.gid)
+                                .map(drop),
+                            Err(e) => Err(RootError::Io {
                                 op: "reading what to put back at",
                                 path: path.clone(),
                                 source: std::io::Error::other(e),
-                            })?;
-                            &stored
-                        }
-                    };
-                    self.root.write(path, bytes, f.mode, f.uid, f.gid)?;
+                            }),
+                        },
+                    }
                 }
-                Some(Observed::Absent) | None => self.root.remove(path, true)?,
-                Some(_) => {}
+                Some(Observed::Absent) | None => self.root.remove(path, true),
+                Some(_) => Ok(()),
+            };
+            match done {
+                Ok(()) => back.push(path.clone()),
+                Err(e) => not.push((path.clone(), e.to_string())),
             }
         }
-        Ok(())
+        (back, not)
     }
 }

@@ -49,6 +49,12 @@ impl Activator {
         apply: bool,
     ) -> Result<mesh_reach::firewall::Converged, ActivateError> {
         let (remove_tables, empty_inputs) = self.found_firewall_goes(generation.mode)?;
+        // On an adopted node, the found firewall the flip removed comes back with the
+        // generation's openings in it, in the transaction that removes the base ruleset.
+        let found = match generation.mode {
+            Mode::Adopted => self.found_firewall_dump()?,
+            Mode::Managed => None,
+        };
         // The openings go through every foreign base chain that stays in force: on an adopted
         // node the predecessor's; on a managed one what a container runtime keeps (a drop
         // there is as final as anywhere).
@@ -59,6 +65,7 @@ impl Activator {
             openings: &generation.openings,
             remove_tables: &remove_tables,
             empty_inputs: &empty_inputs,
+            restore: found.as_ref(),
         };
         Ok(if apply {
             self.firewall.converge(&want)?
@@ -77,8 +84,7 @@ impl Activator {
         mode: Mode,
     ) -> Result<(Vec<(String, String)>, Vec<String>), ActivateError> {
         if mode == Mode::Managed {
-            if let Some(found) = self.record()?.and_then(|r| r.found.firewall) {
-                let dump = mesh_reach::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
+            if let Some(dump) = self.found_firewall_dump()? {
                 return Ok((dump.firewall_tables(), dump.shared_inputs()));
             }
         }
@@ -160,14 +166,14 @@ impl Activator {
         })
     }
 
-    /// Loads back the found firewall's tables that are not in force, from the dump recorded at
-    /// adoption: a rollback from a flipped generation to an adopted one.
-    pub fn restore_found_firewall(&self) -> Result<Vec<(String, String)>, ActivateError> {
-        let Some(found) = self.record()?.and_then(|r| r.found.firewall) else {
-            return Ok(Vec::new());
-        };
-        let dump = mesh_reach::firewall::Dump::parse(&self.store.blob(&found.dump)?)?;
-        Ok(self.firewall.restore_missing(&dump)?)
+    /// The found firewall as recorded at adoption, if one was.
+    fn found_firewall_dump(&self) -> Result<Option<mesh_reach::firewall::Dump>, ActivateError> {
+        match self.record()?.and_then(|r| r.found.firewall) {
+            Some(found) => Ok(Some(mesh_reach::firewall::Dump::parse(
+                &self.store.blob(&found.dump)?,
+            )?)),
+            None => Ok(None),
+        }
     }
 }
 
@@ -224,7 +230,8 @@ mod tests {
 
     /// What the flip removes is decided from the dump recorded at adoption: the predecessor's
     /// own table, never a container runtime's (whose shared INPUT chain is emptied instead);
-    /// and the openings go on through what stays, on the adopted and the managed node alike.
+    /// the openings go on through what stays, on the adopted and the managed node alike; and
+    /// the adopted node's converge carries the found firewall, to load back what a flip took.
     #[test]
     fn converge_asks_for_the_predecessor_gone_and_the_runtime_kept() {
         let dir = tempfile::tempdir().unwrap();
@@ -261,17 +268,21 @@ mod tests {
         assert_eq!(
             firewall.calls(),
             [
+                // On the adopted node, the found firewall is offered to load back what a flip
+                // removed (the kernel's firewall loads it only where the base ruleset is).
                 Call::Converge {
                     base: false,
                     openings: opening.clone(),
                     remove_tables: vec![],
                     empty_inputs: vec![],
+                    restore: vec!["inet pred".into(), "ip filter".into(), "ip nat".into()],
                 },
                 Call::Converge {
                     base: true,
                     openings: opening,
                     remove_tables: vec![("inet".into(), "pred".into())],
                     empty_inputs: vec!["ip".into()],
+                    restore: vec![],
                 },
             ]
         );

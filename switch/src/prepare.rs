@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 
 use mesh_lib::model::{FileState, UnitTrigger};
 use mesh_lib::secret::Zeroizing;
-use mesh_lib::{atomic, BlobHash, Generation, GenerationId, TargetPath};
+use mesh_lib::{BlobHash, Generation, GenerationId, TargetPath};
 
-use crate::journal::{journal_path, Before, Journal, JournalOp, Pending};
+use crate::journal::{Act, Before, Journal, JournalOp, Pending};
 use crate::observe::{at_secret_path, Observations};
 use crate::ActivateError;
 use crate::Activator;
@@ -153,17 +153,21 @@ impl Activator {
         Ok(())
     }
 
-    /// Writes the journal of a switch to `target`: the paths the plan changes and the service
-    /// actions that follow (when systemd is driven). Nothing to journal, no journal.
+    /// Writes the journal of a switch to `target` again, now with the paths the plan changes and
+    /// the service actions that follow (when systemd is driven). Nothing of them to journal: the
+    /// journal of what the switch does stays as it was written before it began. The journal as
+    /// it stands.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn write_journal(
         &self,
         target: &Generation,
         id: GenerationId,
+        act: &Act,
         plan: &Plan,
         services: &ServicePlan,
         seen: &Observations,
         secret_paths: &std::collections::BTreeSet<&TargetPath>,
-    ) -> Result<(), ActivateError> {
+    ) -> Result<Journal, ActivateError> {
         let before = |path: &TargetPath| match seen.0.get(path) {
             Some(Observed::File(f)) => Some(Before::File(f.hash)),
             Some(Observed::Absent) => Some(Before::Absent),
@@ -206,19 +210,18 @@ impl Activator {
             plan: services.clone(),
             in_force: services.in_force.clone(),
         });
-        if ops.is_empty() && pending.is_none() {
-            return Ok(());
-        }
-        let journal = journal_path(&self.state);
-        let bytes = serde_json::to_vec(&Journal {
+        let journal = Journal {
             target: id,
+            act: act.clone(),
             ops,
             services: pending,
-        })
-        .map_err(|e| io_err("encoding", &journal)(e.into()))?;
-        atomic::write_file(&journal, &bytes, 0o600).map_err(io_err("writing", &journal))?;
+        };
+        if journal.ops.is_empty() && journal.services.is_none() {
+            return Ok(journal);
+        }
+        self.save_journal(&journal)?;
         mesh_lib::crash::point("journal-written");
-        Ok(())
+        Ok(journal)
     }
 }
 

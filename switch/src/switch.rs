@@ -6,7 +6,7 @@ use mesh_lib::{Generation, GenerationId};
 use serde::Serialize;
 
 use crate::error::ActivateError;
-use crate::journal::Recovered;
+use crate::journal::{Act, Journal, Recovered};
 use crate::units::UnitFailure;
 use crate::{commit, Activator};
 use mesh_node::host::HostStore;
@@ -77,7 +77,14 @@ impl Activator {
         } else {
             self.recover()?
         };
-        let record = self.record_for(id, target)?;
+        // The record as it is once the target is in force: a take's, a flip's, a rollback's.
+        let record = self.record_for(id, target)?.following(target);
+        // A switch cut short before this one: how the containers it touched stood before.
+        let was = recovered
+            .unfinished
+            .as_ref()
+            .map(|(_, act)| act.containers.clone())
+            .unwrap_or_default();
 
         // Observe. The plan needs the host store, not the generation in force: every file the
         // mesh may remove is one the host store says it wrote.
@@ -119,7 +126,7 @@ impl Activator {
         })?;
         let services = self.plan_services(target, &plan, &host, &record)?;
         let containers =
-            self.plan_containers(target, &record, &services.restarts, &opened.values)?;
+            self.plan_containers(target, &record, &services.restarts, &opened.values, &was)?;
         let previous = in_force.map(|(_, cid)| cid);
         let already = previous == Some(id);
         let bookkeeping = plan
@@ -127,7 +134,9 @@ impl Activator {
             .iter()
             .any(|a| matches!(a, Action::Claim { .. } | Action::Keep { .. }))
             || (services.not_driven.is_none() && services.in_force != host.units);
+        // After a switch cut short, the firewall it may have changed is put in force too.
         let nothing_to_do = already
+            && recovered.unfinished.is_none()
             && !plan.changes_machine()
             && !bookkeeping
             && !services.asks_systemd()
@@ -171,8 +180,28 @@ impl Activator {
         let blobs = self.check(&plan, std::mem::take(&mut opened.files))?;
         self.fetch_images(&containers, &id)?;
 
-        // Apply: the firewall first, in one transaction; then what the mesh did not write is
-        // recorded and the journal written; then the files, then the containers.
+        // Apply, journaled from before the first change: the generation in force before (the
+        // first cut-short switch's, if this one follows such), and how the containers stood.
+        let recovering = recovered.unfinished.is_some();
+        let act = recovered
+            .unfinished
+            .map(|(_, act)| act)
+            .unwrap_or_default()
+            .then(Act {
+                trigger: Some(trigger),
+                previous: in_force,
+                containers: containers.touched(),
+                ..Act::default()
+            });
+        self.save_journal(&Journal {
+            target: id,
+            act: act.clone(),
+            ops: Vec::new(),
+            services: None,
+        })?;
+        mesh_lib::crash::point("journal-begun");
+        // The firewall first, in one transaction; then what the mesh did not write is recorded
+        // and the journal written with the file steps; then the files, then the containers.
         let firewall = self.converge_firewall(target)?;
         mesh_lib::crash::point("firewall-converged");
         self.record_originals(target, &plan, &seen, &mut host)?;
@@ -182,21 +211,45 @@ impl Activator {
             .filter(|(_, f)| f.secret.is_some())
             .map(|(p, _)| p)
             .collect();
-        self.write_journal(target, id, &plan, &services, &seen, &secret_paths)?;
+        let mut journal =
+            self.write_journal(target, id, &act, &plan, &services, &seen, &secret_paths)?;
         // The units that stop do so with the definitions they run, before their files change.
         let mut failed = recovered.failed;
         failed.extend(self.stop_services(&services)?);
         let stamps = match self.apply_files(&plan, &blobs, &seen) {
             Ok(stamps) => stamps,
             Err(e) => {
-                if matches!(e, ActivateError::RolledBack { .. }) {
+                if matches!(
+                    e,
+                    ActivateError::RolledBack { .. } | ActivateError::NotStarted { .. }
+                ) {
                     self.restart_stopped(&services);
                 }
                 return Err(e);
             }
         };
         failed.extend(self.apply_services(&services)?);
+        // The engine's stops, journaled before they are asked (they go on if this is killed).
+        if let (Some(engine), true) = (&containers.engine, containers.busy()) {
+            journal.act.stopping = mesh_containers::stopping(
+                engine,
+                &containers.steps,
+                &target.containers,
+                &containers.present,
+            )?;
+            if !journal.act.stopping.is_empty() {
+                self.save_journal(&journal)?;
+            }
+        }
         self.apply_containers(&containers, target, &opened.values, id, previous)?;
+        if recovering {
+            // After a switch cut short, what the engine did of its asking since it was listed
+            // is met once more: whatever it ended as, each container as the target says.
+            let again = self.plan_containers(target, &record, &[], &opened.values, &was)?;
+            if again.busy() {
+                self.apply_containers(&again, target, &opened.values, id, previous)?;
+            }
+        }
 
         // Commit.
         let number = self.commit(
@@ -225,8 +278,8 @@ impl Activator {
             previous,
             images: containers.fetch,
             containers: containers.steps,
+            restored: firewall.restored.clone(),
             firewall: Some(firewall),
-            restored: Vec::new(),
             dry_run: false,
             review: None,
         })

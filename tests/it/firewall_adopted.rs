@@ -9,7 +9,7 @@ use crate::node_fixture::Fixture;
 use crate::support::have_root_tools;
 use std::process::Command;
 
-fn declaration(with_broker: bool) -> String {
+pub(crate) fn declaration(with_broker: bool) -> String {
     let broker = if with_broker {
         r#"{ name = "broker", config = fun s => { openings = [{ port = s.ports.broker_management, from = "private", paths = ['incoming] }] } },"#
     } else {
@@ -34,7 +34,7 @@ mesh.node {{
 
 /// Which of the ports each client reaches: outside over IPv4 and IPv6, the private network,
 /// and the node itself over loopback.
-fn matrix(lab: &Lab) -> Vec<(String, u16, bool)> {
+pub(crate) fn matrix(lab: &Lab) -> Vec<(String, u16, bool)> {
     let mut probes: Vec<(&str, &crate::support::Netns, &str, u16)> = Vec::new();
     for port in [80, 15432, 4222, 5001, 5432, 15672] {
         probes.push(("outside v4", &lab.outside, "192.0.2.1", port));

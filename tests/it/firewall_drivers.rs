@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use mesh_lib::firewall::guard_ruleset;
+use mesh_lib::firewall::{base_ruleset, guard_ruleset};
 use mesh_lib::model::{Opening, Port, PrivateNetwork, Protocol, Settings, Source, TrafficPath};
 use mesh_reach::firewall::{Dump, Firewall, Kernel, Want};
 
@@ -64,6 +64,12 @@ fn openings() -> Vec<Opening> {
 
 /// Runs `with` on what an adopted node with [`openings`] wants.
 fn adopted<T>(with: impl FnOnce(&Want<'_>) -> T) -> T {
+    adopted_restoring(None, with)
+}
+
+/// Runs `with` on what an adopted node with [`openings`] wants, its found firewall recorded as
+/// `found`.
+fn adopted_restoring<T>(found: Option<&Dump>, with: impl FnOnce(&Want<'_>) -> T) -> T {
     let (settings, openings) = (settings(), openings());
     let guard = guard_ruleset(&settings);
     with(&Want {
@@ -73,6 +79,23 @@ fn adopted<T>(with: impl FnOnce(&Want<'_>) -> T) -> T {
         openings: &openings,
         remove_tables: &[],
         empty_inputs: &[],
+        restore: found,
+    })
+}
+
+/// Runs `with` on what a managed node with [`openings`] wants.
+fn managed<T>(with: impl FnOnce(&Want<'_>) -> T) -> T {
+    let (settings, openings) = (settings(), openings());
+    let guard = guard_ruleset(&settings);
+    let base = base_ruleset(&settings, &openings);
+    with(&Want {
+        guard: &guard,
+        base: Some(&base),
+        settings: &settings,
+        openings: &openings,
+        remove_tables: &[],
+        empty_inputs: &[],
+        restore: None,
     })
 }
 
@@ -121,7 +144,8 @@ fn library_and_command_put_the_same_ruleset_in_force() {
     assert!(by_library.contains("comment \"mesh: hub hub 51820/udp from anywhere\""));
     assert!(by_library.contains("table inet mesh_guard"));
 
-    // nft refuses a table: both report nft's own message, and the ruleset is as it was.
+    // nft refuses a found table loaded back across the flip: both report nft's own message,
+    // and the ruleset is as it was (the base ruleset still in force).
     let broken = Dump {
         tables: [(
             "inet broken".to_owned(),
@@ -131,12 +155,17 @@ fn library_and_command_put_the_same_ruleset_in_force() {
         iptables: Default::default(),
     };
     for driver in [&library, &command] {
-        let err = driver.restore_missing(&broken).unwrap_err().to_string();
+        managed(|want| driver.converge(want).unwrap());
+        let flipped = nft(&ns, &["list", "ruleset"], "");
+        assert!(flipped.contains("table inet mesh_base"));
+        let err = adopted_restoring(Some(&broken), |want| driver.converge(want))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("Error:") && err.contains("nowhere"),
             "nft's own message: {err}"
         );
-        assert_eq!(nft(&ns, &["list", "ruleset"], ""), by_command);
+        assert_eq!(nft(&ns, &["list", "ruleset"], ""), flipped);
     }
 
     // A namespace that does not exist is an error, not the machine's own ruleset.

@@ -20,6 +20,7 @@ mod images;
 mod import;
 mod import_firewall;
 mod incremental;
+mod kills;
 mod netlab;
 mod node_fixture;
 mod pull;

@@ -218,3 +218,73 @@ pub fn ssh_keygen(path: &Path, comment: &str) -> String {
         .trim()
         .to_owned()
 }
+
+/// A command stopped at a crash point (`MESH_PAUSE_AT`), waiting for the test to do what a
+/// fault would do in its middle, then to let it go on.
+pub struct Paused {
+    child: Option<std::process::Child>,
+}
+
+impl Paused {
+    /// Starts `c` with `MESH_PAUSE_AT=at` and waits (up to a minute) until it has stopped
+    /// itself there; `None` when it ended without reaching the point (its output then asserts
+    /// success, naming `context`).
+    pub fn at(mut c: Command, at: &str, context: &str) -> Option<Self> {
+        let mut child = c
+            .env("MESH_PAUSE_AT", at)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stat = format!("/proc/{}/stat", child.id());
+        for _ in 0..6000 {
+            if let Some(status) = child.try_wait().unwrap() {
+                let out = child.wait_with_output().unwrap();
+                assert!(
+                    status.success(),
+                    "{context}: not paused, and the run failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                return None;
+            }
+            // The state is the field after the command's name (which is in parentheses).
+            let stopped = std::fs::read_to_string(&stat).is_ok_and(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            });
+            if stopped {
+                return Some(Self { child: Some(child) });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("{context}: neither paused nor ended in a minute");
+    }
+
+    /// Lets it go on, and waits for its end.
+    pub fn resume(mut self) -> Ran {
+        let child = self.child.take().expect("not resumed yet");
+        let pid = child.id().to_string();
+        let cont = Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+        assert!(cont.success(), "kill -CONT {pid}");
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = child.wait_with_output().unwrap();
+        Ran {
+            code: status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
+    }
+}
+
+impl Drop for Paused {
+    /// A test that failed before letting it go on leaves no stopped process behind.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -10,7 +10,7 @@ use super::dump::{is_iptables_table, split_key};
 use super::nft::Nft;
 use super::{
     iptables, is_runtime_table, netns_note, nftables, BaseChange, Converged, Dump, Firewall,
-    FirewallError, FoundChain, Want,
+    FirewallError, FoundChain, Want, MARK,
 };
 
 /// The kernel's firewall, in a network namespace or the machine's own.
@@ -197,13 +197,6 @@ impl Firewall for Kernel {
         self.converge_or_check(want, false)
     }
 
-    /// nft's own tables in one transaction; iptables-nft's through iptables-nft-restore; a
-    /// container runtime's never (they are the runtime's, and an old copy would be wrong), but
-    /// the predecessor's INPUT chain in a table the runtime shares is put back as found.
-    fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
-        self.restore(dump)
-    }
-
     fn netns(&self) -> Option<&str> {
         self.nft.netns()
     }
@@ -241,6 +234,34 @@ impl Kernel {
         let mut done = Converged::default();
         // One transaction, written in nft's text syntax (nft reads it faster than its JSON).
         let mut commands = String::new();
+        // Back across the flip: the found firewall's tables the flip removed, loaded back (the
+        // iptables-nft ones through iptables first, beside the base ruleset still in force:
+        // nothing opens or closes), then nft's own in this transaction, which removes the
+        // base ruleset: what both open never closes.
+        let restoring = match want.restore {
+            Some(dump) if want.base.is_none() && table_present(&ruleset, "inet", BASE_TABLE) => {
+                missing(dump, &ruleset)
+            }
+            _ => Vec::new(),
+        };
+        let mut restored_chains = Vec::new();
+        if let (Some(dump), false) = (want.restore, restoring.is_empty()) {
+            if apply {
+                done.restored.extend(
+                    iptables::restore(&self.nft, dump, &restoring)?
+                        .into_iter()
+                        .map(|(f, t)| format!("{f} {t}")),
+                );
+            }
+            for (family, name) in restoring.iter().filter(|(f, n)| !is_iptables_table(f, n)) {
+                let text = without_mesh_rules(&dump.tables[&format!("{family} {name}")]);
+                restored_chains.extend(nftables::chains_of(family, name, &text));
+                commands.push_str(&text);
+                commands.push('\n');
+            }
+            done.restored
+                .extend(restoring.iter().map(|(f, n)| format!("{f} {n}")));
+        }
         match want.base {
             Some(base) if !same_table(&ruleset, BASE_TABLE, base) => {
                 commands.push_str(&replace_table(&ruleset, BASE_TABLE, base));
@@ -267,6 +288,7 @@ impl Kernel {
         // The openings through nft's own found chains; none into tables the flip removes.
         let chains: Vec<FoundChain> = nftables::found_chains(&ruleset)
             .into_iter()
+            .chain(restored_chains)
             .filter(|c| !iptables::speaks(c))
             .filter(|c| {
                 !want
@@ -280,37 +302,45 @@ impl Kernel {
         (done.inserted, done.removed) = (inserted, removed);
         if apply && !commands.is_empty() {
             let what = match (done.base, done.guard) {
+                (Some(BaseChange::Removed), _) if !done.restored.is_empty() => {
+                    "loading the found firewall back and removing the base ruleset"
+                }
                 (Some(_), _) => "loading the base ruleset and the guard",
                 (None, true) => "loading the guard",
                 (None, false) => "converging the openings through the found firewall",
             };
             self.nft.apply(&commands, what)?;
         }
+        // The iptables-nft chains loaded back are in force now: the openings go into them too.
+        let ruleset = if apply && !done.restored.is_empty() {
+            self.nft.ruleset()?
+        } else {
+            ruleset
+        };
         let (inserted, removed, emptied) = iptables::converge(&self.nft, &ruleset, want, apply)?;
         done.inserted += inserted;
         done.removed += removed;
         done.emptied_inputs = emptied;
         Ok(done)
     }
+}
 
-    fn restore(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
-        let ruleset = self.nft.ruleset()?;
-        let missing: Vec<(String, String)> = dump
-            .tables
-            .iter()
-            .filter(|(key, text)| !is_runtime_table(key, text))
-            .filter_map(|(key, _)| split_key(key))
-            .filter(|(f, n)| !table_present(&ruleset, f, n))
-            .collect();
-        let native: String = missing
-            .iter()
-            .filter(|(f, n)| !is_iptables_table(f, n))
-            .map(|(f, n)| dump.tables[&format!("{f} {n}")].as_str())
-            .collect();
-        if !native.is_empty() {
-            self.nft.apply(&native, "restoring the found firewall")?;
-        }
-        let inputs = iptables::restore(&self.nft, dump, &missing)?;
-        Ok(missing.into_iter().chain(inputs).collect())
-    }
+/// The tables of `dump` that are not in `ruleset`, as (family, name): a container runtime's
+/// aside (it keeps its own).
+fn missing(dump: &Dump, ruleset: &[Value]) -> Vec<(String, String)> {
+    dump.tables
+        .iter()
+        .filter(|(key, text)| !is_runtime_table(key, text))
+        .filter_map(|(key, _)| split_key(key))
+        .filter(|(f, n)| !table_present(ruleset, f, n))
+        .collect()
+}
+
+/// A table as the dump lists it, without any rule of the mesh's (they are inserted anew, as
+/// the generation wants them).
+fn without_mesh_rules(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.contains(&format!("comment \"{MARK}")))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

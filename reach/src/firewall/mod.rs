@@ -112,6 +112,11 @@ pub struct Want<'a> {
     /// Families whose iptables INPUT chain is the predecessor's in a table the container
     /// runtime shares: emptied, policy accept (the flip), the rest of the table left alone.
     pub empty_inputs: &'a [String],
+    /// The found firewall as recorded at adoption, on an adopted node: where the flip removed
+    /// its tables (the base ruleset is in force), those are loaded back in the transaction that
+    /// removes the base ruleset, with the openings in their chains — no port the found firewall
+    /// and the generation both open is closed on the way back across the flip.
+    pub restore: Option<&'a Dump>,
 }
 
 /// What a converge did to the base ruleset.
@@ -140,6 +145,10 @@ pub struct Converged {
     /// The predecessor's INPUT chains emptied in tables the container runtime shares (the
     /// flip).
     pub emptied_inputs: usize,
+    /// The found firewall's tables (`family name`) loaded back from the dump: back across the
+    /// flip.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restored: Vec<String>,
 }
 
 /// The ruleset in force, as read for the flip preview.
@@ -165,10 +174,6 @@ pub trait Firewall: Send + Sync {
     /// What [`Firewall::converge`] would change, changing nothing: the drift from `want`.
     fn check(&self, want: &Want<'_>) -> Result<Converged, FirewallError>;
 
-    /// Loads back what of the found firewall (`dump`) is not in force: a rollback across the
-    /// flip. Returns what was restored, as (family, table).
-    fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError>;
-
     /// The network namespace it works in (`None`: the machine's own).
     fn netns(&self) -> Option<&str>;
 
@@ -190,10 +195,6 @@ impl<F: Firewall + ?Sized> Firewall for std::sync::Arc<F> {
 
     fn check(&self, want: &Want<'_>) -> Result<Converged, FirewallError> {
         (**self).check(want)
-    }
-
-    fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
-        (**self).restore_missing(dump)
     }
 
     fn netns(&self) -> Option<&str> {
@@ -220,11 +221,11 @@ pub enum Call {
         remove_tables: Vec<(String, String)>,
         /// The shared INPUT chains to empty.
         empty_inputs: Vec<String>,
+        /// The tables of the found firewall's dump, given to load back what the flip removed.
+        restore: Vec<String>,
     },
     /// `check`.
     Check,
-    /// `restore_missing`: the tables of the dump.
-    Restore(Vec<String>),
 }
 
 /// A firewall that touches nothing: it records what it is asked and answers as if a firewall
@@ -274,6 +275,10 @@ impl Firewall for Recording {
                 .collect(),
             remove_tables: want.remove_tables.to_vec(),
             empty_inputs: want.empty_inputs.to_vec(),
+            restore: want
+                .restore
+                .map(|d| d.tables.keys().cloned().collect())
+                .unwrap_or_default(),
         });
         Ok(Converged::default())
     }
@@ -281,11 +286,6 @@ impl Firewall for Recording {
     fn check(&self, _want: &Want<'_>) -> Result<Converged, FirewallError> {
         self.record(Call::Check);
         Ok(Converged::default())
-    }
-
-    fn restore_missing(&self, dump: &Dump) -> Result<Vec<(String, String)>, FirewallError> {
-        self.record(Call::Restore(dump.tables.keys().cloned().collect()));
-        Ok(Vec::new())
     }
 
     fn netns(&self) -> Option<&str> {

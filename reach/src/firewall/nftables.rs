@@ -32,6 +32,36 @@ fn family_of(name: &str) -> Option<NfFamily> {
     }
 }
 
+/// The base chains on the input and forward hooks of table `family name`, read from its text
+/// as `nft list table` prints it: those of a table about to be loaded back, which the ruleset
+/// in force does not list yet.
+pub fn chains_of(family: &str, table: &str, text: &str) -> Vec<FoundChain> {
+    let mut out = Vec::new();
+    let mut chain: Option<&str> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("chain ") {
+            chain = rest.split_whitespace().next();
+            continue;
+        }
+        let Some(name) = chain else { continue };
+        let path = if line.starts_with("type filter hook input ") {
+            TrafficPath::Incoming
+        } else if line.starts_with("type filter hook forward ") {
+            TrafficPath::Forwarded
+        } else {
+            continue;
+        };
+        out.push(FoundChain {
+            family: family.to_owned(),
+            table: table.to_owned(),
+            name: name.to_owned(),
+            path,
+        });
+        chain = None;
+    }
+    out
+}
+
 /// The found firewall's base chains on the input and forward hooks: every filter chain
 /// hooked there that is not in a table of the mesh's.
 pub fn found_chains(ruleset: &[Value]) -> Vec<FoundChain> {
