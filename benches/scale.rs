@@ -27,8 +27,13 @@
 //! Import (issue 38): `mesh import` of the sixty found containers, and its `--check`, against one
 //! `docker inspect` of the sixty.
 //!
-//! `MESH_BENCH_ONLY=builds` (or `containers`) runs one half; `stops`, the rollback stops alone;
-//! `import`, the import's rows alone.
+//! Takes one at a time (issue 47): the sixty taken one module at a time, 59 takes, then rolled
+//! back across all of them and forward again. Targets: the rollback at most 12 s and two takes,
+//! forward at most eight takes.
+//!
+//! `MESH_BENCH_ONLY=builds` (or `containers`) runs one half; `stops`, the rollback stops alone
+//! (and the takes one at a time); `takes`, the takes one at a time alone; `import`, the import's
+//! rows alone.
 //! Everything the bench creates carries its prefix and is removed at the end.
 
 mod common;
@@ -304,6 +309,51 @@ fn rollback_stops(rows: &mut Vec<Row>) {
     });
 }
 
+/// Issue 47: the seed's sixty taken one module at a time — 59 takes, 59 generations, the 60th
+/// left held — then a rollback across all of them to the adoption, and forward again. The
+/// found containers stop within a second; the mesh's declare no stop timeout, so each of their
+/// stops waits the engine's default 10 s (their processes ignore SIGTERM). Targets: the rollback
+/// costs about one stop — at most 12 s and two takes — and forward again at most eight takes;
+/// beside the docker CLI making the rollback's calls (stop, remove, start, rename) all at once.
+fn takes_one_at_a_time(rows: &mut Vec<Row>) {
+    const TAKEN: usize = N - 1;
+    let set = Sixty::new("t", 1, None);
+    set.mesh(&["adopt", set.decl.to_str().unwrap()]);
+    let takes: Vec<Duration> = (0..TAKEN)
+        .map(|i| set.mesh(&["take", &format!("app{i}")]))
+        .collect();
+    let take = median(takes);
+    let back = set.mesh(&["rollback", "--to", "1"]);
+    let last = (TAKEN + 1).to_string();
+    let forward = set.mesh(&["rollback", "--to", &last]);
+    let apps: Vec<usize> = (0..TAKEN).collect();
+    let cli_back = at_a_time(TAKEN, &apps, |&i| set.cli_back(i));
+    rows.push(Row {
+        what: "rollback across 59 takes, one module each".into(),
+        mesh: back,
+        reference: "one take (median of the 59)".into(),
+        against: take,
+        target: "<= 12 s + 2 takes",
+        percent: false,
+    });
+    rows.push(Row {
+        what: String::new(),
+        mesh: back,
+        reference: "docker CLI, the same calls, all at once".into(),
+        against: cli_back,
+        target: "(measured)",
+        percent: false,
+    });
+    rows.push(Row {
+        what: "forward again across them".into(),
+        mesh: forward,
+        reference: "one take (median of the 59)".into(),
+        against: take,
+        target: "<= 8x",
+        percent: false,
+    });
+}
+
 /// A node of `n` modules, each in a file of its own with ten files, a container and an
 /// opening reading its port from the settings, imported through a catalogue.
 fn generate(dir: &Path, n: usize) -> PathBuf {
@@ -434,18 +484,21 @@ fn main() {
     let mut rows = Vec::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let only = std::env::var("MESH_BENCH_ONLY").unwrap_or_default();
-    if only != "containers" && only != "stops" && only != "import" {
+    if only != "containers" && only != "stops" && only != "import" && only != "takes" {
         builds(&mut rows, 200, 5);
         builds(&mut rows, 800, 3);
     }
     let docker_ran =
         only != "builds" && rustix::process::geteuid().is_root() && common::docker_here();
     if docker_ran {
-        if only != "stops" && only != "import" {
+        if only != "stops" && only != "import" && only != "takes" {
             containers(&mut rows);
         }
-        if only != "import" {
+        if only != "import" && only != "takes" {
             rollback_stops(&mut rows);
+        }
+        if only.is_empty() || only == "stops" || only == "takes" {
+            takes_one_at_a_time(&mut rows);
         }
         if only.is_empty() || only == "import" {
             imports(&mut rows);

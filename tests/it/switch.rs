@@ -358,3 +358,52 @@ fn take_of_several_modules_is_one_generation() {
     assert_eq!(f.read(SSH).unwrap(), "PasswordAuthentication no\n");
     assert_eq!(f.read(EXTRA).unwrap(), "extra\n");
 }
+
+/// The record follows what is put in force, whatever puts it there: a switch by id forward
+/// across the flip leaves the record managed (as the flip did), and one back to the adoption's
+/// generation leaves it adopted, its take undone — `mesh status` and the record never
+/// disagree with the generation in force.
+#[test]
+fn a_switch_by_id_across_the_flip_leaves_the_record_saying_what_is_in_force() {
+    if !crate::support::have_root_tools(&["ip"]) {
+        return;
+    }
+    let f = Fixture::new();
+    let a = f.decl("a.ncl").display().to_string();
+    f.ok(&["adopt", &a]);
+    let adopted = generation_id(&f);
+    f.ok(&["take", "ssh"]);
+    f.ok(&["flip", "--force"]);
+    let flipped = generation_id(&f);
+    f.ok(&["rollback", "--to", "1"]);
+    assert_eq!(f.record()["mode"], "adopted");
+    assert_eq!(f.record()["taken"], serde_json::json!([]));
+
+    f.ok(&["switch", "--generation", &flipped]);
+    assert_eq!(f.record()["mode"], "managed", "forward across the flip");
+    let status: serde_json::Value =
+        serde_json::from_str(f.ok(&["status", "--json"]).last_line()).unwrap();
+    assert_eq!(status["mode"], "managed", "{status}");
+
+    f.ok(&["switch", "--generation", &adopted]);
+    assert_eq!(f.record()["mode"], "adopted", "back across it");
+    assert_eq!(f.record()["taken"], serde_json::json!([]), "its take undone");
+    let status: serde_json::Value =
+        serde_json::from_str(f.ok(&["status", "--json"]).last_line()).unwrap();
+    assert_eq!(status["mode"], "adopted", "{status}");
+}
+
+/// The id of the generation in force.
+fn generation_id(f: &Fixture) -> String {
+    let g: serde_json::Value =
+        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
+    g["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["current"] == true)
+        .expect("a current generation")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
