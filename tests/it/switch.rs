@@ -387,7 +387,11 @@ fn a_switch_by_id_across_the_flip_leaves_the_record_saying_what_is_in_force() {
 
     f.ok(&["switch", "--generation", &adopted]);
     assert_eq!(f.record()["mode"], "adopted", "back across it");
-    assert_eq!(f.record()["taken"], serde_json::json!([]), "its take undone");
+    assert_eq!(
+        f.record()["taken"],
+        serde_json::json!([]),
+        "its take undone"
+    );
     let status: serde_json::Value =
         serde_json::from_str(f.ok(&["status", "--json"]).last_line()).unwrap();
     assert_eq!(status["mode"], "adopted", "{status}");
