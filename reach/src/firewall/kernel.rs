@@ -238,15 +238,18 @@ impl Kernel {
         // iptables-nft ones through iptables first, beside the base ruleset still in force:
         // nothing opens or closes), then nft's own in this transaction, which removes the
         // base ruleset: what both open never closes.
-        let restoring = match want.restore {
+        let across_flip = match want.restore {
             Some(dump) if want.base.is_none() && table_present(&ruleset, "inet", BASE_TABLE) => {
-                missing(dump, &ruleset)
+                Some(dump)
             }
-            _ => Vec::new(),
+            _ => None,
         };
         let mut restored_chains = Vec::new();
-        if let (Some(dump), false) = (want.restore, restoring.is_empty()) {
+        if let Some(dump) = across_flip {
+            let restoring = missing(dump, &ruleset);
             if apply {
+                // Also the predecessor's INPUT chain in a table a container runtime shares,
+                // which the flip emptied.
                 done.restored.extend(
                     iptables::restore(&self.nft, dump, &restoring)?
                         .into_iter()
