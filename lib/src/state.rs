@@ -21,10 +21,11 @@ use std::path::{Path, PathBuf};
 use crate::atomic;
 
 /// Folders of the mesh's own, relative to the state directory.
-const FOLDERS: [&str; 9] = [
+const FOLDERS: [&str; 10] = [
     "store",
     "store/blobs",
     "store/packs",
+    "store/incoming",
     "store/generations",
     "profile",
     "ncl",

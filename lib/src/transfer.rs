@@ -16,6 +16,13 @@
 //!                                                 end\n
 //! ```
 //!
+//! What a receiver has checked is written down as it arrives, before it is stored: each object,
+//! as it decodes, appended to a file of its own under `STORE/incoming/` (the stream's own raw
+//! form). The objects are stored in one pack at the end of the stream — whole or cut short — and
+//! the file goes; a receiver killed before (the node's process, not only the link) leaves the
+//! file, and the next transfer's question of what is missing stores what it holds first
+//! ([`salvage`]). So a copy cut anywhere costs the next one only the object that was arriving.
+//!
 //! An object's bytes travel as they are, compressed (`zstd`), or — a generation — as a
 //! **delta** from a generation the receiver has (`delta BASE`: zstd with BASE's canonical
 //! encoding as its dictionary, so that the files, containers and rules a new generation shares
@@ -178,8 +185,11 @@ pub fn read_list(input: impl BufRead) -> Result<Vec<Object>, TransferError> {
     Ok(out)
 }
 
-/// The objects of `wanted` that `store` lacks, in order.
+/// The objects of `wanted` that `store` lacks, in order — once what a receiver cut short left
+/// written down is stored ([`salvage`]).
 pub fn missing(store: &Store, wanted: &[Object]) -> Vec<Object> {
+    // What cannot be salvaged is asked for again: nothing is lost by failing here.
+    let _best_effort = salvage(store);
     wanted
         .iter()
         .copied()
@@ -306,15 +316,113 @@ impl Checked {
 /// Reads a stream and stores each object once it checks out against its name (a blob's bytes
 /// hash to it; a generation's canonical encoding does, whatever way it travelled). On any error
 /// — an object that does not check out, a stream cut short, a read that failed or timed out —
-/// the objects that arrived whole and checked before it are kept.
+/// the objects that arrived whole and checked before it are kept; and should this process be
+/// killed instead, they are in its file under `STORE/incoming/` for [`salvage`].
 pub fn receive(store: &Store, mut input: impl BufRead) -> Result<Received, TransferError> {
+    let mut incoming = Incoming::open(store)?;
     let mut checked = Checked::default();
     let mut received = Received::default();
-    let result = read_objects(store, &mut input, &mut checked, &mut received);
+    let result = read_objects(
+        store,
+        &mut input,
+        &mut checked,
+        &mut received,
+        &mut incoming,
+    );
     let kept = checked.keep(store);
+    if kept.is_ok() {
+        incoming.done();
+    }
     result?;
     kept?;
     Ok(received)
+}
+
+/// Stores what receivers that were killed left written down under `STORE/incoming/` (each file
+/// whose writer is gone: it no longer holds the file's lock), and removes each file once its
+/// objects are stored: the objects stored and their bytes.
+pub fn salvage(store: &Store) -> Result<Received, TransferError> {
+    let dir = store.root().join(INCOMING);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Received::default());
+    };
+    let mut total = Received::default();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        // The writer holds its file's lock for as long as it receives.
+        if !matches!(
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive),
+            Ok(())
+        ) {
+            continue;
+        }
+        let mut checked = Checked::default();
+        let mut received = Received::default();
+        let mut none = Incoming::none();
+        // A file cut short ends where the kill came: what came before it is kept.
+        let _cut_short = read_objects(
+            store,
+            &mut std::io::BufReader::new(&file),
+            &mut checked,
+            &mut received,
+            &mut none,
+        );
+        checked.keep(store)?;
+        std::fs::remove_file(&path)?;
+        total.objects += received.objects;
+        total.bytes += received.bytes;
+    }
+    Ok(total)
+}
+
+/// Where receivers write down what they checked, under the store.
+const INCOMING: &str = "incoming";
+
+/// A receiver's file of what it checked, locked while it writes.
+struct Incoming {
+    file: Option<(std::fs::File, std::path::PathBuf)>,
+}
+
+impl Incoming {
+    fn open(store: &Store) -> Result<Self, TransferError> {
+        let dir = store.root().join(INCOMING);
+        crate::atomic::create_dir_all(&dir)?;
+        let file = tempfile::Builder::new()
+            .prefix("stream-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .tempfile_in(&dir)?;
+        let (file, path) = file.keep().map_err(|e| e.error)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .map_err(std::io::Error::from)?;
+        Ok(Self {
+            file: Some((file, path)),
+        })
+    }
+
+    /// One that writes nothing down (a salvage's own reading).
+    fn none() -> Self {
+        Self { file: None }
+    }
+
+    /// Writes down one checked object, as the stream carries it raw.
+    fn write(&mut self, object: Object, bytes: &[u8]) -> Result<(), TransferError> {
+        if let Some((file, _)) = &mut self.file {
+            let mut record = format!("{object} {}\n", bytes.len()).into_bytes();
+            record.extend_from_slice(bytes);
+            file.write_all(&record)?;
+        }
+        Ok(())
+    }
+
+    /// The objects are stored: the file goes.
+    fn done(mut self) {
+        if let Some((_, path)) = self.file.take() {
+            let _gone_already = std::fs::remove_file(path);
+        }
+    }
 }
 
 fn read_objects(
@@ -322,6 +430,7 @@ fn read_objects(
     input: &mut impl BufRead,
     checked: &mut Checked,
     received: &mut Received,
+    incoming: &mut Incoming,
 ) -> Result<(), TransferError> {
     let mut n = 0;
     loop {
@@ -360,6 +469,7 @@ fn read_objects(
                         actual: actual.to_string(),
                     });
                 }
+                incoming.write(object, &bytes)?;
                 received.bytes += bytes.len() as u64;
                 checked.size += bytes.len() as u64;
                 checked.blobs.push(bytes);
@@ -381,6 +491,7 @@ fn read_objects(
                         },
                     });
                 }
+                incoming.write(object, &bytes)?;
                 received.bytes += bytes.len() as u64;
                 checked.size += bytes.len() as u64;
                 checked.generations.extend(parsed);
@@ -601,5 +712,51 @@ mod tests {
         ));
         let kept: Vec<bool> = hashes.iter().map(|h| other.has_blob(h)).collect();
         assert_eq!(kept, [true, true, true, true, false]);
+    }
+
+    /// A receiver killed in the middle of a stream (not only cut off: its process gone, its
+    /// memory with it) has written down every object it checked; the next question of what is
+    /// missing stores them first, so they are not asked for again — and a file cut short in
+    /// the middle of an object gives back the objects before it.
+    #[test]
+    fn what_a_killed_receiver_checked_is_salvaged() {
+        let (from_dir, to_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let from = Store::open(from_dir.path()).unwrap();
+        let to = Store::open(to_dir.path()).unwrap();
+        let objects: Vec<Object> = (0..4)
+            .map(|i| {
+                Object::Blob(
+                    from.put_blob(format!("object {i}").repeat(1000).as_bytes(), false)
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let mut stream = Vec::new();
+        send(&from, &objects, &mut stream).unwrap();
+        // Three objects read and written down, then the process dies in the fourth's bytes.
+        let mut incoming = Incoming::open(&to).unwrap();
+        let cut = stream.len() - 3000;
+        let mut checked = Checked::default();
+        let mut received = Received::default();
+        let read = read_objects(
+            &to,
+            &mut &stream[..cut],
+            &mut checked,
+            &mut received,
+            &mut incoming,
+        );
+        assert!(matches!(read, Err(TransferError::CutShort(3))), "{read:?}");
+        drop((checked, incoming));
+        assert_eq!(missing(&to, &objects), objects[3..].to_vec());
+        assert!(
+            std::fs::read_dir(to.root().join(INCOMING))
+                .unwrap()
+                .next()
+                .is_none(),
+            "the file went once its objects were stored"
+        );
+        // A receiver still at work is left to finish.
+        let _working = Incoming::open(&to).unwrap();
+        assert_eq!(salvage(&to).unwrap(), Received::default());
     }
 }

@@ -322,6 +322,78 @@ fn a_copy_cut_halfway_is_said_and_resumed() {
     );
 }
 
+/// A copy whose receiving process on the node is killed (not the link: the node's `mesh store
+/// serve`, with what it had read in memory) resumes: what it had checked was written down as
+/// it came, the next deploy's question of what the node lacks stores it first, and only the
+/// rest is sent — no more than what the node lacks and a quarter MiB.
+#[test]
+fn a_copy_whose_receiver_is_killed_sends_only_the_rest_again() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("kill", 1, |n| node_decl(n, "one\\n", true));
+    deployed(&lab);
+    write_data(&lab, "node0", 40, 100_000, "kill");
+    lab.declare("node0", &decl_with_data("node0", "two\\n", 40));
+    lab.throttle("node0", "2mbit");
+    let deployer = deploy_in_background(&lab, &["--confirm-timeout", "20", "--io-timeout", "3"]);
+    std::thread::sleep(Duration::from_secs(6));
+    let killed = kill_in(&lab.nodes[0].netns, &["store", "serve"]);
+    assert!(
+        killed > 0,
+        "the node's receiving process was found and killed"
+    );
+    let out = deployer.wait_with_output().unwrap();
+    assert_eq!(row(&json_of(&out), "node0")["result"], "failed");
+    lab.unthrottle("node0");
+
+    // What the node holds of the data now, as its store answers the next deploy's question.
+    let data: Vec<mesh_lib::transfer::Object> = (0..40)
+        .map(|i| {
+            let path = lab.dir.path().join(format!("nodes/data/node0-{i:03}"));
+            mesh_lib::transfer::Object::Blob(mesh_lib::BlobHash::of(&std::fs::read(path).unwrap()))
+        })
+        .collect();
+    let store = mesh_lib::Store::open(&lab.nodes[0].state()).unwrap();
+    let lacking = mesh_lib::transfer::missing(&store, &data).len();
+    assert!(
+        lacking < 40,
+        "what arrived before the kill was kept: {lacking} of 40 still lacking"
+    );
+
+    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+    let json = json_of(&out);
+    let r = row(&json, "node0");
+    assert_eq!(r["result"], "confirmed", "{json}");
+    let bytes = r["bytes_sent"].as_u64().unwrap();
+    assert!(
+        bytes <= lacking as u64 * 100_000 + 256 * 1024,
+        "only what the node lacked went again: {bytes} bytes for {lacking} objects of 100 kB: {r}"
+    );
+}
+
+/// Kills (-9) every process in network namespace `ns` whose command line has all of `words`:
+/// how many.
+fn kill_in(ns: &str, words: &[&str]) -> usize {
+    let out = Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    let mut killed = 0;
+    for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if words.iter().all(|w| args.iter().any(|a| a == w)) {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+            killed += 1;
+        }
+    }
+    killed
+}
+
 /// A deploy to a node that already runs the generation: `unchanged`, nothing switched, no
 /// second connection, exit 0 — and the row says the generation in force, as the node said it.
 #[test]
