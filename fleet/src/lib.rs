@@ -4,7 +4,8 @@
 //! OpenSSH; it never acts on a node's files, firewall or services itself.
 //!
 //! - [`file`]: the fleet file (Nickel): each node's declaration and how to reach it;
-//! - [`build`]: every node built, in parallel, with its record;
+//! - [`build`]: every node built, in parallel, with its record; [`check`]: the fleet as a
+//!   whole (one address, one hub, one range, one name each);
 //! - [`deploy`]: per node, only the objects it lacks sent, checked on arrival, then a switch that
 //!   the node reverts by itself unless it is confirmed over a new connection in time;
 //! - [`status`]: the migration's board, a line per node;
@@ -18,6 +19,7 @@
 #![deny(missing_docs)]
 
 pub mod build;
+pub mod check;
 pub mod deploy;
 pub mod file;
 pub mod import;

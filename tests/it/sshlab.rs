@@ -553,8 +553,13 @@ impl Drop for Lab {
 }
 
 /// A node declaration: a managed node with the ssh port opened (`ssh_open`), a file whose text is
-/// `motd`.
+/// `motd`; its private address its own in the lab's fleet (`nodeN`: 10.77.0.(5 + N)).
 pub fn node_decl(name: &str, motd: &str, ssh_open: bool) -> String {
+    let index: u8 = name
+        .trim_start_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap_or(0);
+    let address = format!("10.77.0.{}", 5 + index);
     let ssh = if ssh_open {
         "{ name = \"ssh\", config = fun s => { openings = [{ port = s.ports.ssh, paths = ['incoming] }] } },"
     } else {
@@ -567,7 +572,7 @@ mesh.node {{
   name = "{name}",
   settings = {{
     ports = {{ store = 5432, bus = 4222, registry = 5000, broker_management = 15672, hub = 51820, ssh = 22 }},
-    private_network = {{ range = "10.77.0.0/24", address = "10.77.0.5" }},
+    private_network = {{ range = "10.77.0.0/24", address = "{address}" }},
   }},
   modules = [
     {ssh}
