@@ -533,3 +533,48 @@ fn the_example_fleet_builds_to_the_pinned_ids() {
         ran.stderr
     );
 }
+
+/// Issue 51: a fleet whose second node was given the first's private address and the hub's
+/// role (what an import wrote before it asked the fleet) is refused by `mesh fleet build` (exit
+/// 2), naming both nodes and the file and line where each says it; and so is a deploy, before
+/// it connects to any node.
+#[test]
+fn a_fleet_with_one_address_twice_is_refused_naming_both_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&repo().join("examples"), &dir.path().join("examples"));
+    let worker = dir.path().join("examples/nodes/worker-1.ncl");
+    let text = std::fs::read_to_string(&worker).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("private_network"))
+        .unwrap()
+        + 1;
+    std::fs::write(
+        &worker,
+        text.replace(
+            r#"address = "10.77.0.12" }"#,
+            r#"address = "10.77.0.1", hub = true }"#,
+        ),
+    )
+    .unwrap();
+    let fleet = dir.path().join("examples/fleet.ncl");
+    let state = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["fleet", "build"],
+        vec!["deploy", "worker-1", "--dry-run"],
+    ] {
+        let mut c = mesh(state.path());
+        c.arg("--fleet").arg(&fleet).args(&args);
+        let ran = run(c);
+        assert_eq!(ran.code, 2, "{args:?}: {}", ran.stderr);
+        let said = ran.stderr.replace('\n', " ");
+        assert!(
+            said.contains("have one private address, 10.77.0.1")
+                && said.contains("are each the private network's hub")
+                && said.contains("control-node (")
+                && said.contains(&format!("worker-1 ({}:{line})", worker.display())),
+            "{args:?}: {}",
+            ran.stderr
+        );
+    }
+}
