@@ -212,6 +212,97 @@ fn says_hub(line: &str) -> bool {
     squeezed.contains("hub=true")
 }
 
+/// What the nodes of a fleet's tree say of its private network, read from the text of their
+/// declarations (`nodes/*.ncl`, as `mesh init` and `mesh import` write them): what a node that
+/// joins must not take.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// The fleet's range, as the first node that says one says it.
+    pub range: Option<ipnet::Ipv4Net>,
+    /// The addresses the nodes have.
+    pub addresses: Vec<Ipv4Addr>,
+    /// The node that is the hub, if one is.
+    pub hub: Option<String>,
+}
+
+/// What the declarations under `tree`'s `nodes/` but `except`'s own say of the private
+/// network (see [`Taken`]); nothing for a tree without nodes yet.
+pub fn taken_in(tree: &Path, except: &str) -> Taken {
+    let mut taken = Taken::default();
+    let Ok(entries) = std::fs::read_dir(tree.join("nodes")) else {
+        return taken;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "ncl")
+                && p.file_stem().is_some_and(|s| s != except)
+                && !p.to_string_lossy().ends_with(".credentials.ncl")
+        })
+        .collect();
+    files.sort();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let (range, addresses, hub) = said_in(&text);
+        taken.range = taken.range.or(range);
+        taken.addresses.extend(addresses);
+        if taken.hub.is_none() && hub {
+            taken.hub = file.file_stem().map(|s| s.to_string_lossy().into_owned());
+        }
+    }
+    taken
+}
+
+/// What a declaration's text says of the private network: its range, its addresses, whether
+/// it makes its node the hub.
+fn said_in(text: &str) -> (Option<ipnet::Ipv4Net>, Vec<Ipv4Addr>, bool) {
+    let quoted = |key: &str| -> Vec<String> {
+        text.match_indices(&format!("{key} = \""))
+            .filter_map(|(at, m)| text[at + m.len()..].split('"').next().map(str::to_owned))
+            .collect()
+    };
+    (
+        quoted("range").iter().find_map(|r| r.parse().ok()),
+        quoted("address")
+            .iter()
+            .filter_map(|a| a.parse::<Ipv4Addr>().ok())
+            .collect(),
+        text.lines().any(says_hub),
+    )
+}
+
+/// The private network `tree`'s `nodes/NODE.ncl` gives its node already, if it is written and
+/// says one: what an import of that node again keeps.
+pub fn own(tree: &Path, node: &str) -> Option<PrivateNetwork> {
+    let text = std::fs::read_to_string(tree.join("nodes").join(format!("{node}.ncl"))).ok()?;
+    let (range, addresses, hub) = said_in(&text);
+    Some(PrivateNetwork {
+        range: range?,
+        address: *addresses.first()?,
+        hub,
+    })
+}
+
+/// The fleet's range when no node says one yet: `mesh init`'s.
+pub const DEFAULT_RANGE: &str = "10.77.0.0/24";
+
+/// The private network a node joining a fleet of `taken` gets: the fleet's range (`mesh
+/// init`'s for a first node), its first address no node has, and the hub's role only when no
+/// node has it. `None` when the range is full.
+pub fn joining(taken: &Taken) -> Option<PrivateNetwork> {
+    let range = taken
+        .range
+        .unwrap_or_else(|| DEFAULT_RANGE.parse().expect("a valid range"));
+    Some(PrivateNetwork {
+        range,
+        address: free_address(range, &taken.addresses)?,
+        hub: taken.hub.is_none(),
+    })
+}
+
 /// The first address of `range` no node of `taken` has, past the network's own address (and
 /// before its broadcast): the one a node that joins the fleet gets.
 pub fn free_address(range: ipnet::Ipv4Net, taken: &[Ipv4Addr]) -> Option<Ipv4Addr> {
@@ -349,6 +440,54 @@ mod tests {
                 &["10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap()]
             ),
             None
+        );
+    }
+
+    /// A node that joins a fleet gets what is free: the first free address of the fleet's
+    /// range, and the hub's role only while no node has it; a first node, `mesh init`'s.
+    #[test]
+    fn a_joining_node_gets_what_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            joining(&taken_in(dir.path(), "node1")),
+            Some(PrivateNetwork {
+                range: DEFAULT_RANGE.parse().unwrap(),
+                address: "10.77.0.1".parse().unwrap(),
+                hub: true,
+            }),
+            "a first node"
+        );
+        std::fs::create_dir_all(dir.path().join("nodes")).unwrap();
+        declaration(
+            &dir.path().join("nodes"),
+            "node1",
+            "node1",
+            ("10.88.0.0/24", "10.88.0.1", true),
+        );
+        declaration(
+            &dir.path().join("nodes"),
+            "node3",
+            "node3",
+            ("10.88.0.0/24", "10.88.0.2", false),
+        );
+        let taken = taken_in(dir.path(), "node2");
+        assert_eq!(taken.hub.as_deref(), Some("node1"));
+        assert_eq!(
+            joining(&taken),
+            Some(PrivateNetwork {
+                range: "10.88.0.0/24".parse().unwrap(),
+                address: "10.88.0.3".parse().unwrap(),
+                hub: false,
+            })
+        );
+        // Written again, a node keeps what it has.
+        assert_eq!(
+            own(dir.path(), "node3"),
+            Some(PrivateNetwork {
+                range: "10.88.0.0/24".parse().unwrap(),
+                address: "10.88.0.2".parse().unwrap(),
+                hub: false,
+            })
         );
     }
 }
