@@ -1779,6 +1779,8 @@ mod tests {
             restart: Some("always".into()),
             networks: Vec::new(),
             healthcheck: None,
+            options: Default::default(),
+            engine: Default::default(),
             image_defaults: Some(mesh_lib::import::ImageDefaults::default()),
             gaps: vec![],
         }
