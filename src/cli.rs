@@ -577,6 +577,11 @@ pub struct SwitchArgs {
     /// fails, switch back to the generation in force before by itself. Prints the token at once.
     #[arg(long, value_name = "SECONDS", requires = "generation", conflicts_with_all = ["dry_run", "node"], value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub confirm_within: Option<u64>,
+    /// Accept that recreating a found container loses what no declaration can say (the gaps
+    /// `mesh import` names): `CONTAINER` (all of its gaps), `CONTAINER:GAP`, or `*`. Without it
+    /// such a switch is refused. Repeat for more.
+    #[arg(long, value_name = "CONTAINER[:GAP]")]
+    pub accept_gap: Vec<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -732,6 +737,11 @@ pub struct TakeArgs {
     /// once (the command still fails, and says so).
     #[arg(long)]
     pub rollback_on_failure: bool,
+    /// Accept that the take loses what a found container holds that no declaration can say
+    /// (the gaps `mesh import` names): `CONTAINER` (all of its gaps), `CONTAINER:GAP`, or `*`.
+    /// Without it such a take is refused. Repeat for more.
+    #[arg(long, value_name = "CONTAINER[:GAP]")]
+    pub accept_gap: Vec<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -483,7 +483,7 @@ fn check(
             }
             for g in &c.gaps {
                 say!(
-                    "    not declared ({}): {} — {}",
+                    "    not comparable: {} (found {}; {})",
                     g.what,
                     mesh_lib::text::escape(&g.found),
                     g.why

@@ -22,6 +22,8 @@ use serde::{Deserialize, Serialize};
 use crate::file::{Fleet, Node};
 use crate::ssh::Link;
 
+mod options;
+
 /// A file read at a path given to `mesh import`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileToImport {
@@ -1584,6 +1586,15 @@ fn render_container(
             if m.read_only {
                 e.push_str(", read_only = true");
             }
+            if let Some(p) = &m.propagation {
+                let _ = write!(e, ", propagation = '{p}");
+            }
+            if m.nocopy {
+                e.push_str(", nocopy = true");
+            }
+            if let Some(z) = &m.selinux {
+                let _ = write!(e, ", selinux = '{z}");
+            }
             if m.kind == "bind" {
                 match mesh_lib::path::host_mount(&m.source, declared_files) {
                     Some(mesh_lib::path::HostMount::Host(what)) => {
@@ -1655,6 +1666,12 @@ fn render_container(
             if !n.aliases.is_empty() {
                 let _ = write!(e, ", aliases = {}", list(&n.aliases));
             }
+            if let Some(a) = n.ipv4_address {
+                let _ = write!(e, ", ipv4_address = {}", string(&a.to_string()));
+            }
+            if let Some(a) = n.ipv6_address {
+                let _ = write!(e, ", ipv6_address = {}", string(&a.to_string()));
+            }
             let _ = writeln!(body, "{e} }},");
         }
         body.push_str("        ],\n");
@@ -1682,6 +1699,7 @@ fn render_container(
         }
         let _ = writeln!(body, "        healthcheck = {{ {} }},", fields.join(", "));
     }
+    options::write(body, &c.options);
     body.push_str("      },\n");
 }
 

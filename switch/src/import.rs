@@ -72,7 +72,8 @@ pub struct Checked {
     pub name: String,
     /// The module declaring it.
     pub module: String,
-    /// `equal`, `differs`, `missing` (declared, not on the machine), or `not compared`.
+    /// `equal`, `differs`, `missing` (declared, not on the machine), `not comparable` (equal
+    /// in all a declaration says, but holding what it cannot say: `gaps`), or `not compared`.
     pub verdict: &'static str,
     /// The spec hash (or content hash) the declaration gives.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -459,10 +460,11 @@ fn check_container(
     key: &DigestKey,
 ) -> Checked {
     let differences = compare_hiding(entry, live, secret);
-    let verdict = if differences.is_empty() && live.gaps.is_empty() {
-        "equal"
-    } else {
-        "differs"
+    // What a declaration cannot say cannot be compared: never `equal`.
+    let verdict = match (differences.is_empty(), live.gaps.is_empty()) {
+        (true, true) => "equal",
+        (true, false) => "not comparable",
+        _ => "differs",
     };
     let keyed = |mut e: Effective| {
         for (k, v) in e.environment.iter_mut() {
