@@ -150,11 +150,47 @@ struct VolumeOut {
     #[serde(default)]
     host_access: bool,
     #[serde(default)]
-    propagation: Option<String>,
+    propagation: Option<Propagation>,
     #[serde(default)]
     nocopy: Option<bool>,
     #[serde(default)]
-    selinux: Option<String>,
+    selinux: Option<Relabel>,
+}
+
+/// A bind's mount propagation, as the contract's enum gives it.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Propagation {
+    Shared,
+    Slave,
+    Private,
+    Rshared,
+    Rslave,
+    Rprivate,
+}
+
+impl Propagation {
+    /// As the engine writes it; `None` for its default, `rprivate`.
+    fn given(self) -> Option<String> {
+        let word = match self {
+            Propagation::Shared => "shared",
+            Propagation::Slave => "slave",
+            Propagation::Private => "private",
+            Propagation::Rshared => "rshared",
+            Propagation::Rslave => "rslave",
+            Propagation::Rprivate => return None,
+        };
+        Some(word.to_owned())
+    }
+}
+
+/// A mount's SELinux relabelling: `'z` shared, `'Z` private.
+#[derive(Deserialize, Clone, Copy)]
+enum Relabel {
+    #[serde(rename = "z")]
+    Shared,
+    #[serde(rename = "Z")]
+    Private,
 }
 
 #[derive(Deserialize)]
@@ -632,9 +668,15 @@ impl<'a> Assembly<'a> {
                     ));
                 }
                 let mut volume = Volume::new(v.source.clone(), v.target.clone(), v.read_only);
-                volume.propagation = v.propagation.clone().filter(|p| p != "rprivate");
+                volume.propagation = v.propagation.and_then(Propagation::given);
                 volume.nocopy = v.nocopy.unwrap_or(false);
-                volume.selinux = v.selinux.clone();
+                volume.selinux = v.selinux.map(|z| {
+                    match z {
+                        Relabel::Shared => "z",
+                        Relabel::Private => "Z",
+                    }
+                    .to_owned()
+                });
                 volumes.push(volume);
             }
             volumes.sort();

@@ -483,6 +483,14 @@ impl Engine {
     }
 }
 
+impl DockerError {
+    /// Whether the engine said the container (or image) is not there: one listed a moment ago
+    /// and removed since, by someone else.
+    pub fn is_gone(&self) -> bool {
+        status(self) == Some(404)
+    }
+}
+
 /// The HTTP status the engine answered a failed call with.
 pub(crate) fn status(e: &DockerError) -> Option<u16> {
     match e {

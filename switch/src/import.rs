@@ -44,23 +44,29 @@ pub struct LiveFile {
 }
 
 /// Every container on the engine (or those `names` gives, each of which must exist), as it
-/// is, except the mesh's own and the found ones a take kept (`NAME.found`).
+/// is, except the mesh's own and the found ones a take kept (`NAME.found`). A container listed
+/// and gone before it was read (someone else removed it) is not one of every container.
 pub fn live_containers(
     engine: &Engine,
     names: &[String],
     root: &std::path::Path,
 ) -> Result<Vec<LiveContainer>, DockerError> {
+    if !names.is_empty() {
+        return names.iter().map(|n| engine.live(n, root)).collect();
+    }
     let present = engine.containers()?;
-    let wanted: Vec<&String> = if names.is_empty() {
-        present
-            .iter()
-            .filter(|(n, p)| !p.is_ours() && !n.ends_with(mesh_containers::FOUND_SUFFIX))
-            .map(|(n, _)| n)
-            .collect()
-    } else {
-        names.iter().collect()
-    };
-    wanted.into_iter().map(|n| engine.live(n, root)).collect()
+    let mut out = Vec::new();
+    for (name, p) in &present {
+        if p.is_ours() || name.ends_with(mesh_containers::FOUND_SUFFIX) {
+            continue;
+        }
+        match engine.live(name, root) {
+            Ok(live) => out.push(live),
+            Err(e) if e.is_gone() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 /// One imported item, checked.

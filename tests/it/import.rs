@@ -441,10 +441,14 @@ fn engine_facts_of(facts: &[String], i: usize) -> Vec<String> {
     vec![facts[i].clone()]
 }
 
-/// What a declaration cannot say is never dropped silently: a container with no network (`--network none`)
-/// and a working folder of its own is imported with each gap named (a `NOT DECLARED` comment,
-/// stderr, `--json`), `--check` says it differs and why (exit 2), and a take does not keep it
-/// as if it were the declared one.
+/// What a declaration cannot say is never dropped silently: a container whose memory nodes are
+/// set (`--cpuset-mems`) and whose exposed ports the engine publishes where it likes
+/// (`--publish-all`) is imported with each gap named (a `NOT DECLARED` comment, stderr,
+/// `--json`); `--check` says it is `not comparable`, naming each (exit 2). A take that would
+/// recreate it without them is refused (exit 2) naming the container and each gap, with nothing
+/// changed — the same container, the module not taken; accepting one gap is not enough; with
+/// both accepted (one by the declaration's `accept_gaps`, the other by `--accept-gap`) the take
+/// retires it as NAME.found and runs the declared one.
 #[test]
 fn what_cannot_be_declared_is_named_and_never_equal() {
     if !docker_here() {
@@ -458,10 +462,11 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
         "-d",
         "--name",
         &name,
+        "--cpuset-mems",
+        "0",
+        "--publish-all",
         "--network",
         "none",
-        "--workdir",
-        "/tmp",
         &made.image,
         "/bin/busybox",
         "sleep",
@@ -480,16 +485,33 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
         .iter()
         .map(|g| g["what"].as_str().unwrap())
         .collect();
-    assert_eq!(gaps, ["network", "working_dir"], "{result}");
-    assert!(
-        imported.stderr.contains("not declared"),
-        "{}",
-        imported.stderr
-    );
+    const CPUSET: &str = "HostConfig.CpusetMems";
+    const PUBLISH_ALL: &str = "HostConfig.PublishAllPorts";
+    assert_eq!(gaps, [CPUSET, PUBLISH_ALL], "{result}");
+    for gap in [CPUSET, PUBLISH_ALL] {
+        assert!(
+            imported
+                .stderr
+                .contains(&format!("not declared: {name} {gap}")),
+            "{}",
+            imported.stderr
+        );
+    }
     let module = format!("{}_odd", made.prefix);
-    let text = std::fs::read_to_string(out_dir.join(format!("catalogue/{module}.ncl"))).unwrap();
-    assert!(text.contains("# NOT DECLARED (network)"), "{text}");
-    assert!(text.contains("# NOT DECLARED (working_dir)"), "{text}");
+    let module_file = out_dir.join(format!("catalogue/{module}.ncl"));
+    let text = std::fs::read_to_string(&module_file).unwrap();
+    assert!(
+        text.contains(&format!("# NOT DECLARED ({CPUSET})")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("# NOT DECLARED ({PUBLISH_ALL})")),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"network_mode = "none","#),
+        "what it can say, it says: {text}"
+    );
 
     let decl = out_dir.join("nodes/n1.ncl");
     let decl = decl.to_str().unwrap();
@@ -497,19 +519,73 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
     assert_eq!(checked.code, 2, "{}", checked.stderr);
     let v: serde_json::Value = serde_json::from_str(checked.last_line()).unwrap();
     assert_eq!(v["equal"], false);
-    assert_eq!(v["items"][0]["verdict"], "differs", "{v:#}");
+    assert_eq!(v["items"][0]["verdict"], "not comparable", "{v:#}");
+    assert_eq!(v["items"][0]["differences"], serde_json::json!([]), "{v:#}");
     assert_eq!(v["items"][0]["gaps"].as_array().unwrap().len(), 2, "{v:#}");
     let text_check = f.mesh(&["import", "--no-firewall", "--check", decl]);
+    for gap in [CPUSET, PUBLISH_ALL] {
+        assert!(
+            text_check
+                .stdout
+                .contains(&format!("not comparable: {gap}")),
+            "{}",
+            text_check.stdout
+        );
+    }
     assert!(
-        text_check.stdout.contains("not declared (network)"),
+        !text_check.stdout.contains("equal "),
         "{}",
         text_check.stdout
     );
     assert_eq!(engine_facts(&[&name]), before, "import or check changed it");
 
-    // Adopted and taken, it is not kept as if equal: retired as NAME.found.
+    // The take would lose both: refused, nothing changed.
     f.ok(&["adopt", decl]);
-    let taken = f.ok(&["take", &module, decl]);
+    let refused = f.mesh(&["take", &module, decl]);
+    assert_eq!(refused.code, 2, "{}{}", refused.stdout, refused.stderr);
+    for said in [name.as_str(), CPUSET, PUBLISH_ALL, "--accept-gap"] {
+        assert!(refused.stderr.contains(said), "{said}: {}", refused.stderr);
+    }
+    assert_eq!(
+        engine_facts(&[&name]),
+        before,
+        "the refused take changed it"
+    );
+    assert_eq!(
+        f.record()["taken"],
+        serde_json::json!([]),
+        "the module not taken"
+    );
+    // One gap accepted, the other still refused.
+    let half = f.mesh(&[
+        "take",
+        &module,
+        decl,
+        "--accept-gap",
+        &format!("{name}:{CPUSET}"),
+    ]);
+    assert_eq!(half.code, 2, "{}{}", half.stdout, half.stderr);
+    assert!(half.stderr.contains(PUBLISH_ALL), "{}", half.stderr);
+    assert!(!half.stderr.contains(CPUSET), "{}", half.stderr);
+    assert_eq!(engine_facts(&[&name]), before);
+
+    // Both accepted: one in the declaration, one on the command line.
+    std::fs::write(
+        &module_file,
+        text.replacen(
+            &format!("name = \"{name}\","),
+            &format!("name = \"{name}\",\n          accept_gaps = [\"{PUBLISH_ALL}\"],"),
+            1,
+        ),
+    )
+    .unwrap();
+    let taken = f.ok(&[
+        "take",
+        &module,
+        decl,
+        "--accept-gap",
+        &format!("{name}:{CPUSET}"),
+    ]);
     assert!(
         taken.stdout.contains(&format!("retire   container {name}")),
         "{}",
@@ -518,6 +594,16 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
     assert_eq!(
         docker(&["inspect", "-f", "{{.Id}}", &format!("{name}.found")]),
         before[0].split(' ').next().unwrap()
+    );
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "-f",
+            "{{.HostConfig.CpusetMems}} {{.HostConfig.PublishAllPorts}}",
+            &name
+        ]),
+        "false",
+        "the declared one, without what was accepted lost (docker trims the empty set)"
     );
 }
 

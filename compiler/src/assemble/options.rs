@@ -192,7 +192,8 @@ impl At<'_, '_> {
             None => Err(self.reject(
                 &[f(field)],
                 format!(
-                    "{field} {v} is not a whole number from {} to {}",
+                    "{field} {} is not a whole number from {} to {}",
+                    scalar(v).unwrap_or_else(|| v.to_string()),
                     range.start(),
                     range.end()
                 ),
