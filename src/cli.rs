@@ -680,6 +680,18 @@ pub struct ImportWhat {
     /// opening from whom it is reached now, so the flip leaves it so.
     #[arg(long)]
     pub no_firewall: bool,
+    /// A file larger than this (bytes, or a size such as 512k, 10m) is not imported: it is
+    /// named as a gap, its content not copied into the fleet's repository.
+    #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = size)]
+    pub max_file_size: u64,
+}
+
+/// The default of `--max-file-size`: 1 MiB.
+pub const MAX_FILE_SIZE: u64 = 1 << 20;
+
+/// A size as compose writes one (`512k`, `10m`, or bytes).
+fn size(text: &str) -> Result<u64, String> {
+    mesh_lib::options::parse_size(text).and_then(|n| u64::try_from(n).map_err(|e| e.to_string()))
 }
 
 impl ImportWhat {
@@ -704,6 +716,11 @@ impl ImportWhat {
             if on {
                 out.push(flag.to_owned());
             }
+        }
+        // Said only when it is not the default: a node's older mesh knows no such flag.
+        if self.max_file_size != MAX_FILE_SIZE {
+            out.push("--max-file-size".to_owned());
+            out.push(self.max_file_size.to_string());
         }
         out
     }

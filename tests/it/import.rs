@@ -1883,3 +1883,117 @@ fn an_environments_credential_is_written_as_a_secret_and_given_at_create() {
     }
     assert_eq!(wrapped, 1, "the found container's spec, wrapped");
 }
+
+/// The import's edges. A node's name — given, or the root's /etc/hostname — is one safe name:
+/// `../../evil`, `a/b`, an empty one, a hostname with a NUL are bad input (exit 1) and nothing
+/// is written anywhere. An import makes no state folder. A file over `--max-file-size` (1 MiB
+/// unless said) is a named gap, its content not copied; under a larger limit it is imported.
+/// A `--container` pattern that matches nothing is bad input (exit 1).
+#[test]
+fn the_imports_edges() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let state = dir.path().join("never/state");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::create_dir_all(root.join("srv")).unwrap();
+    std::fs::write(root.join("srv/small.conf"), "small\n").unwrap();
+    std::fs::write(root.join("srv/big.bin"), vec![b'x'; (1 << 20) + 1]).unwrap();
+    let out = dir.path().join("a/b/fleet");
+    let import = |args: &[&str]| {
+        let mut c = crate::support::mesh(&state);
+        c.env("MESH_ROOT", &root)
+            .args(["import", "--no-firewall", "--no-containers", "--out"])
+            .arg(&out)
+            .args(args);
+        crate::support::run(c)
+    };
+    let everything = |d: &Path| -> Vec<String> {
+        walkdir::WalkDir::new(d)
+            .into_iter()
+            .filter_map(Result::ok)
+            .map(|e| e.path().display().to_string())
+            .collect()
+    };
+    let before = everything(dir.path());
+    for bad in ["../../evil", "a/b", "", ".hidden", "-rf"] {
+        let ran = import(&[&format!("--node={bad}"), "--file", "/srv/small.conf"]);
+        assert_eq!(ran.code, 1, "--node {bad:?}: {}", ran.stderr);
+        assert!(ran.stderr.contains("nothing was written"), "{}", ran.stderr);
+        assert_eq!(everything(dir.path()), before, "--node {bad:?} wrote");
+    }
+    for hostname in ["../evil\n", "bad\0name\n"] {
+        std::fs::write(root.join("etc/hostname"), hostname).unwrap();
+        let ran = import(&["--file", "/srv/small.conf"]);
+        assert_eq!(ran.code, 1, "{hostname:?}: {}", ran.stderr);
+        assert!(ran.stderr.contains("/etc/hostname"), "{}", ran.stderr);
+        assert!(!out.exists() && !dir.path().join("a/b/evil.ncl").exists());
+    }
+    std::fs::write(root.join("etc/hostname"), "n1\n").unwrap();
+
+    // The default limit: the big file is a gap, named, not copied; the small one imported.
+    let ran = import(&[
+        "--file",
+        "/srv/small.conf",
+        "--file",
+        "/srv/big.bin",
+        "--json",
+    ]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(!state.exists(), "an import made a state folder");
+    assert!(
+        !dir.path().join("never").exists(),
+        "an import made a state folder"
+    );
+    let v: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+    assert_eq!(v["node"], "n1");
+    let gap = &v["gaps"]["/srv/big.bin"][0];
+    assert_eq!(gap["what"], "content", "{v}");
+    assert_eq!(gap["found"], format!("{} bytes", (1 << 20) + 1), "{v}");
+    assert!(
+        ran.stderr.contains("not declared: /srv/big.bin content"),
+        "{}",
+        ran.stderr
+    );
+    let files = std::fs::read_to_string(out.join("catalogue/files.ncl")).unwrap();
+    assert!(files.contains("/srv/small.conf"), "{files}");
+    assert!(!files.contains("big.bin"), "{files}");
+    let copied: u64 = walkdir::WalkDir::new(&out)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(
+        copied < 1 << 20,
+        "{copied} bytes written: the big file copied"
+    );
+    // A larger limit imports it.
+    let bigger = dir.path().join("bigger");
+    let mut c = crate::support::mesh(&state);
+    c.env("MESH_ROOT", &root)
+        .args(["import", "--no-firewall", "--no-containers", "--out"])
+        .arg(&bigger)
+        .args(["--file", "/srv/big.bin", "--max-file-size", "2m", "--json"]);
+    let ran = crate::support::run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+    assert_eq!(v["gaps"], serde_json::json!({}), "{v}");
+    assert!(!state.exists(), "an import made a state folder");
+
+    // A pattern that matches nothing, on the real engine.
+    if docker_here() {
+        let mut c = crate::support::mesh(&state);
+        c.env("MESH_ROOT", &root)
+            .args(["import", "--no-firewall", "--out"])
+            .arg(dir.path().join("none"))
+            .args(["--container", "meshtest-no-such-container-*"]);
+        let ran = crate::support::run(c);
+        assert_eq!(ran.code, 1, "{}", ran.stderr);
+        assert!(
+            ran.stderr.contains("no container matching"),
+            "{}",
+            ran.stderr
+        );
+        assert!(!dir.path().join("none").exists(), "nothing written");
+    }
+}
