@@ -899,3 +899,33 @@ services:
     f.ok(&["import", "--no-firewall", "--check", decl]);
     compose(&["down", "-v"]);
 }
+
+/// Every option the model holds is in the contract (a field of `Container`) and in the README's
+/// list of what a container declares: none is declared without being documented, or documented
+/// without being declared.
+#[test]
+fn every_option_is_in_the_contract_and_the_readme() {
+    let library =
+        std::fs::read_to_string(crate::support::repo().join("compiler/ncl/mesh.ncl")).unwrap();
+    let contract = &library[library.find("  Container = {").unwrap()..];
+    let contract = &contract[..contract.find("\n  },").unwrap()];
+    let readme = std::fs::read_to_string(crate::support::repo().join("README.md")).unwrap();
+    let section = &readme[readme
+        .find("## What a container declares, and what is a gap")
+        .unwrap()..];
+    let section = &section[..section.find("\n## ").unwrap()];
+    for field in mesh_lib::options::FIELDS {
+        assert!(
+            contract.contains(&format!("\n    {} |", field.name))
+                || contract.contains(&format!("\n    {}\n", field.name)),
+            "{} is not a field of the Container contract",
+            field.name
+        );
+        assert!(
+            section.contains(&format!("`{}`", field.name))
+                || section.contains(&format!("`{} =", field.name)),
+            "{} is not in the README's list",
+            field.name
+        );
+    }
+}
