@@ -96,6 +96,9 @@ pub struct Engine {
     pub(crate) networks: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// The engine's defaults, asked once (`docker info`) when a container is first read.
     facts: std::sync::OnceLock<mesh_lib::import::EngineFacts>,
+    /// The images read for [`Engine::live`], by reference: sixty containers of one image ask
+    /// for it once. An engine lives for one command, during which a reference names one image.
+    images: std::sync::Mutex<BTreeMap<String, Option<Value>>>,
 }
 
 impl Engine {
@@ -122,6 +125,7 @@ impl Engine {
             calls: std::sync::atomic::AtomicUsize::new(2),
             networks: std::sync::Mutex::default(),
             facts: std::sync::OnceLock::new(),
+            images: std::sync::Mutex::default(),
         })
     }
 
@@ -331,14 +335,33 @@ impl Engine {
         let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
         let inspect = serde_json::to_value(&inspect).unwrap_or_default();
         let image_ref = inspect["Config"]["Image"].as_str().unwrap_or_default();
-        let image = match self.call(
-            "inspect image",
-            image_ref,
-            self.docker.inspect_image(image_ref),
-        ) {
-            Ok(i) => Some(serde_json::to_value(&i).unwrap_or_default()),
-            Err(e) if status(&e) == Some(404) => None,
-            Err(e) => return Err(e),
+        let known = self
+            .images
+            .lock()
+            .expect("not poisoned")
+            .get(image_ref)
+            .cloned();
+        let image = match known {
+            Some(image) => image,
+            None => {
+                let image = match self.call(
+                    "inspect image",
+                    image_ref,
+                    self.docker.inspect_image(image_ref),
+                ) {
+                    Ok(i) => Some(serde_json::to_value(&i).unwrap_or_default()),
+                    Err(e) if status(&e) == Some(404) => None,
+                    Err(e) => return Err(e),
+                };
+                // One the engine lacks is asked again: a switch may fetch it meanwhile.
+                if image.is_some() {
+                    self.images
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(image_ref.to_owned(), image.clone());
+                }
+                image
+            }
         };
         let engine = self.facts()?;
         let mut names = BTreeMap::new();

@@ -426,7 +426,11 @@ impl LiveContainer {
             let mode: Vec<String> = str_of(&m["Mode"]).split(',').map(str::to_owned).collect();
             let propagation =
                 Some(str_of(&m["Propagation"])).filter(|p| !p.is_empty() && p != "rprivate");
-            let selinux = mode.iter().find(|o| *o == "z" || *o == "Z").cloned();
+            // The engine relabels a named volume `z` unless told otherwise: not a choice.
+            let selinux = mode
+                .iter()
+                .find(|o| *o == "Z" || (*o == "z" && kind != "volume"))
+                .cloned();
             let nocopy = mode.iter().any(|o| o == "nocopy")
                 || h["Mounts"].as_array().into_iter().flatten().any(|hm| {
                     str_of(&hm["Target"]) == target
@@ -819,6 +823,10 @@ impl Effective {
                 .map(|v| {
                     let mut mode = v.clone();
                     mode.read_only = false;
+                    // A named volume is relabelled `z` by the engine anyway (see the reading).
+                    if !v.source.starts_with('/') && v.selinux.as_deref() == Some("z") {
+                        mode.selinux = None;
+                    }
                     (v.target.clone(), mode.mode())
                 })
                 .filter(|(_, mode)| !mode.is_empty())
@@ -1451,6 +1459,41 @@ mod tests {
         let mut at = d.clone();
         at.networks[0].ipv4_address = Some([10, 5, 0, 9].into());
         assert!(is_equal(&at, &fixed));
+    }
+
+    /// A mount's options are read as a declaration gives them: a bind's propagation and SELinux
+    /// label, a volume's `nocopy`; the `z` the engine gives every named volume is none of them.
+    #[test]
+    fn a_mounts_options_and_the_engines_own() {
+        let mut i = inspect();
+        i["Mounts"] = json!([
+            {"Type": "volume", "Name": "data", "Destination": "/data", "Mode": "z", "RW": true},
+            {"Type": "volume", "Name": "keep", "Destination": "/keep", "Mode": "nocopy", "RW": true},
+            {"Type": "bind", "Source": "/srv/b", "Destination": "/b", "Mode": "ro,rslave,z",
+                "RW": false, "Propagation": "rslave"},
+        ]);
+        let live = read_at(&i, Some(&image()));
+        let modes: Vec<String> = live.mounts.iter().map(LiveMount::mode).collect();
+        assert_eq!(modes, ["rslave,z", "", "nocopy"], "{:?}", live.mounts);
+        let mut d = declared();
+        d.volumes = vec![
+            crate::model::Volume::new("data", "/data", false),
+            crate::model::Volume {
+                nocopy: true,
+                ..crate::model::Volume::new("keep", "/keep", false)
+            },
+            crate::model::Volume {
+                propagation: Some("rslave".into()),
+                selinux: Some("z".into()),
+                ..crate::model::Volume::new("/srv/b", "/b", true)
+            },
+        ];
+        assert_eq!(compare(&d, &live), vec![]);
+        // `z` said of the named volume is what the engine does anyway: equal too.
+        d.volumes[0].selinux = Some("z".into());
+        assert_eq!(compare(&d, &live), vec![]);
+        d.volumes[2].propagation = None;
+        assert_eq!(compare(&d, &live)[0].field, "volume /b options");
     }
 
     /// A compose file's environment files, in each form compose reads, from its folder; the

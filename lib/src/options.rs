@@ -547,7 +547,7 @@ pub const FIELDS: &[Field] = &[
     ),
     field(
         "tmpfs",
-        "HostConfig.Tmpfs, HostConfig.Mounts (tmpfs)",
+        "HostConfig.Tmpfs (or its Mounts)",
         "mounts",
         Shape::Plain,
     ),

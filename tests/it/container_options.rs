@@ -822,20 +822,7 @@ services:
         ),
     )
     .unwrap();
-    let compose = |args: &[&str]| {
-        let out = std::process::Command::new("docker-compose")
-            .current_dir(&dir)
-            .args(["-p", &project])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "docker-compose {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
+    let compose = |args: &[&str]| crate::import::docker_compose(&dir, &project, args);
     compose(&["up", "-d"]);
     let api = format!("{project}_api_1");
     let before = facts(&api);

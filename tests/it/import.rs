@@ -673,6 +673,23 @@ fn a_compose_project_is_one_module_taken_in_place() {
     f.ok(&["import", "--no-firewall", "--check", decl]);
 }
 
+/// `docker-compose -p PROJECT ARGS` in the project's folder `dir`, which must succeed: what
+/// it said on stderr (where compose says what it did).
+pub(crate) fn docker_compose(dir: &Path, project: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("docker-compose")
+        .current_dir(dir)
+        .args(["-p", project])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docker-compose {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// What the client container gets from the server by its alias on their network, trying for
 /// 5 s: the name `api` asked of the engine's DNS, then `GET /` of ADDRESS:8080 over `nc` (the
 /// static busybox's own resolver and socket: its wget, through glibc linked statically, crashes).
@@ -939,19 +956,7 @@ volumes:
         ),
     )
     .unwrap();
-    let compose = |args: &[&str]| {
-        let out = std::process::Command::new("docker-compose")
-            .current_dir(&dir)
-            .args(["-p", &project])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "docker-compose {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let compose = |args: &[&str]| docker_compose(&dir, &project, args);
     compose(&["up", "-d"]);
     let (api, client) = (format!("{project}_api_1"), format!("{project}_client_1"));
     assert_eq!(healthy(&api), "healthy");
