@@ -310,10 +310,16 @@ impl Engine {
     /// What the engine gives a container whose create does not say otherwise (its runtime,
     /// cgroup namespace, logging driver) and its host's name: asked once.
     pub fn facts(&self) -> Result<mesh_lib::import::EngineFacts, DockerError> {
+        self.runtime.block_on(self.facts_async())
+    }
+
+    async fn facts_async(&self) -> Result<mesh_lib::import::EngineFacts, DockerError> {
         if let Some(f) = self.facts.get() {
             return Ok(f.clone());
         }
-        let info = self.call("info", "the engine", self.docker.info())?;
+        let info = self
+            .call_async("info", "the engine", self.docker.info())
+            .await?;
         let mut facts = mesh_lib::import::EngineFacts::from_info(
             &serde_json::to_value(&info).unwrap_or_default(),
         );
@@ -332,7 +338,42 @@ impl Engine {
         name: &str,
         root: &std::path::Path,
     ) -> Result<mesh_lib::import::LiveContainer, DockerError> {
-        let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
+        self.runtime.block_on(self.live_async(name, root))
+    }
+
+    /// Each container `names` names, as [`Engine::live`] reads it, in that order: read 16 at
+    /// once (the engine answers them side by side), after the first alone, whose image the
+    /// others most often share and then find read.
+    pub fn live_all(
+        &self,
+        names: &[String],
+        root: &std::path::Path,
+    ) -> Vec<Result<mesh_lib::import::LiveContainer, DockerError>> {
+        use futures_util::stream::{self, StreamExt};
+        let Some((first, rest)) = names.split_first() else {
+            return Vec::new();
+        };
+        self.runtime.block_on(async {
+            let mut out = vec![self.live_async(first, root).await];
+            out.extend(
+                stream::iter(rest)
+                    .map(|n| self.live_async(n, root))
+                    .buffered(16)
+                    .collect::<Vec<_>>()
+                    .await,
+            );
+            out
+        })
+    }
+
+    async fn live_async(
+        &self,
+        name: &str,
+        root: &std::path::Path,
+    ) -> Result<mesh_lib::import::LiveContainer, DockerError> {
+        let inspect = self
+            .call_async("inspect", name, self.docker.inspect_container(name, None))
+            .await?;
         let inspect = serde_json::to_value(&inspect).unwrap_or_default();
         let image_ref = inspect["Config"]["Image"].as_str().unwrap_or_default();
         let known = self
@@ -344,11 +385,14 @@ impl Engine {
         let image = match known {
             Some(image) => image,
             None => {
-                let image = match self.call(
-                    "inspect image",
-                    image_ref,
-                    self.docker.inspect_image(image_ref),
-                ) {
+                let image = match self
+                    .call_async(
+                        "inspect image",
+                        image_ref,
+                        self.docker.inspect_image(image_ref),
+                    )
+                    .await
+                {
                     Ok(i) => Some(serde_json::to_value(&i).unwrap_or_default()),
                     Err(e) if status(&e) == Some(404) => None,
                     Err(e) => return Err(e),
@@ -363,17 +407,21 @@ impl Engine {
                 image
             }
         };
-        let engine = self.facts()?;
+        let engine = self.facts_async().await?;
         let mut names = BTreeMap::new();
         for id in mesh_lib::import::shared_with(&inspect) {
-            if let Ok(other) = self.call("inspect", name, self.docker.inspect_container(&id, None))
+            if let Ok(other) = self
+                .call_async("inspect", name, self.docker.inspect_container(&id, None))
+                .await
             {
                 names.insert(id, other.name.unwrap_or_default());
             }
         }
         let mut inherited = std::collections::BTreeSet::new();
         for donor in mesh_lib::import::volumes_from(&inspect) {
-            let other = self.call("inspect", name, self.docker.inspect_container(&donor, None))?;
+            let other = self
+                .call_async("inspect", name, self.docker.inspect_container(&donor, None))
+                .await?;
             inherited.extend(
                 other
                     .mounts

@@ -1785,8 +1785,15 @@ pub fn write(out: &Path, imported: &Imported, force: bool) -> Result<Vec<PathBuf
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io)?;
         }
-        mesh_lib::atomic::write_file(&path, bytes, 0o644).map_err(io)?;
+        mesh_lib::atomic::write_file_unsynced(&path, bytes, 0o644).map_err(io)?;
         written.push(rel.clone());
+    }
+    // One wait for the disk for every file, not two per file: durable when this returns.
+    if !written.is_empty() {
+        mesh_lib::atomic::sync_filesystem(out).map_err(|source| WriteError::Io {
+            path: out.to_owned(),
+            source,
+        })?;
     }
     Ok(written)
 }

@@ -52,15 +52,17 @@ pub fn live_containers(
     root: &std::path::Path,
 ) -> Result<Vec<LiveContainer>, DockerError> {
     if !names.is_empty() {
-        return names.iter().map(|n| engine.live(n, root)).collect();
+        return engine.live_all(names, root).into_iter().collect();
     }
     let present = engine.containers()?;
+    let every: Vec<String> = present
+        .iter()
+        .filter(|(n, p)| !p.is_ours() && !n.ends_with(mesh_containers::FOUND_SUFFIX))
+        .map(|(n, _)| n.clone())
+        .collect();
     let mut out = Vec::new();
-    for (name, p) in &present {
-        if p.is_ours() || name.ends_with(mesh_containers::FOUND_SUFFIX) {
-            continue;
-        }
-        match engine.live(name, root) {
+    for read in engine.live_all(&every, root) {
+        match read {
             Ok(live) => out.push(live),
             Err(e) if e.is_gone() => {}
             Err(e) => return Err(e),
