@@ -359,14 +359,17 @@ fn devices_and_kernel_round_trip() {
     );
 }
 
-/// Name servers, search domains, resolver options, /etc/hosts lines, host and domain names.
+/// Name servers, search domains, resolver options, /etc/hosts lines, host and domain names, a
+/// link to another container on the default bridge (which the import leaves, as a donor).
 #[test]
 fn dns_and_hosts_round_trip() {
     if !docker_here() {
         return;
     }
     let _turn = take_turn();
-    let options = [
+    let made = Made::new("odns");
+    let target = format!("{}-t", made.prefix);
+    let mut options = strings(&[
         "--dns",
         "192.0.2.53",
         "--dns-search",
@@ -379,20 +382,28 @@ fn dns_and_hosts_round_trip() {
         "h1",
         "--domainname",
         "example.org",
-    ];
+    ]);
+    options.extend(["--link".to_owned(), format!("{target}:db")]);
     let trip = round_trip(
         Fixture::new(),
-        Made::new("odns"),
+        made,
         Family {
-            runs: vec![Run::imported("c", strings(&options))],
-            written: strings(&[
-                r#"dns = ["192.0.2.53"],"#,
-                r#"dns_search = ["example.org"],"#,
-                r#"dns_opt = ["ndots:2"],"#,
-                r#"extra_hosts = ["db.local:10.1.2.3"],"#,
-                r#"hostname = "h1","#,
-                r#"domainname = "example.org","#,
-            ]),
+            runs: vec![
+                Run {
+                    imported: false,
+                    ..Run::imported("t", vec![])
+                },
+                Run::imported("c", options),
+            ],
+            written: vec![
+                r#"dns = ["192.0.2.53"],"#.into(),
+                r#"dns_search = ["example.org"],"#.into(),
+                r#"dns_opt = ["ndots:2"],"#.into(),
+                r#"extra_hosts = ["db.local:10.1.2.3"],"#.into(),
+                r#"hostname = "h1","#.into(),
+                r#"domainname = "example.org","#.into(),
+                format!(r#"links = ["{target}:db"],"#),
+            ],
             change: (
                 r#"dns = ["192.0.2.53"]"#.into(),
                 r#"dns = ["192.0.2.54"]"#.into(),
@@ -413,9 +424,11 @@ fn dns_and_hosts_round_trip() {
             ),
         },
     );
+    // What the container the mesh made has in its /etc/hosts: the extra line, and the link.
     let name = format!("{}-c", trip.made.prefix);
     let hosts = docker(&["exec", &name, "/bin/busybox", "cat", "/etc/hosts"]);
     assert!(hosts.contains("10.1.2.3\tdb.local"), "{hosts}");
+    assert!(hosts.contains("\tdb "), "the link's alias: {hosts}");
 }
 
 /// The logging driver and its options.
