@@ -929,3 +929,50 @@ fn every_option_is_in_the_contract_and_the_readme() {
         );
     }
 }
+
+/// A container the mesh creates on two networks of its own is on both, with its aliases, also
+/// on an engine that joins one network at create (API before 1.44: the other is connected just
+/// after), and is its declaration by `--check`.
+#[test]
+fn a_container_on_two_networks_is_created_on_both() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("o2net");
+    let p = &made.prefix;
+    let f = Fixture::new();
+    f.write_decl(
+        "n.ncl",
+        &node(
+            PORTS,
+            &module(
+                "two",
+                &format!(
+                    r#"containers = [{{ name = "{p}-c", image = "{}", command = ["/bin/busybox", "sleep", "100000"],
+                        networks = [{{ name = "{p}-n1", aliases = ["one"] }}, {{ name = "{p}-n2", aliases = ["two"] }}] }}]"#,
+                    made.image
+                ),
+            ),
+        ),
+    );
+    let decl = f.decl("n.ncl");
+    let decl = decl.to_str().unwrap();
+    f.ok(&["switch", decl]);
+    let name = format!("{p}-c");
+    let id = docker(&["inspect", "-f", "{{.Id}}", &name]);
+    for (network, alias) in [(format!("{p}-n1"), "one"), (format!("{p}-n2"), "two")] {
+        let aliases: Vec<String> = serde_json::from_str(&docker(&[
+            "inspect",
+            "-f",
+            &format!("{{{{json (index .NetworkSettings.Networks \"{network}\").Aliases}}}}"),
+            &name,
+        ]))
+        .unwrap();
+        assert!(aliases.iter().any(|a| a == alias), "{network}: {aliases:?}");
+        assert!(aliases
+            .iter()
+            .all(|a| a == alias || id.starts_with(a.as_str())));
+    }
+    f.ok(&["import", "--no-firewall", "--check", decl]);
+}
