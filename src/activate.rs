@@ -159,7 +159,7 @@ pub fn switch(machine: &Machine, args: SwitchArgs) -> Result<(), Failure> {
         return crate::remote::arm(machine, text, seconds, args.json);
     }
     let state = machine.state.as_path();
-    let node = machine.open()?;
+    let node = machine.open()?.with_accepted_gaps(args.accept_gap.clone());
     if args.stage {
         return stage(&node, machine, &args);
     }
@@ -297,7 +297,7 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
             modules.push(module);
         }
     }
-    let node = machine.open()?;
+    let node = machine.open()?.with_accepted_gaps(args.accept_gap.clone());
     let mut record = node
         .record()?
         .filter(|r| r.mode == Mode::Adopted)
@@ -360,6 +360,8 @@ pub fn take(machine: &Machine, args: TakeArgs) -> Result<(), Failure> {
         )));
     }
     record.taken.extend(modules);
+    // A take that would lose what no declaration says is refused before the record changes.
+    node.refuse_unaccepted_gaps(build_with(state, &decl, Some(&record))?.generation()?)?;
     commit_record(
         &node,
         state,

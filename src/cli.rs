@@ -577,6 +577,11 @@ pub struct SwitchArgs {
     /// fails, switch back to the generation in force before by itself. Prints the token at once.
     #[arg(long, value_name = "SECONDS", requires = "generation", conflicts_with_all = ["dry_run", "node"], value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub confirm_within: Option<u64>,
+    /// Accept that recreating a found container loses what no declaration can say (the gaps
+    /// `mesh import` names): `CONTAINER` (all of its gaps), `CONTAINER:GAP`, or `*`. Without it
+    /// such a switch is refused. Repeat for more.
+    #[arg(long, value_name = "CONTAINER[:GAP]")]
+    pub accept_gap: Vec<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -675,6 +680,18 @@ pub struct ImportWhat {
     /// opening from whom it is reached now, so the flip leaves it so.
     #[arg(long)]
     pub no_firewall: bool,
+    /// A file larger than this (bytes, or a size such as 512k, 10m) is not imported: it is
+    /// named as a gap, its content not copied into the fleet's repository.
+    #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = size)]
+    pub max_file_size: u64,
+}
+
+/// The default of `--max-file-size`: 1 MiB.
+pub const MAX_FILE_SIZE: u64 = 1 << 20;
+
+/// A size as compose writes one (`512k`, `10m`, or bytes).
+fn size(text: &str) -> Result<u64, String> {
+    mesh_lib::options::parse_size(text).and_then(|n| u64::try_from(n).map_err(|e| e.to_string()))
 }
 
 impl ImportWhat {
@@ -699,6 +716,11 @@ impl ImportWhat {
             if on {
                 out.push(flag.to_owned());
             }
+        }
+        // Said only when it is not the default: a node's older mesh knows no such flag.
+        if self.max_file_size != MAX_FILE_SIZE {
+            out.push("--max-file-size".to_owned());
+            out.push(self.max_file_size.to_string());
         }
         out
     }
@@ -732,6 +754,11 @@ pub struct TakeArgs {
     /// once (the command still fails, and says so).
     #[arg(long)]
     pub rollback_on_failure: bool,
+    /// Accept that the take loses what a found container holds that no declaration can say
+    /// (the gaps `mesh import` names): `CONTAINER` (all of its gaps), `CONTAINER:GAP`, or `*`.
+    /// Without it such a take is refused. Repeat for more.
+    #[arg(long, value_name = "CONTAINER[:GAP]")]
+    pub accept_gap: Vec<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

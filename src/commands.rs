@@ -25,7 +25,6 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         tree: cli.global.tree,
     };
     let state = context::state_dir(cli.global.state_dir)?;
-    mesh_lib::state::secure(&state)?;
     let machine = context::Machine {
         state: state.clone(),
         root: cli.global.root,
@@ -34,6 +33,15 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         settle: std::time::Duration::from_secs(cli.global.settle),
         served: crate::serve::served(),
     };
+    // An import (its --check aside) reads no state of the mesh's: it opens the node over a
+    // scratch state, so a machine the mesh never ran on keeps having no state folder.
+    let command = match command {
+        Command::Import(args) if args.check.is_none() => {
+            return crate::import::import(&machine, args)
+        }
+        command => command,
+    };
+    mesh_lib::state::secure(&state)?;
     match command {
         Command::Init(args) => crate::setup::init(&state, args),
         Command::Lib(_) | Command::Completions(_) | Command::Man(_) => {

@@ -26,22 +26,43 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
             "mesh import needs --out DIR (where the catalogue and the node's declaration go), or --check NODE.ncl",
         ));
     }
+    // The node's name names files (nodes/NODE.ncl): one safe name, or nothing is written.
+    let name = match &args.node {
+        Some(n) => mesh_lib::model::NodeName::new(n).map_err(|e| {
+            Failure::user(format!(
+                "--node: {}; nothing was written",
+                mesh_lib::text::escape(&e.to_string())
+            ))
+        })?,
+        None => {
+            let hostname = std::fs::read_to_string(machine.root.join("etc/hostname"))
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .ok_or_else(|| {
+                    Failure::user(
+                        "the node's name: give --node NAME (the root has no /etc/hostname)",
+                    )
+                })?;
+            mesh_lib::model::NodeName::new(&hostname).map_err(|e| {
+                Failure::user(format!(
+                    "the root's /etc/hostname: {}; give --node NAME; nothing was written",
+                    mesh_lib::text::escape(&e.to_string())
+                ))
+            })?
+        }
+    }
+    .to_string();
     // Read-only, the mesh's own state too: what an import reads (the root's files, the
     // firewall, the engine) needs no record, so the node is opened over a scratch state
     // (removed after), not the state folder, which opening would make or fill.
     let scratch = tempfile::tempdir().map_err(Failure::system)?;
     let state = scratch.path();
     let node = Activator::inspect(state, &machine.root, machine.netns.clone())?;
-    let name = match &args.node {
-        Some(n) => n.clone(),
-        None => std::fs::read_to_string(machine.root.join("etc/hostname"))
-            .ok()
-            .map(|h| h.trim().to_owned())
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| {
-                Failure::user("the node's name: give --node NAME (the root has no /etc/hostname)")
-            })?,
-    };
+    // A file over the size limit is named, never read into the fleet's repository.
+    let limit = args.what.max_file_size;
+    let mut gaps = std::collections::BTreeMap::new();
+    let paths = within_limit(&machine.root, paths, limit, &mut gaps);
     let (live_files, not_files) = node.live_files(&paths)?;
     if !not_files.is_empty() {
         return Err(Failure::user(format!(
@@ -81,6 +102,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
             .into_iter()
             .filter(|p| !given.contains(p.as_str()))
             .collect();
+        let wanted = within_limit(&machine.root, wanted, limit, &mut gaps);
         let (found, not_there) = node.live_files(&wanted)?;
         live_files.extend(found);
         passed.extend(
@@ -117,6 +139,7 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
         files,
         openings,
         skipped,
+        gaps,
     };
     if args.found_json {
         say!(
@@ -177,6 +200,9 @@ pub(crate) fn written_into(
         varying,
     );
     mesh_fleet::import::keep_secrets_there(out, &mut imported);
+    imported
+        .gaps
+        .extend(found.gaps.iter().map(|(k, v)| (k.clone(), v.clone())));
     // A folder that is no fleet yet becomes one: its declaration imports the catalogue beside it.
     if fleet_file && !out.join("fleet.ncl").exists() {
         imported
@@ -191,6 +217,9 @@ pub(crate) fn written_into(
                 "{e}; nothing was written"
             ),
         ),
+        mesh_fleet::import::WriteError::Outside(_) => {
+            Failure::user(format!("{e}; nothing was written"))
+        }
         other => Failure::system(other),
     })?;
     Ok((imported, written))
@@ -281,6 +310,40 @@ pub(crate) fn report(
         );
     }
     Ok(None)
+}
+
+/// `paths` less the files larger than `limit` bytes under `root`, each of which is a gap in
+/// `gaps` (its content is not read). A path that is no regular file is kept: reading it says so.
+fn within_limit(
+    root: &std::path::Path,
+    paths: Vec<TargetPath>,
+    limit: u64,
+    gaps: &mut std::collections::BTreeMap<String, Vec<mesh_lib::import::Gap>>,
+) -> Vec<TargetPath> {
+    paths
+        .into_iter()
+        .filter(|p| {
+            let at = root.join(p.as_str().trim_start_matches('/'));
+            let size = std::fs::symlink_metadata(at)
+                .ok()
+                .filter(|m| m.file_type().is_file())
+                .map(|m| m.len());
+            match size {
+                Some(size) if size > limit => {
+                    gaps.insert(
+                        p.to_string(),
+                        vec![mesh_lib::import::Gap {
+                            what: "content".into(),
+                            found: format!("{size} bytes"),
+                            why: format!("over --max-file-size ({limit} bytes): not copied into the fleet's repository; declare it by hand, or import it with a larger --max-file-size"),
+                        }],
+                    );
+                    false
+                }
+                _ => true,
+            }
+        })
+        .collect()
 }
 
 /// The containers `given` names on the engine: each a name, or a shell pattern (`*`, `?`,
@@ -483,7 +546,7 @@ fn check(
             }
             for g in &c.gaps {
                 say!(
-                    "    not declared ({}): {} — {}",
+                    "    not comparable: {} (found {}; {})",
                     g.what,
                     mesh_lib::text::escape(&g.found),
                     g.why

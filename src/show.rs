@@ -99,12 +99,17 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
             );
         }
         for v in &c.volumes {
+            let mode = v.mode();
             let _ = writeln!(
                 o,
                 "             volume  {} -> {}{}",
                 v.source,
                 v.target,
-                if v.read_only { " (read-only)" } else { "" }
+                if mode.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({mode})")
+                }
             );
         }
         for (k, r) in &c.secret_environment {
@@ -132,9 +137,31 @@ pub fn generation(id: &GenerationId, g: &Generation) -> String {
                     format!(" as {}", n.aliases.join(", "))
                 }
             );
+            for address in n
+                .ipv4_address
+                .map(|a| a.to_string())
+                .into_iter()
+                .chain(n.ipv6_address.map(|a| a.to_string()))
+            {
+                let _ = writeln!(o, "                     at {address}");
+            }
         }
         if let Some(h) = &c.healthcheck {
             let _ = writeln!(o, "             health  {}", h.describe());
+        }
+        for (name, value) in c.options.fields() {
+            let _ = writeln!(
+                o,
+                "             option  {name} = {}",
+                mesh_lib::options::describe(name, &value)
+            );
+        }
+        if !c.accept_gaps.is_empty() {
+            let _ = writeln!(
+                o,
+                "             accepts losing {}",
+                c.accept_gaps.join(", ")
+            );
         }
     }
 

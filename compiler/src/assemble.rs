@@ -25,6 +25,8 @@ use serde::Deserialize;
 use crate::diagnostic::{MeshDiagnostic, Span};
 use crate::eval::{show_pointer, Evaluation, Pointer, Step};
 
+mod options;
+
 /// A node as its declaration evaluates: its name, settings and modules, each module applied
 /// to the settings. What is assembled into a generation.
 #[derive(Deserialize)]
@@ -104,12 +106,19 @@ struct ContainerOut {
     networks: Vec<JoinedOut>,
     #[serde(default)]
     healthcheck: Option<HealthcheckOut>,
+    /// Every other option (limits, security, namespaces…): see [`options`].
+    #[serde(flatten)]
+    options: options::OptionsOut,
 }
 
 #[derive(Deserialize)]
 struct JoinedOut {
     name: String,
     aliases: Vec<String>,
+    #[serde(default)]
+    ipv4_address: Option<String>,
+    #[serde(default)]
+    ipv6_address: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -140,6 +149,48 @@ struct VolumeOut {
     read_only: bool,
     #[serde(default)]
     host_access: bool,
+    #[serde(default)]
+    propagation: Option<Propagation>,
+    #[serde(default)]
+    nocopy: Option<bool>,
+    #[serde(default)]
+    selinux: Option<Relabel>,
+}
+
+/// A bind's mount propagation, as the contract's enum gives it.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Propagation {
+    Shared,
+    Slave,
+    Private,
+    Rshared,
+    Rslave,
+    Rprivate,
+}
+
+impl Propagation {
+    /// As the engine writes it; `None` for its default, `rprivate`.
+    fn given(self) -> Option<String> {
+        let word = match self {
+            Propagation::Shared => "shared",
+            Propagation::Slave => "slave",
+            Propagation::Private => "private",
+            Propagation::Rshared => "rshared",
+            Propagation::Rslave => "rslave",
+            Propagation::Rprivate => return None,
+        };
+        Some(word.to_owned())
+    }
+}
+
+/// A mount's SELinux relabelling: `'z` shared, `'Z` private.
+#[derive(Deserialize, Clone, Copy)]
+enum Relabel {
+    #[serde(rename = "z")]
+    Shared,
+    #[serde(rename = "Z")]
+    Private,
 }
 
 #[derive(Deserialize)]
@@ -597,15 +648,47 @@ impl<'a> Assembly<'a> {
                         at: ctx.at(&here, &[f("volumes"), Step::Index(vi), f("source")]),
                     });
                 }
-                volumes.push(Volume {
-                    source: v.source.clone(),
-                    target: v.target.clone(),
-                    read_only: v.read_only,
+                let v_at = ctx.at(&here, &[f("volumes"), Step::Index(vi)]);
+                let host_path = v.source.starts_with('/');
+                if v.propagation.is_some() && !host_path {
+                    return Err(ctx.reject(
+                        &ctx.at(&v_at, &[f("propagation")]),
+                        format!("container {name}: propagation is a host path's, not the named volume {}'s", v.source),
+                        "this propagation",
+                    ));
+                }
+                if v.nocopy == Some(true) && host_path {
+                    return Err(ctx.reject(
+                        &ctx.at(&v_at, &[f("nocopy")]),
+                        format!(
+                            "container {name}: nocopy is a named volume's, not the host path {}'s",
+                            v.source
+                        ),
+                        "this option",
+                    ));
+                }
+                let mut volume = Volume::new(v.source.clone(), v.target.clone(), v.read_only);
+                volume.propagation = v.propagation.and_then(Propagation::given);
+                volume.nocopy = v.nocopy.unwrap_or(false);
+                volume.selinux = v.selinux.map(|z| {
+                    match z {
+                        Relabel::Shared => "z",
+                        Relabel::Private => "Z",
+                    }
+                    .to_owned()
                 });
+                volumes.push(volume);
             }
             volumes.sort();
+            let stop_timeout = options::stop_grace_period(
+                ctx,
+                &here,
+                &name,
+                &c.options.stop_grace_period,
+                c.stop_timeout,
+            )?;
             let stop_timeout =
-                match c.stop_timeout {
+                match stop_timeout {
                     None => None,
                     Some(t) => Some(u32::try_from(t).ok().filter(|t| *t <= 3600).ok_or_else(
                         || {
@@ -658,12 +741,48 @@ impl<'a> Assembly<'a> {
                 let mut aliases = n.aliases.clone();
                 aliases.sort();
                 aliases.dedup();
-                networks.push(ContainerNetwork {
-                    name: n.name.clone(),
-                    aliases,
-                });
+                let mut joined = ContainerNetwork::new(n.name.clone(), aliases);
+                let bad = |field: &'static str, a: &str| {
+                    ctx.reject(
+                        &ctx.at(&here, &[f("networks"), Step::Index(ni), f(field)]),
+                        format!(
+                            "container {name}: `{a}` is not an {} address",
+                            if field == "ipv4_address" {
+                                "IPv4"
+                            } else {
+                                "IPv6"
+                            }
+                        ),
+                        "this address",
+                    )
+                };
+                if let Some(a) = &n.ipv4_address {
+                    joined.ipv4_address = Some(a.parse().map_err(|_| bad("ipv4_address", a))?);
+                }
+                if let Some(a) = &n.ipv6_address {
+                    joined.ipv6_address = Some(a.parse().map_err(|_| bad("ipv6_address", a))?);
+                }
+                networks.push(joined);
             }
             networks.sort();
+            let run_options =
+                options::options(ctx, &here, &name, &c.options, !networks.is_empty())?;
+            if let Some(t) = volumes
+                .iter()
+                .find(|v| run_options.tmpfs.contains_key(&v.target))
+            {
+                return Err(ctx.reject(
+                    &ctx.at(&here, &[f("tmpfs")]),
+                    format!(
+                        "container {name}: {} is a volume's target and a tmpfs",
+                        t.target
+                    ),
+                    "this tmpfs",
+                ));
+            }
+            run_options.check_printable().map_err(|e| {
+                ctx.reject(&here, format!("container {name}: {e}"), "this container")
+            })?;
             let healthcheck = match &c.healthcheck {
                 None => None,
                 Some(h) => {
@@ -813,6 +932,13 @@ impl<'a> Assembly<'a> {
                 restart: c.restart.clone().filter(|r| r != "no"),
                 networks,
                 healthcheck,
+                options: run_options,
+                accept_gaps: {
+                    let mut g = c.options.accept_gaps.clone().unwrap_or_default();
+                    g.sort();
+                    g.dedup();
+                    g
+                },
                 state,
             };
             if let Some((first, first_at)) = containers.get(&name) {

@@ -5,14 +5,21 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HealthConfig, HostConfig, NetworkCreateRequest,
-    NetworkingConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HealthConfig, HostConfig,
+    NetworkConnectRequest, NetworkCreateRequest, NetworkingConfig, PortBinding, RestartPolicy,
+    RestartPolicyNameEnum,
 };
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 use mesh_lib::model::{ContainerEntry, ContainerName, ContainerState};
 
 use crate::engine::{status, DockerError, Engine};
 use crate::{SecretValues, LABEL_GENERATION, LABEL_MODULE, LABEL_OWNER, LABEL_SPEC};
+
+mod options;
+
+/// The engine API version from which a create joins several networks at once (before it, the
+/// container is created on its first and connected to the others).
+const NETWORKS_AT_CREATE_FROM: (u32, u32) = (1, 44);
 
 /// What one container's calls need to know of the switch.
 pub(crate) struct Context<'a> {
@@ -27,10 +34,12 @@ pub(crate) struct Context<'a> {
 ///
 /// A secret environment variable counts by its value's keyed digest alone (a switch names it
 /// so): a secret re-encrypted to other recipients, or moved, with the same value recreates
-/// nothing; a new value recreates the container.
+/// nothing; a new value recreates the container. The gaps it accepts are no part of it:
+/// accepting a loss changes nothing created.
 pub fn spec_digest(entry: &ContainerEntry) -> String {
     let mut e = entry.clone();
     e.state = ContainerState::Managed;
+    e.accept_gaps.clear();
     for r in e.secret_environment.values_mut() {
         r.file.clear();
         r.recipients.clear();
@@ -51,32 +60,83 @@ impl Engine {
         ctx: &Context<'_>,
     ) -> Result<(), DockerError> {
         let (generation, owner, root) = (ctx.generation, ctx.owner, ctx.root);
+        let api = self.api_version();
+        if !entry.options.annotations.is_empty() && api < options::ANNOTATIONS_FROM {
+            // The engine would drop them in silence.
+            return Err(DockerError::Unsupported {
+                name: name.to_owned(),
+                what: "annotations",
+                needs: options::ANNOTATIONS_FROM,
+                has: api,
+            });
+        }
         for network in &entry.networks {
             self.ensure_network(name, &network.name, owner).await?;
         }
-        let body = create_body(entry, generation, owner, root, ctx.values).map_err(|var| {
+        let mut body = create_body(entry, generation, owner, root, ctx.values).map_err(|var| {
             DockerError::Unopened {
                 name: name.to_owned(),
                 var,
             }
         })?;
-        let options = CreateContainerOptionsBuilder::default().name(name).build();
+        // An older engine joins one network at create; the others are connected after.
+        let mut later = Vec::new();
+        if api < NETWORKS_AT_CREATE_FROM {
+            if let Some(endpoints) = body
+                .networking_config
+                .as_mut()
+                .and_then(|n| n.endpoints_config.as_mut())
+            {
+                let first = entry.networks.first().map(|n| n.name.clone());
+                let others: Vec<String> = endpoints
+                    .keys()
+                    .filter(|k| Some(*k) != first.as_ref())
+                    .cloned()
+                    .collect();
+                for n in others {
+                    if let Some(settings) = endpoints.remove(&n) {
+                        later.push((n, settings));
+                    }
+                }
+            }
+        }
+        let mut options = CreateContainerOptionsBuilder::default().name(name);
+        if let Some(platform) = &entry.options.platform {
+            options = options.platform(platform);
+        }
         match self
             .call_async(
                 "create",
                 name,
-                self.docker.create_container(Some(options), body),
+                self.docker.create_container(Some(options.build()), body),
             )
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {}
             // A create a killed switch had sent may have ended after this switch listed the
             // engine: the container under the name is then this very one.
-            Err(e) if status(&e) == Some(409) && self.is_created(name, entry, owner).await => {
-                Ok(())
-            }
-            Err(e) => Err(e),
+            Err(e) if status(&e) == Some(409) && self.is_created(name, entry, owner).await => {}
+            Err(e) => return Err(e),
         }
+        for (network, settings) in later {
+            let request = NetworkConnectRequest {
+                container: name.to_owned(),
+                endpoint_config: Some(settings),
+            };
+            match self
+                .call_async(
+                    "network connect for",
+                    name,
+                    self.docker.connect_network(&network, request),
+                )
+                .await
+            {
+                // Connected already (by the killed switch this one finishes).
+                Err(e) if status(&e) == Some(403) || status(&e) == Some(409) => {}
+                other => other?,
+            }
+        }
+        Ok(())
     }
 
     /// Creates the network `network` the container `name` joins when the engine lacks it: a
@@ -178,6 +238,7 @@ fn create_body(
     labels.insert(LABEL_SPEC.into(), spec_digest(entry));
     labels.insert(LABEL_GENERATION.into(), generation.to_string());
     let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+    let o = &entry.options;
     for p in &entry.ports {
         bindings
             .entry(format!("{}/{}", p.container_port, p.protocol))
@@ -188,7 +249,7 @@ fn create_body(
                 host_port: Some(p.host_port.to_string()),
             });
     }
-    Ok(ContainerCreateBody {
+    let mut body = ContainerCreateBody {
         image: Some(entry.image.clone()),
         cmd: (!entry.command.is_empty()).then(|| entry.command.clone()),
         env: Some(env),
@@ -206,12 +267,10 @@ fn create_body(
                             Some(rel) => root.join(rel).display().to_string(),
                             None => v.source.clone(),
                         };
-                        format!(
-                            "{}:{}{}",
-                            source,
-                            v.target,
-                            if v.read_only { ":ro" } else { "" }
-                        )
+                        match v.mode() {
+                            mode if mode.is_empty() => format!("{source}:{}", v.target),
+                            mode => format!("{source}:{}:{mode}", v.target),
+                        }
                     })
                     .collect(),
             ),
@@ -225,8 +284,14 @@ fn create_body(
                     .networks
                     .iter()
                     .map(|n| {
+                        let fixed = n.ipv4_address.is_some() || n.ipv6_address.is_some();
                         let settings = EndpointSettings {
                             aliases: (!n.aliases.is_empty()).then(|| n.aliases.clone()),
+                            ipam_config: fixed.then(|| EndpointIpamConfig {
+                                ipv4_address: n.ipv4_address.map(|a| a.to_string()),
+                                ipv6_address: n.ipv6_address.map(|a| a.to_string()),
+                                link_local_ips: None,
+                            }),
                             ..EndpointSettings::default()
                         };
                         (n.name.clone(), settings)
@@ -246,7 +311,12 @@ fn create_body(
             }
         }),
         ..ContainerCreateBody::default()
-    })
+    };
+    options::config(&mut body, o);
+    if let Some(h) = body.host_config.as_mut() {
+        options::host_config(h, o);
+    }
+    Ok(body)
 }
 
 /// The engine's restart policy for a declared one (`always`, `unless-stopped`, `on-failure`,

@@ -39,6 +39,19 @@ pub enum DockerError {
     /// The runtime for the calls could not start.
     #[error("cannot start the runtime for Docker calls: {0}")]
     Runtime(#[from] std::io::Error),
+    /// A container declares what its engine's API cannot keep (it would drop it in silence):
+    /// it is not created without it.
+    #[error("docker create {name}: its {what} need an engine of API {}.{} or later; this one speaks {}.{}: not created", .needs.0, .needs.1, .has.0, .has.1)]
+    Unsupported {
+        /// The container.
+        name: String,
+        /// What it declares.
+        what: &'static str,
+        /// The API version that keeps it.
+        needs: (u32, u32),
+        /// The engine's.
+        has: (u32, u32),
+    },
     /// A container to create has a secret environment variable whose value the switch did not
     /// decrypt (a fault of the mesh, not of the declaration): it is not created without it.
     #[error("docker create {name}: the value of its secret environment variable {var} was not decrypted; not created")]
@@ -81,6 +94,11 @@ pub struct Engine {
     /// The networks known to be on the engine (asked, or created, by this engine's calls): a
     /// switch creating sixty containers on one network asks for it once.
     pub(crate) networks: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// The engine's defaults, asked once (`docker info`) when a container is first read.
+    facts: std::sync::OnceLock<mesh_lib::import::EngineFacts>,
+    /// The images read for [`Engine::live`], by reference: sixty containers of one image ask
+    /// for it once. An engine lives for one command, during which a reference names one image.
+    images: std::sync::Mutex<BTreeMap<String, Option<Value>>>,
 }
 
 impl Engine {
@@ -106,7 +124,16 @@ impl Engine {
             runtime,
             calls: std::sync::atomic::AtomicUsize::new(2),
             networks: std::sync::Mutex::default(),
+            facts: std::sync::OnceLock::new(),
+            images: std::sync::Mutex::default(),
         })
+    }
+
+    /// The API version spoken with the engine, (major, minor).
+    pub(crate) fn api_version(&self) -> (u32, u32) {
+        let v = self.docker.client_version();
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        (narrow(v.major_version), narrow(v.minor_version))
     }
 
     /// How many Docker API calls this engine made.
@@ -257,8 +284,8 @@ impl Engine {
     }
 
     /// The parts of a container's inspect data that say what it is — image, command,
-    /// environment, published ports, mounts, labels — as canonical JSON: a found container's
-    /// recorded original.
+    /// environment, published ports, mounts, labels, and every other option it was given
+    /// (`Config`, `HostConfig`) — as canonical JSON: a found container's recorded original.
     pub fn spec_of(&self, name: &str) -> Result<Vec<u8>, DockerError> {
         let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
         let v = serde_json::to_value(&inspect).unwrap_or_default();
@@ -274,34 +301,145 @@ impl Engine {
             "Mounts": v["Mounts"].as_array().map(|m| m.iter().map(|m| json!({
                 "Type": m["Type"], "Name": m["Name"], "Source": m["Source"], "Destination": m["Destination"], "RW": m["RW"],
             })).collect::<Vec<Value>>()),
+            "Config": v["Config"],
+            "HostConfig": v["HostConfig"],
         });
         Ok(mesh_lib::canonical::to_canonical_pretty(&spec).unwrap_or_default())
     }
 
+    /// What the engine gives a container whose create does not say otherwise (its runtime,
+    /// cgroup namespace, logging driver) and its host's name: asked once.
+    pub fn facts(&self) -> Result<mesh_lib::import::EngineFacts, DockerError> {
+        self.runtime.block_on(self.facts_async())
+    }
+
+    async fn facts_async(&self) -> Result<mesh_lib::import::EngineFacts, DockerError> {
+        if let Some(f) = self.facts.get() {
+            return Ok(f.clone());
+        }
+        let info = self
+            .call_async("info", "the engine", self.docker.info())
+            .await?;
+        let mut facts = mesh_lib::import::EngineFacts::from_info(
+            &serde_json::to_value(&info).unwrap_or_default(),
+        );
+        let (major, minor) = self.api_version();
+        facts.api_version = format!("{major}.{minor}");
+        Ok(self.facts.get_or_init(|| facts).clone())
+    }
+
     /// The container under `name` as it is, with its image's defaults (when the engine still
-    /// has the image): what `mesh import` writes and checks, and what tells a take that the
-    /// found container already is the declared one. Reads only.
+    /// has the image) and the engine's: what `mesh import` writes and checks, and what tells a
+    /// take that the found container already is the declared one. The containers it shares a
+    /// namespace with are named (the engine keeps their ids), and the mounts it has from the
+    /// containers of its `volumes_from` are theirs, not its own. Reads only.
     pub fn live(
         &self,
         name: &str,
         root: &std::path::Path,
     ) -> Result<mesh_lib::import::LiveContainer, DockerError> {
-        let inspect = self.call("inspect", name, self.docker.inspect_container(name, None))?;
+        self.runtime.block_on(self.live_async(name, root))
+    }
+
+    /// Each container `names` names, as [`Engine::live`] reads it, in that order: read 16 at
+    /// once (the engine answers them side by side), after the first alone, whose image the
+    /// others most often share and then find read.
+    pub fn live_all(
+        &self,
+        names: &[String],
+        root: &std::path::Path,
+    ) -> Vec<Result<mesh_lib::import::LiveContainer, DockerError>> {
+        use futures_util::stream::{self, StreamExt};
+        let Some((first, rest)) = names.split_first() else {
+            return Vec::new();
+        };
+        self.runtime.block_on(async {
+            let mut out = vec![self.live_async(first, root).await];
+            out.extend(
+                stream::iter(rest)
+                    .map(|n| self.live_async(n, root))
+                    .buffered(16)
+                    .collect::<Vec<_>>()
+                    .await,
+            );
+            out
+        })
+    }
+
+    async fn live_async(
+        &self,
+        name: &str,
+        root: &std::path::Path,
+    ) -> Result<mesh_lib::import::LiveContainer, DockerError> {
+        let inspect = self
+            .call_async("inspect", name, self.docker.inspect_container(name, None))
+            .await?;
         let inspect = serde_json::to_value(&inspect).unwrap_or_default();
         let image_ref = inspect["Config"]["Image"].as_str().unwrap_or_default();
-        let image = match self.call(
-            "inspect image",
-            image_ref,
-            self.docker.inspect_image(image_ref),
-        ) {
-            Ok(i) => Some(serde_json::to_value(&i).unwrap_or_default()),
-            Err(e) if status(&e) == Some(404) => None,
-            Err(e) => return Err(e),
+        let known = self
+            .images
+            .lock()
+            .expect("not poisoned")
+            .get(image_ref)
+            .cloned();
+        let image = match known {
+            Some(image) => image,
+            None => {
+                let image = match self
+                    .call_async(
+                        "inspect image",
+                        image_ref,
+                        self.docker.inspect_image(image_ref),
+                    )
+                    .await
+                {
+                    Ok(i) => Some(serde_json::to_value(&i).unwrap_or_default()),
+                    Err(e) if status(&e) == Some(404) => None,
+                    Err(e) => return Err(e),
+                };
+                // One the engine lacks is asked again: a switch may fetch it meanwhile.
+                if image.is_some() {
+                    self.images
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(image_ref.to_owned(), image.clone());
+                }
+                image
+            }
+        };
+        let engine = self.facts_async().await?;
+        let mut names = BTreeMap::new();
+        for id in mesh_lib::import::shared_with(&inspect) {
+            if let Ok(other) = self
+                .call_async("inspect", name, self.docker.inspect_container(&id, None))
+                .await
+            {
+                names.insert(id, other.name.unwrap_or_default());
+            }
+        }
+        let mut inherited = std::collections::BTreeSet::new();
+        for donor in mesh_lib::import::volumes_from(&inspect) {
+            let other = self
+                .call_async("inspect", name, self.docker.inspect_container(&donor, None))
+                .await?;
+            inherited.extend(
+                other
+                    .mounts
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|m| m.destination),
+            );
+        }
+        let around = mesh_lib::import::Around {
+            root,
+            engine: &engine,
+            names: &names,
+            inherited: &inherited,
         };
         Ok(mesh_lib::import::LiveContainer::from_inspect(
             &inspect,
             image.as_ref(),
-            root,
+            &around,
         ))
     }
 
@@ -446,6 +584,14 @@ impl Engine {
             }
         }
         Err(e)
+    }
+}
+
+impl DockerError {
+    /// Whether the engine said the container (or image) is not there: one listed a moment ago
+    /// and removed since, by someone else.
+    pub fn is_gone(&self) -> bool {
+        status(self) == Some(404)
     }
 }
 

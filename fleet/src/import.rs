@@ -22,6 +22,8 @@ use serde::{Deserialize, Serialize};
 use crate::file::{Fleet, Node};
 use crate::ssh::Link;
 
+mod options;
+
 /// A file read at a path given to `mesh import`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileToImport {
@@ -70,6 +72,9 @@ pub struct Found {
     pub openings: Vec<FoundOpening>,
     /// Compose projects' files passed over.
     pub skipped: Vec<Skipped>,
+    /// What files could not be imported as they are, by path (one over the size limit).
+    #[serde(default)]
+    pub gaps: BTreeMap<String, Vec<Gap>>,
 }
 
 /// A compose project's file an import passed over, and why (not under the root, gone, not a
@@ -130,10 +135,21 @@ pub fn fetch(fleet: &Fleet, node: &Node, args: &[String]) -> Result<Found, Fetch
         .split(|b| *b == b'\n')
         .rfind(|l| !l.is_empty())
         .unwrap_or_default();
-    serde_json::from_slice(last).map_err(|e| FetchError::Answer {
+    let found: Found = serde_json::from_slice(last).map_err(|e| FetchError::Answer {
         node: node.name.to_string(),
         message: e.to_string(),
-    })
+    })?;
+    // Its name names the files written here: the fleet file's, never what the node says.
+    if found.node != node.name.as_str() {
+        return Err(FetchError::Answer {
+            node: node.name.to_string(),
+            message: format!(
+                "it answered for the node `{}`",
+                mesh_lib::text::escape(&found.node)
+            ),
+        });
+    }
+    Ok(found)
 }
 
 /// A value not written in clear: to be supplied (`mesh secret edit`).
@@ -1584,6 +1600,15 @@ fn render_container(
             if m.read_only {
                 e.push_str(", read_only = true");
             }
+            if let Some(p) = &m.propagation {
+                let _ = write!(e, ", propagation = '{p}");
+            }
+            if m.nocopy {
+                e.push_str(", nocopy = true");
+            }
+            if let Some(z) = &m.selinux {
+                let _ = write!(e, ", selinux = '{z}");
+            }
             if m.kind == "bind" {
                 match mesh_lib::path::host_mount(&m.source, declared_files) {
                     Some(mesh_lib::path::HostMount::Host(what)) => {
@@ -1655,6 +1680,12 @@ fn render_container(
             if !n.aliases.is_empty() {
                 let _ = write!(e, ", aliases = {}", list(&n.aliases));
             }
+            if let Some(a) = n.ipv4_address {
+                let _ = write!(e, ", ipv4_address = {}", string(&a.to_string()));
+            }
+            if let Some(a) = n.ipv6_address {
+                let _ = write!(e, ", ipv6_address = {}", string(&a.to_string()));
+            }
             let _ = writeln!(body, "{e} }},");
         }
         body.push_str("        ],\n");
@@ -1682,6 +1713,7 @@ fn render_container(
         }
         let _ = writeln!(body, "        healthcheck = {{ {} }},", fields.join(", "));
     }
+    options::write(body, &c.options);
     body.push_str("      },\n");
 }
 
@@ -1691,6 +1723,9 @@ pub enum WriteError {
     /// Files that are there already.
     #[error("{} already there: {}", if .0.len() == 1 { "a file is" } else { "files are" }, .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
     Exists(Vec<PathBuf>),
+    /// Files whose path leads out of the folder written into.
+    #[error("{} would be written outside the folder: {}", if .0.len() == 1 { "a file" } else { "files" }, .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    Outside(Vec<PathBuf>),
     /// Writing failed.
     #[error("writing {path}: {source}")]
     Io {
@@ -1705,6 +1740,21 @@ pub enum WriteError {
 /// Writes `imported`'s files under `out` (folders made as needed), returning those written:
 /// none is written when one is there already saying something else, unless `force`.
 pub fn write(out: &Path, imported: &Imported, force: bool) -> Result<Vec<PathBuf>, WriteError> {
+    // Every file is under `out`: a name that would lead out of it (a node's `../x`) is
+    // refused before anything is written.
+    let outside: Vec<PathBuf> = imported
+        .files
+        .iter()
+        .map(|(rel, _)| rel)
+        .filter(|rel| {
+            !rel.components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+        })
+        .cloned()
+        .collect();
+    if !outside.is_empty() {
+        return Err(WriteError::Outside(outside));
+    }
     // A file there already with these very bytes (a module another node shares, an import
     // of the same machine again) is left as it is: no conflict, not written.
     let same = |rel: &PathBuf, bytes: &[u8]| {
@@ -1735,8 +1785,15 @@ pub fn write(out: &Path, imported: &Imported, force: bool) -> Result<Vec<PathBuf
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io)?;
         }
-        mesh_lib::atomic::write_file(&path, bytes, 0o644).map_err(io)?;
+        mesh_lib::atomic::write_file_unsynced(&path, bytes, 0o644).map_err(io)?;
         written.push(rel.clone());
+    }
+    // One wait for the disk for every file, not two per file: durable when this returns.
+    if !written.is_empty() {
+        mesh_lib::atomic::sync_filesystem(out).map_err(|source| WriteError::Io {
+            path: out.to_owned(),
+            source,
+        })?;
     }
     Ok(written)
 }
@@ -1779,6 +1836,8 @@ mod tests {
             restart: Some("always".into()),
             networks: Vec::new(),
             healthcheck: None,
+            options: Default::default(),
+            engine: Default::default(),
             image_defaults: Some(mesh_lib::import::ImageDefaults::default()),
             gaps: vec![],
         }
@@ -2174,6 +2233,7 @@ mod tests {
                 files: vec![],
                 openings: vec![],
                 skipped: vec![],
+                gaps: BTreeMap::new(),
             }
         };
         let (a, b) = (
@@ -2344,6 +2404,27 @@ mod tests {
     }
 
     /// A string with quotes, a backslash, a newline and an interpolation stays the same text.
+    /// Nothing is written outside the folder: a path that would lead out of it (a node named
+    /// `../../evil`) refuses the whole write.
+    #[test]
+    fn nothing_is_written_outside_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("fleet");
+        for rel in ["nodes/../../evil.ncl", "/etc/evil.ncl", "../evil.ncl"] {
+            let imported = Imported {
+                files: vec![
+                    (PathBuf::from("fleet.ncl"), b"{}".to_vec()),
+                    (PathBuf::from(rel), b"{}".to_vec()),
+                ],
+                ..Imported::default()
+            };
+            let refused = write(&out, &imported, true);
+            assert!(matches!(refused, Err(WriteError::Outside(_))), "{rel}");
+            assert!(!out.exists(), "{rel}: something written");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
     #[test]
     fn strings_are_escaped_for_nickel() {
         assert_eq!(string("a\"b\\c\n%{x}"), r#""a\"b\\c\n\%{x}""#);

@@ -361,6 +361,15 @@ fn container_fields(a: &ContainerEntry, b: &ContainerEntry) -> Vec<FieldChange> 
         a.healthcheck.as_ref().map(json),
         b.healthcheck.as_ref().map(json),
     );
+    for (name, x, y) in crate::import::option_differences(&a.options, &b.options) {
+        let given = |v: String| (v != "(unset)").then_some(v);
+        field(name.into(), given(x), given(y));
+    }
+    field(
+        "accept_gaps".into(),
+        (!a.accept_gaps.is_empty()).then(|| json(&a.accept_gaps)),
+        (!b.accept_gaps.is_empty()).then(|| json(&b.accept_gaps)),
+    );
     field(
         "module".into(),
         Some(a.module.to_string()),
@@ -767,7 +776,8 @@ mod tests {
         );
     }
 
-    /// A container's spec, field by field: the image, one environment variable, the state.
+    /// A container's spec, field by field: the image, one environment variable, each option
+    /// (a size as compose writes it), the state.
     #[test]
     fn containers_change_field_by_field() {
         let mut a = ContainerEntry::new(
@@ -780,6 +790,8 @@ mod tests {
         b.image = "web:2".into();
         b.environment.remove("B");
         b.environment.insert("A".into(), "3".into());
+        b.options.mem_limit = Some(64 << 20);
+        b.options.cap_drop = vec!["CAP_NET_RAW".into()];
         b.state = ContainerState::Managed;
         let fields: Vec<(String, Option<String>, Option<String>)> = container_fields(&a, &b)
             .into_iter()
@@ -791,6 +803,8 @@ mod tests {
                 ("image".into(), Some("web:1".into()), Some("web:2".into())),
                 ("environment.A".into(), Some("1".into()), Some("3".into())),
                 ("environment.B".into(), Some("2".into()), None),
+                ("cap_drop".into(), None, Some(r#"["CAP_NET_RAW"]"#.into())),
+                ("mem_limit".into(), None, Some("64m".into())),
                 (
                     "state".into(),
                     Some(r#"{"kind":"staged"}"#.into()),

@@ -18,6 +18,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{format_duration, ContainerEntry, ContainerNetwork, Healthcheck, Protocol};
+use crate::options::ContainerOptions;
+
+mod options;
+
+use options::is_zero as is_empty;
+pub use options::{normalized, shared_with, volumes_from, Around, EngineFacts, DEFAULT_SHM_SIZE};
 
 /// The labels the mesh puts on the containers it creates: never part of a compared spec.
 const MESH_LABELS: [&str; 4] = ["mesh.module", "mesh.generation", "mesh.spec", "mesh.owner"];
@@ -45,6 +51,18 @@ pub struct ImageDefaults {
     /// `Config.Healthcheck`.
     #[serde(default)]
     pub healthcheck: Option<Healthcheck>,
+    /// `Config.ExposedPorts` (`80/tcp`), sorted.
+    #[serde(default)]
+    pub exposed: Vec<String>,
+    /// `Config.StopSignal`.
+    #[serde(default)]
+    pub stop_signal: String,
+    /// `Config.Shell`.
+    #[serde(default)]
+    pub shell: Vec<String>,
+    /// `Os`, `Architecture` and `Variant`: the platform it is for (`linux/amd64`).
+    #[serde(default)]
+    pub os_arch: Vec<String>,
 }
 
 impl ImageDefaults {
@@ -61,7 +79,29 @@ impl ImageDefaults {
             user: str_of(&c["User"]),
             repo_digests: strings(&image["RepoDigests"]),
             healthcheck: healthcheck_of(&c["Healthcheck"]),
+            exposed: {
+                let mut p: Vec<String> = c["ExposedPorts"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(p, _)| crate::options::exposed_port(p).unwrap_or_else(|_| p.clone()))
+                    .collect();
+                p.sort();
+                p
+            },
+            stop_signal: str_of(&c["StopSignal"]),
+            shell: strings(&c["Shell"]),
+            os_arch: ["Os", "Architecture", "Variant"]
+                .iter()
+                .map(|k| str_of(&image[k]))
+                .filter(|v| !v.is_empty())
+                .collect(),
         }
+    }
+
+    /// The platform it is for (`linux/amd64`, `linux/arm/v7`), when its inspect data says it.
+    pub fn platform(&self) -> Option<String> {
+        (self.os_arch.len() >= 2).then(|| self.os_arch.join("/"))
     }
 }
 
@@ -167,6 +207,26 @@ pub struct LiveMount {
     pub read_only: bool,
     /// A volume the engine named (`docker run -v /data`): its name is the engine's id.
     pub anonymous: bool,
+    /// A bind's propagation, when it is not the engine's `rprivate`.
+    #[serde(default)]
+    pub propagation: Option<String>,
+    /// A volume not filled from the image (`nocopy`).
+    #[serde(default)]
+    pub nocopy: bool,
+    /// Its SELinux relabelling (`z`, `Z`).
+    #[serde(default)]
+    pub selinux: Option<String>,
+}
+
+impl LiveMount {
+    /// Its options beyond read-only, as a bind's third part says them (`rslave,z`).
+    fn mode(&self) -> String {
+        let mut v = crate::model::Volume::new("", "", false);
+        v.propagation = self.propagation.clone();
+        v.nocopy = self.nocopy;
+        v.selinux = self.selinux.clone();
+        v.mode()
+    }
 }
 
 /// Something of a live container that a declaration cannot say: it is named, never dropped
@@ -244,6 +304,13 @@ pub struct LiveContainer {
     /// Its health check (`Config.Healthcheck`: the image's, merged with what its create gave).
     #[serde(default)]
     pub healthcheck: Option<Healthcheck>,
+    /// Every other option it runs with, less what its image and engine give by themselves:
+    /// what a declaration says.
+    #[serde(default)]
+    pub options: ContainerOptions,
+    /// Its engine's defaults, which a declaration compared with it is normalized against.
+    #[serde(default)]
+    pub engine: EngineFacts,
     /// What its image gives, when the engine still has it.
     pub image_defaults: Option<ImageDefaults>,
     /// What a declaration cannot say about it.
@@ -295,8 +362,11 @@ pub fn under_root(path: &str, root: &Path) -> Option<String> {
 
 impl LiveContainer {
     /// From `docker inspect` data, its image's (`None` when the engine no longer has it), and
-    /// the root declared paths are under (a bind mount's source is named as a declared path).
-    pub fn from_inspect(inspect: &Value, image: Option<&Value>, root: &Path) -> Self {
+    /// what [`Around`] it: where declared paths are (a bind mount's source is named as a
+    /// declared path), the engine's defaults, the names of the containers it shares
+    /// namespaces or volumes with.
+    pub fn from_inspect(inspect: &Value, image: Option<&Value>, around: &Around<'_>) -> Self {
+        let root = around.root;
         let c = &inspect["Config"];
         let h = &inspect["HostConfig"];
         let mut gaps = Vec::new();
@@ -304,10 +374,19 @@ impl LiveContainer {
         if let Some(bindings) = h["PortBindings"].as_object() {
             for (key, list) in bindings {
                 let (port, proto) = key.split_once('/').unwrap_or((key, "tcp"));
-                let protocol = if proto == "udp" {
-                    Protocol::Udp
-                } else {
-                    Protocol::Tcp
+                let protocol = match proto {
+                    "tcp" => Protocol::Tcp,
+                    "udp" => Protocol::Udp,
+                    other => {
+                        gaps.push(Gap {
+                            what: "published port".into(),
+                            found: key.clone(),
+                            why: format!(
+                                "a declaration publishes TCP and UDP ports only, not {other}"
+                            ),
+                        });
+                        continue;
+                    }
                 };
                 for b in list.as_array().into_iter().flatten() {
                     let host_port = str_of(&b["HostPort"]).parse().unwrap_or(0);
@@ -334,33 +413,49 @@ impl LiveContainer {
         }
         ports.sort();
         ports.dedup();
+        let mut options = options::read(inspect, around);
         let mut mounts = Vec::new();
         for m in inspect["Mounts"].as_array().into_iter().flatten() {
             let kind = str_of(&m["Type"]);
             let target = str_of(&m["Destination"]);
+            if around.inherited.contains(&target) {
+                // Its `volumes_from` gives it.
+                continue;
+            }
             let read_only = !m["RW"].as_bool().unwrap_or(true);
+            let mode: Vec<String> = str_of(&m["Mode"]).split(',').map(str::to_owned).collect();
+            let propagation =
+                Some(str_of(&m["Propagation"])).filter(|p| !p.is_empty() && p != "rprivate");
+            // The engine relabels a named volume `z` unless told otherwise: not a choice.
+            let selinux = mode
+                .iter()
+                .find(|o| *o == "Z" || (*o == "z" && kind != "volume"))
+                .cloned();
+            let nocopy = mode.iter().any(|o| o == "nocopy")
+                || h["Mounts"].as_array().into_iter().flatten().any(|hm| {
+                    str_of(&hm["Target"]) == target
+                        && hm["VolumeOptions"]["NoCopy"].as_bool() == Some(true)
+                });
+            let mount = |source: String, anonymous: bool| LiveMount {
+                kind: kind.clone(),
+                source,
+                target: target.clone(),
+                read_only,
+                anonymous,
+                propagation: propagation.clone(),
+                nocopy,
+                selinux: selinux.clone(),
+            };
             match kind.as_str() {
                 "volume" => {
                     let name = str_of(&m["Name"]);
                     let anonymous = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
-                    mounts.push(LiveMount {
-                        kind,
-                        source: name,
-                        target,
-                        read_only,
-                        anonymous,
-                    });
+                    mounts.push(mount(name, anonymous));
                 }
                 "bind" => {
                     let source = str_of(&m["Source"]);
                     match under_root(&source, root) {
-                        Some(source) => mounts.push(LiveMount {
-                            kind,
-                            source,
-                            target,
-                            read_only,
-                            anonymous: false,
-                        }),
+                        Some(source) => mounts.push(mount(source, false)),
                         None => gaps.push(Gap {
                             what: "bind mount".into(),
                             found: format!("{source}:{target}"),
@@ -371,10 +466,12 @@ impl LiveContainer {
                         }),
                     }
                 }
+                // Read into the options' `tmpfs`.
+                "tmpfs" if options.tmpfs.contains_key(&target) => {}
                 other => gaps.push(Gap {
                     what: format!("{other} mount"),
                     found: target,
-                    why: "a declaration mounts named volumes and host paths only".into(),
+                    why: "a declaration mounts named volumes, host paths and tmpfs only".into(),
                 }),
             }
         }
@@ -395,15 +492,29 @@ impl LiveContainer {
             .into_iter()
             .filter(|(k, _)| !MESH_LABELS.contains(&k.as_str()))
             .collect();
+        for (name, endpoint) in inspect["NetworkSettings"]["Networks"]
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            // A MAC address the engine made is 02:42 and the IPv4 address's bytes (before API
+            // 1.44); one given is not declared: the engine client cannot give one there.
+            let mac = str_of(&endpoint["MacAddress"]);
+            let ip: Option<std::net::Ipv4Addr> = str_of(&endpoint["IPAddress"]).parse().ok();
+            if let Some(ip) = ip.filter(|_| !mac.is_empty() && around.engine.makes_mac_from_ip()) {
+                let [a, b, c, d] = ip.octets();
+                if !mac.eq_ignore_ascii_case(&format!("02:42:{a:02x}:{b:02x}:{c:02x}:{d:02x}")) {
+                    gaps.push(Gap {
+                        what: format!("mac_address on {name}"),
+                        found: mac.clone(),
+                        why: "a declared container gets the MAC address its engine makes".into(),
+                    });
+                }
+            }
+        }
         let network = str_of(&h["NetworkMode"]);
         let mut networks = Vec::new();
-        if network == "host" || network == "none" || network.starts_with("container:") {
-            gaps.push(Gap {
-                what: "network".into(),
-                found: network,
-                why: "a declared container joins bridge networks only".into(),
-            });
-        } else {
+        if options.network_mode.is_none() {
             let id = str_of(&inspect["Id"]);
             for (name, endpoint) in inspect["NetworkSettings"]["Networks"]
                 .as_object()
@@ -421,62 +532,54 @@ impl LiveContainer {
                 aliases.sort();
                 aliases.dedup();
                 let ipam = &endpoint["IPAMConfig"];
+                let mut joined = ContainerNetwork::new(name.clone(), aliases);
+                let address = |field: &str| Some(str_of(&ipam[field])).filter(|a| !a.is_empty());
                 for (field, what) in [
                     ("IPv4Address", "IPv4 address"),
                     ("IPv6Address", "IPv6 address"),
                 ] {
-                    let address = str_of(&ipam[field]);
-                    if !address.is_empty() {
+                    let Some(a) = address(field) else { continue };
+                    let read = match field {
+                        "IPv4Address" => a.parse().map(|a| joined.ipv4_address = Some(a)),
+                        _ => a.parse().map(|a| joined.ipv6_address = Some(a)),
+                    };
+                    if read.is_err() {
                         gaps.push(Gap {
                             what: format!("{what} on {name}"),
-                            found: address,
-                            why: "a declared container gets the address its network gives".into(),
+                            found: a,
+                            why: "not an address a declaration can give".into(),
                         });
                     }
                 }
-                networks.push(ContainerNetwork {
-                    name: name.clone(),
-                    aliases,
-                });
+                for (key, value) in endpoint.as_object().into_iter().flatten() {
+                    let given = match key.as_str() {
+                        "Links" | "DriverOpts" => !is_empty(value),
+                        "IPAMConfig" => !strings(&value["LinkLocalIPs"]).is_empty(),
+                        _ => false,
+                    };
+                    if given {
+                        gaps.push(Gap {
+                            what: format!("{key} on {name}"),
+                            found: value.to_string(),
+                            why: "a declared network says its aliases and fixed addresses only"
+                                .into(),
+                        });
+                    }
+                }
+                networks.push(joined);
             }
             networks.sort();
         }
         let defaults = image_defaults.clone().unwrap_or_default();
-        let mut unsaid = |what: &str, found: String, default: &str| {
-            if found != default && !found.is_empty() {
-                gaps.push(Gap {
-                    what: what.into(),
-                    found,
-                    why: format!("the Container contract has no {what}"),
-                });
-            }
-        };
-        unsaid("user", str_of(&c["User"]), &defaults.user);
-        unsaid(
-            "working_dir",
-            str_of(&c["WorkingDir"]),
-            &defaults.working_dir,
-        );
-        if h["Privileged"].as_bool() == Some(true) {
-            unsaid("privileged", "true".into(), "");
-        }
-        if !strings(&h["CapAdd"]).is_empty() {
-            unsaid("cap_add", strings(&h["CapAdd"]).join(","), "");
-        }
+        gaps.extend(options::unread(inspect, &defaults));
         if let Some(every) = c["Healthcheck"]["StartInterval"]
             .as_u64()
             .filter(|n| *n > 0)
         {
-            unsaid("healthcheck start_interval", format_duration(every), "");
-        }
-        let entrypoint = strings(&c["Entrypoint"]);
-        if image.is_some() && entrypoint != defaults.entrypoint {
             gaps.push(Gap {
-                what: "entrypoint".into(),
-                found: entrypoint.join(" "),
-                why:
-                    "the Container contract has no entrypoint: a created container gets its image's"
-                        .into(),
+                what: "healthcheck start_interval".into(),
+                found: format_duration(every),
+                why: "the Container contract has no healthcheck start_interval".into(),
             });
         }
         if image.is_none() {
@@ -486,6 +589,8 @@ impl LiveContainer {
                 why: "the engine no longer has the image: its defaults (environment, command, labels) cannot be told from what was given".into(),
             });
         }
+        let published = published_ports(&ports);
+        options = options::normalized(&options, &defaults, around.engine, &published);
         gaps.sort();
         Self {
             name: str_of(&inspect["Name"]).trim_start_matches('/').to_owned(),
@@ -494,7 +599,7 @@ impl LiveContainer {
             image: str_of(&c["Image"]),
             image_id: str_of(&inspect["Image"]),
             command: strings(&c["Cmd"]),
-            entrypoint,
+            entrypoint: strings(&c["Entrypoint"]),
             environment: env_map(&c["Env"]),
             labels,
             ports,
@@ -505,6 +610,8 @@ impl LiveContainer {
             restart,
             networks,
             healthcheck: healthcheck_of(&c["Healthcheck"]),
+            options,
+            engine: around.engine.clone(),
             image_defaults,
             gaps,
         }
@@ -571,10 +678,18 @@ impl LiveContainer {
                 .iter()
                 .map(|m| (m.source.clone(), m.target.clone(), m.read_only))
                 .collect(),
+            mount_options: self
+                .mounts
+                .iter()
+                .map(|m| (m.target.clone(), m.mode()))
+                .filter(|(_, mode)| !mode.is_empty())
+                .collect(),
             stop_timeout: self.stop_timeout,
             restart: self.restart.clone(),
             networks: networks_of(&self.networks),
+            addresses: addresses_of(&self.networks),
             healthcheck: self.healthcheck.clone(),
+            options: self.options.clone(),
         }
     }
 }
@@ -584,6 +699,31 @@ fn networks_of(networks: &[ContainerNetwork]) -> BTreeMap<String, BTreeSet<Strin
     networks
         .iter()
         .map(|n| (n.name.clone(), n.aliases.iter().cloned().collect()))
+        .collect()
+}
+
+/// The fixed addresses on networks: name → `IPV4 IPV6` (those given).
+fn addresses_of(networks: &[ContainerNetwork]) -> BTreeMap<String, String> {
+    networks
+        .iter()
+        .filter_map(|n| {
+            let given: Vec<String> = n
+                .ipv4_address
+                .map(|a| a.to_string())
+                .into_iter()
+                .chain(n.ipv6_address.map(|a| a.to_string()))
+                .collect();
+            (!given.is_empty()).then(|| (n.name.clone(), given.join(" ")))
+        })
+        .collect()
+}
+
+/// The container ports published (`80/tcp`): exposed by being published, so never an
+/// `expose` of its own.
+fn published_ports(ports: &[LivePort]) -> BTreeSet<String> {
+    ports
+        .iter()
+        .map(|p| format!("{}/{}", p.container_port, p.protocol))
         .collect()
 }
 
@@ -626,11 +766,38 @@ pub struct Effective {
     /// The health check (not encoded when none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub healthcheck: Option<Healthcheck>,
+    /// Each mount's options beyond read-only, by its target (not encoded when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub mount_options: BTreeMap<String, String>,
+    /// The fixed addresses on networks (not encoded when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub addresses: BTreeMap<String, String>,
+    /// Every other option, less what the image and the engine give (not encoded when none).
+    #[serde(skip_serializing_if = "ContainerOptions::is_empty")]
+    pub options: ContainerOptions,
 }
 
 impl Effective {
-    /// The declared container's, created from an image with `defaults`.
-    pub fn of_declared(entry: &ContainerEntry, defaults: &ImageDefaults) -> Self {
+    /// The declared container's, created from an image with `defaults` on an engine with
+    /// `engine`'s.
+    pub fn of_declared(
+        entry: &ContainerEntry,
+        defaults: &ImageDefaults,
+        engine: &EngineFacts,
+    ) -> Self {
+        let ports: Vec<LivePort> = entry
+            .ports
+            .iter()
+            .map(|p| LivePort {
+                host_port: p.host_port.get(),
+                container_port: p.container_port.get(),
+                protocol: p.protocol,
+                host_ip: p.host_ip.to_string(),
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let options = normalized(&entry.options, defaults, engine, &published_ports(&ports));
         let mut environment = defaults.environment.clone();
         environment.extend(entry.environment.clone());
         let mut labels = defaults.labels.clone();
@@ -644,30 +811,35 @@ impl Effective {
             },
             environment,
             labels,
-            ports: entry
-                .ports
-                .iter()
-                .map(|p| LivePort {
-                    host_port: p.host_port.get(),
-                    container_port: p.container_port.get(),
-                    protocol: p.protocol,
-                    host_ip: p.host_ip.to_string(),
-                })
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect(),
+            ports,
             volumes: entry
                 .volumes
                 .iter()
                 .map(|v| (v.source.clone(), v.target.clone(), v.read_only))
                 .collect(),
+            mount_options: entry
+                .volumes
+                .iter()
+                .map(|v| {
+                    let mut mode = v.clone();
+                    mode.read_only = false;
+                    // A named volume is relabelled `z` by the engine anyway (see the reading).
+                    if !v.source.starts_with('/') && v.selinux.as_deref() == Some("z") {
+                        mode.selinux = None;
+                    }
+                    (v.target.clone(), mode.mode())
+                })
+                .filter(|(_, mode)| !mode.is_empty())
+                .collect(),
             stop_timeout: entry.stop_timeout,
             restart: entry.restart.clone(),
             networks: networks_of(&entry.networks),
+            addresses: addresses_of(&entry.networks),
             healthcheck: Healthcheck::merged(
                 entry.healthcheck.as_ref(),
                 defaults.healthcheck.as_ref(),
             ),
+            options,
         }
     }
 
@@ -820,7 +992,57 @@ pub fn compare_hiding(
         check(&d.healthcheck),
         check(&l.healthcheck),
     );
+    let targets: BTreeSet<&String> = d
+        .mount_options
+        .keys()
+        .chain(l.mount_options.keys())
+        .collect();
+    for t in targets {
+        let show = |m: &BTreeMap<String, String>| m.get(t).cloned().unwrap_or_default();
+        differ(
+            format!("volume {t} options"),
+            show(&d.mount_options),
+            show(&l.mount_options),
+        );
+    }
+    let named: BTreeSet<&String> = d.addresses.keys().chain(l.addresses.keys()).collect();
+    for n in named {
+        let show = |m: &BTreeMap<String, String>| {
+            m.get(n)
+                .cloned()
+                .unwrap_or_else(|| "(the network's choice)".into())
+        };
+        differ(
+            format!("address on {n}"),
+            show(&d.addresses),
+            show(&l.addresses),
+        );
+    }
+    for (name, declared, found) in option_differences(&d.options, &l.options) {
+        differ(name.into(), declared, found);
+    }
     out
+}
+
+/// Each option `a` and `b` set otherwise: (its name, `a`'s value, `b`'s), for people (`(unset)`
+/// for one not set), in [`crate::options::FIELDS`]' order.
+pub fn option_differences(
+    a: &ContainerOptions,
+    b: &ContainerOptions,
+) -> Vec<(&'static str, String, String)> {
+    let (a, b) = (a.fields(), b.fields());
+    let value = |set: &[(&'static str, Value)], name: &str| {
+        set.iter()
+            .find(|(n, _)| *n == name)
+            .map_or("(unset)".to_owned(), |(n, v)| {
+                crate::options::describe(n, v)
+            })
+    };
+    crate::options::FIELDS
+        .iter()
+        .map(|f| (f.name, value(&a, f.name), value(&b, f.name)))
+        .filter(|(_, x, y)| x != y)
+        .collect()
 }
 
 /// The declared container's spec once created, from the live one's image. A declared image
@@ -830,7 +1052,7 @@ pub fn compare_hiding(
 /// `app:1` is the same container, not one to recreate.
 pub fn declared_effective(entry: &ContainerEntry, live: &LiveContainer) -> Effective {
     let defaults = live.image_defaults.clone().unwrap_or_default();
-    let mut d = Effective::of_declared(entry, &defaults);
+    let mut d = Effective::of_declared(entry, &defaults, &live.engine);
     if runs_pinned(entry, live, &defaults) {
         d.image = live.image.clone();
     }
@@ -1018,6 +1240,18 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// `inspect` and its image's read under the root `/`, on an engine as it ships.
+    fn read_at(inspect: &Value, image: Option<&Value>) -> LiveContainer {
+        let (engine, names, inherited) = (EngineFacts::default(), BTreeMap::new(), BTreeSet::new());
+        let around = Around {
+            root: Path::new("/"),
+            engine: &engine,
+            names: &names,
+            inherited: &inherited,
+        };
+        LiveContainer::from_inspect(inspect, image, &around)
+    }
+
     fn inspect() -> Value {
         json!({
             "Name": "/web",
@@ -1065,7 +1299,7 @@ mod tests {
     /// equal to it: same spec hash.
     #[test]
     fn declared_part_merged_with_the_image_is_the_live_container() {
-        let live = LiveContainer::from_inspect(&inspect(), Some(&image()), Path::new("/"));
+        let live = read_at(&inspect(), Some(&image()));
         assert!(live.gaps.is_empty(), "{:?}", live.gaps);
         let part = live.declared_part();
         assert_eq!(part.command, Some(vec!["httpd".into(), "-f".into()]));
@@ -1074,7 +1308,12 @@ mod tests {
         assert_eq!(compare(&declared(), &live), vec![]);
         assert!(is_equal(&declared(), &live));
         assert_eq!(
-            Effective::of_declared(&declared(), live.image_defaults.as_ref().unwrap()).digest(),
+            Effective::of_declared(
+                &declared(),
+                live.image_defaults.as_ref().unwrap(),
+                &live.engine
+            )
+            .digest(),
             live.effective().digest()
         );
     }
@@ -1082,7 +1321,7 @@ mod tests {
     /// A difference is named by its field, and a credential's value is never shown.
     #[test]
     fn a_difference_is_named_and_a_credential_hidden() {
-        let live = LiveContainer::from_inspect(&inspect(), Some(&image()), Path::new("/"));
+        let live = read_at(&inspect(), Some(&image()));
         let mut d = declared();
         d.environment.insert("DB_PASSWORD".into(), "other".into());
         d.restart = None;
@@ -1097,7 +1336,7 @@ mod tests {
     fn a_moved_tag_is_a_difference() {
         let mut img = image();
         img["Id"] = json!("sha256:bbbb");
-        let live = LiveContainer::from_inspect(&inspect(), Some(&img), Path::new("/"));
+        let live = read_at(&inspect(), Some(&img));
         assert_eq!(compare(&declared(), &live)[0].field, "image id");
     }
 
@@ -1109,7 +1348,7 @@ mod tests {
         let digest = format!("sha256:{}", "d".repeat(64));
         let mut img = image();
         img["RepoDigests"] = json!([format!("busy@{digest}")]);
-        let live = LiveContainer::from_inspect(&inspect(), Some(&img), Path::new("/"));
+        let live = read_at(&inspect(), Some(&img));
         let mut d = declared();
         d.image = format!("busy:1@{digest}");
         d.digest = Some(crate::image::ImageDigest::try_from(digest.as_str()).unwrap());
@@ -1151,19 +1390,13 @@ mod tests {
         });
         let mut img = image();
         img["Config"]["Healthcheck"] = json!({"Test": ["CMD", "true"], "Retries": 3});
-        let live = LiveContainer::from_inspect(&i, Some(&img), Path::new("/"));
+        let live = read_at(&i, Some(&img));
         assert!(live.gaps.is_empty(), "{:?}", live.gaps);
         assert_eq!(
             live.networks,
             vec![
-                ContainerNetwork {
-                    name: "back".into(),
-                    aliases: vec![]
-                },
-                ContainerNetwork {
-                    name: "proj_default".into(),
-                    aliases: vec!["proj-web-1".into(), "web".into()],
-                },
+                ContainerNetwork::new("back", vec![]),
+                ContainerNetwork::new("proj_default", vec!["proj-web-1".into(), "web".into()]),
             ],
             "the short id an older engine adds is not an alias"
         );
@@ -1206,12 +1439,61 @@ mod tests {
             "the image's is another check"
         );
         // On the default bridge, no network is declared.
-        let plain = LiveContainer::from_inspect(&inspect(), Some(&image()), Path::new("/"));
+        let plain = read_at(&inspect(), Some(&image()));
         assert!(plain.networks.is_empty());
-        // A fixed address on a network is a gap.
+        // A fixed address on a network is declared, and compared.
         i["NetworkSettings"]["Networks"]["back"]["IPAMConfig"] = json!({"IPv4Address": "10.5.0.9"});
-        let fixed = LiveContainer::from_inspect(&i, Some(&img), Path::new("/"));
-        assert_eq!(fixed.gaps[0].what, "IPv4 address on back");
+        let fixed = read_at(&i, Some(&img));
+        assert!(fixed.gaps.is_empty(), "{:?}", fixed.gaps);
+        assert_eq!(fixed.networks[0].ipv4_address, Some([10, 5, 0, 9].into()));
+        assert_eq!(
+            compare(&d, &fixed)
+                .into_iter()
+                .map(|x| (x.field, x.declared))
+                .collect::<Vec<_>>(),
+            [(
+                "address on back".to_owned(),
+                "(the network's choice)".to_owned()
+            )]
+        );
+        let mut at = d.clone();
+        at.networks[0].ipv4_address = Some([10, 5, 0, 9].into());
+        assert!(is_equal(&at, &fixed));
+    }
+
+    /// A mount's options are read as a declaration gives them: a bind's propagation and SELinux
+    /// label, a volume's `nocopy`; the `z` the engine gives every named volume is none of them.
+    #[test]
+    fn a_mounts_options_and_the_engines_own() {
+        let mut i = inspect();
+        i["Mounts"] = json!([
+            {"Type": "volume", "Name": "data", "Destination": "/data", "Mode": "z", "RW": true},
+            {"Type": "volume", "Name": "keep", "Destination": "/keep", "Mode": "nocopy", "RW": true},
+            {"Type": "bind", "Source": "/srv/b", "Destination": "/b", "Mode": "ro,rslave,z",
+                "RW": false, "Propagation": "rslave"},
+        ]);
+        let live = read_at(&i, Some(&image()));
+        let modes: Vec<String> = live.mounts.iter().map(LiveMount::mode).collect();
+        assert_eq!(modes, ["rslave,z", "", "nocopy"], "{:?}", live.mounts);
+        let mut d = declared();
+        d.volumes = vec![
+            crate::model::Volume::new("data", "/data", false),
+            crate::model::Volume {
+                nocopy: true,
+                ..crate::model::Volume::new("keep", "/keep", false)
+            },
+            crate::model::Volume {
+                propagation: Some("rslave".into()),
+                selinux: Some("z".into()),
+                ..crate::model::Volume::new("/srv/b", "/b", true)
+            },
+        ];
+        assert_eq!(compare(&d, &live), vec![]);
+        // `z` said of the named volume is what the engine does anyway: equal too.
+        d.volumes[0].selinux = Some("z".into());
+        assert_eq!(compare(&d, &live), vec![]);
+        d.volumes[2].propagation = None;
+        assert_eq!(compare(&d, &live)[0].field, "volume /b options");
     }
 
     /// A compose file's environment files, in each form compose reads, from its folder; the
@@ -1232,7 +1514,7 @@ mod tests {
         );
         assert!(compose_env_files("services: [1, 2]", Path::new("/")).is_err());
         assert!(compose_env_files(": : :", Path::new("/")).is_err());
-        let mut live = LiveContainer::from_inspect(&inspect(), Some(&image()), Path::new("/"));
+        let mut live = read_at(&inspect(), Some(&image()));
         live.labels
             .insert(COMPOSE_WORKING_DIR.into(), "/srv/app".into());
         live.labels.insert(
@@ -1253,11 +1535,23 @@ mod tests {
     fn what_cannot_be_declared_is_a_gap() {
         let mut i = inspect();
         i["HostConfig"]["NetworkMode"] = json!("host");
+        i["HostConfig"]["AutoRemove"] = json!(true);
+        i["HostConfig"]["CpusetMems"] = json!("0");
         i["Config"]["Entrypoint"] = json!(["/init"]);
-        let live = LiveContainer::from_inspect(&i, Some(&image()), Path::new("/"));
+        let live = read_at(&i, Some(&image()));
         let what: Vec<&str> = live.gaps.iter().map(|g| g.what.as_str()).collect();
-        assert_eq!(what, ["entrypoint", "network"]);
-        assert!(!is_equal(&declared(), &live));
+        assert_eq!(what, ["HostConfig.AutoRemove", "HostConfig.CpusetMems"]);
+        // What a declaration can say, it says: then only the gaps keep it from being equal.
+        let mut d = declared();
+        d.options.network_mode = Some("host".into());
+        d.options.entrypoint = Some(vec!["/init".into()]);
+        assert_eq!(compare(&d, &live), vec![]);
+        assert!(!is_equal(&d, &live));
+        let fields: Vec<String> = compare(&declared(), &live)
+            .into_iter()
+            .map(|x| x.field)
+            .collect();
+        assert_eq!(fields, ["entrypoint", "network_mode"]);
     }
 
     /// Credentials are told by name and by entropy; plain settings are not.

@@ -19,6 +19,7 @@ pub mod image;
 pub mod image_lock;
 pub mod import;
 pub mod model;
+pub mod options;
 pub mod pack;
 pub mod path;
 pub mod record;

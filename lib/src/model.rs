@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::canonical::{to_canonical_json, CanonicalError};
 use crate::id::{BlobHash, GenerationId};
+use crate::options::ContainerOptions;
 use crate::path::TargetPath;
 
 /// The version of the generation format. Part of every generation's content, so a change of
@@ -770,6 +771,45 @@ pub struct Volume {
     pub target: String,
     /// Mounted read-only.
     pub read_only: bool,
+    /// A bind mount's propagation (`shared`, `slave`, `private`, `rshared`, `rslave`);
+    /// `rprivate`, the engine's default, when not declared (and then not encoded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagation: Option<String>,
+    /// A named volume not filled from the image's content at that path (`nocopy`; not encoded
+    /// when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nocopy: bool,
+    /// Relabelled for SELinux: `z` (shared) or `Z` (private); not encoded when not declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux: Option<String>,
+}
+
+impl Volume {
+    /// A volume of `source` at `target`, with the engine's defaults otherwise.
+    pub fn new(source: impl Into<String>, target: impl Into<String>, read_only: bool) -> Self {
+        Self {
+            source: source.into(),
+            target: target.into(),
+            read_only,
+            propagation: None,
+            nocopy: false,
+            selinux: None,
+        }
+    }
+
+    /// Its options as a bind's third part says them (`ro,rslave,z,nocopy`), empty for none.
+    pub fn mode(&self) -> String {
+        let mut parts: Vec<&str> = Vec::new();
+        if self.read_only {
+            parts.push("ro");
+        }
+        parts.extend(self.propagation.as_deref());
+        parts.extend(self.selinux.as_deref());
+        if self.nocopy {
+            parts.push("nocopy");
+        }
+        parts.join(",")
+    }
 }
 
 /// An engine network a container joins, and the names it answers to there.
@@ -780,6 +820,26 @@ pub struct ContainerNetwork {
     pub name: String,
     /// The names other containers on it reach this one by, sorted (beside its own name).
     pub aliases: Vec<String>,
+    /// Its fixed IPv4 address there; the one the network gives when not declared (and then
+    /// not encoded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4_address: Option<std::net::Ipv4Addr>,
+    /// Its fixed IPv6 address there (not encoded when not declared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6_address: Option<std::net::Ipv6Addr>,
+}
+
+impl ContainerNetwork {
+    /// The network `name`, where the container answers to `aliases` and gets the address the
+    /// network gives.
+    pub fn new(name: impl Into<String>, aliases: Vec<String>) -> Self {
+        Self {
+            name: name.into(),
+            aliases,
+            ipv4_address: None,
+            ipv6_address: None,
+        }
+    }
 }
 
 /// How the engine checks a container is healthy (`docker run --health-*`, compose's
@@ -932,6 +992,17 @@ pub struct ContainerEntry {
     /// Its health check, when it declares one (not encoded otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthcheck: Option<Healthcheck>,
+    /// Every other option it is run with (limits, security, devices, DNS, logging,
+    /// namespaces, tmpfs…); not encoded when it sets none, so a generation without them
+    /// keeps its id.
+    #[serde(default, skip_serializing_if = "ContainerOptions::is_empty")]
+    pub options: ContainerOptions,
+    /// What the operator accepts to lose when a take or a switch recreates the found container
+    /// under its name: each a gap's name as `mesh import` names it (`HostConfig.CpusetMems`),
+    /// or `*` for every gap. Not part of the container's spec (accepting changes nothing
+    /// created); not encoded when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accept_gaps: Vec<String>,
     /// What the mesh does with it here.
     pub state: ContainerState,
 }
@@ -954,6 +1025,8 @@ impl ContainerEntry {
             restart: None,
             networks: Vec::new(),
             healthcheck: None,
+            options: ContainerOptions::default(),
+            accept_gaps: Vec::new(),
             state,
         }
     }
@@ -1012,7 +1085,10 @@ impl ContainerEntry {
                 check_printable("healthcheck argument", a)?;
             }
         }
-        Ok(())
+        for g in &self.accept_gaps {
+            check_printable("gap accepted", g)?;
+        }
+        self.options.check_printable()
     }
 }
 

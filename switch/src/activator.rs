@@ -28,6 +28,9 @@ pub struct Activator {
     pub(crate) progress: Box<dyn mesh_containers::Progress>,
     /// How long a switch watches the units it started before it calls them up.
     pub(crate) settle: std::time::Duration,
+    /// The gaps the command line accepts losing (`--accept-gap`: `CONTAINER`,
+    /// `CONTAINER:GAP`, `*`): see [`crate::gaps`].
+    pub(crate) accepted_gaps: Vec<String>,
 }
 
 /// An activator is its node's ground and more: the state directory, root, store and profile
@@ -75,6 +78,7 @@ impl Activator {
             container_jobs: mesh_containers::DEFAULT_JOBS,
             progress: Box::new(mesh_containers::Quiet),
             settle: crate::units::SETTLE,
+            accepted_gaps: Vec::new(),
         }
     }
 
@@ -107,6 +111,13 @@ impl Activator {
     /// up (zero: not at all).
     pub fn with_settle(mut self, settle: std::time::Duration) -> Self {
         self.settle = settle;
+        self
+    }
+
+    /// The same node, accepting that a take or switch recreating a found container loses the
+    /// gaps `accepted` names (`CONTAINER`, `CONTAINER:GAP`, or `*`; see [`crate::gaps`]).
+    pub fn with_accepted_gaps(mut self, accepted: Vec<String>) -> Self {
+        self.accepted_gaps = accepted;
         self
     }
 

@@ -99,20 +99,25 @@ impl Activator {
         let engine = Engine::connect()?;
         let present = engine.containers()?;
         // A found container the generation says is the module's (taken, or a managed node's)
-        // is kept in place when it already is the declared one: the spec hash decides.
+        // is kept in place when it already is the declared one: the spec hash decides. One
+        // that holds what no declaration says is not recreated without it unless accepted.
         let mut equal = std::collections::BTreeSet::new();
+        let mut unaccepted = Vec::new();
         for (name, entry) in &target.containers {
             let found = present.get(name.as_str()).is_some_and(|p| !p.is_ours());
-            if entry.state == mesh_lib::model::ContainerState::Managed
-                && found
-                && mesh_lib::import::is_equal(
-                    &with_values(entry, values),
-                    &engine.live(name.as_str(), self.root.path())?,
-                )
-            {
-                equal.insert(name.to_string());
+            if entry.state == mesh_lib::model::ContainerState::Managed && found {
+                let live = engine.live(name.as_str(), self.root.path())?;
+                unaccepted.extend(crate::gaps::unaccepted_of(
+                    entry,
+                    &live,
+                    &self.accepted_gaps,
+                ));
+                if mesh_lib::import::is_equal(&with_values(entry, values), &live) {
+                    equal.insert(name.to_string());
+                }
             }
         }
+        crate::gaps::refused(unaccepted)?;
         let mut steps = mesh_containers::plan(&mesh_containers::plan::Input {
             containers: &target.containers,
             present: &present,

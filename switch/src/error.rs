@@ -116,6 +116,13 @@ pub enum ActivateError {
         /// Its name.
         name: String,
     },
+    /// Found containers would be recreated without settings no declaration can say, and no one
+    /// accepted losing them.
+    #[error("{}", gaps_refused(.containers))]
+    GapsNotAccepted {
+        /// Each container, with the gaps it would lose.
+        containers: Vec<crate::gaps::Unaccepted>,
+    },
     /// Images a container to create needs are not on the engine, and are named by a tag alone.
     #[error("image{} not on the Docker engine: {}; the mesh fetches only images pinned by digest (REPO:TAG@sha256:…): pin {} (in the declaration, or in the fleet's images.lock with `mesh images lock`), or docker pull or docker load {} first; nothing was changed", if .images.len() == 1 { " is" } else { "s are" }, .images.join(", "), if .images.len() == 1 { "it" } else { "them" }, if .images.len() == 1 { "it" } else { "them" })]
     MissingImages {
@@ -182,9 +189,9 @@ impl ActivateError {
                     Kind::User
                 }
             }
-            ActivateError::FoundContainerNotHeld { .. } | ActivateError::MissingImages { .. } => {
-                Kind::Refused
-            }
+            ActivateError::FoundContainerNotHeld { .. }
+            | ActivateError::MissingImages { .. }
+            | ActivateError::GapsNotAccepted { .. } => Kind::Refused,
             ActivateError::Images(failed) if failed.refused() => Kind::Refused,
             ActivateError::Firewall(mesh_reach::firewall::FirewallError::NotCovered(_)) => {
                 Kind::Refused
@@ -217,6 +224,20 @@ fn cut_short(put_back: &[mesh_lib::TargetPath], not: &[(mesh_lib::TargetPath, St
     format!(
         "{back}; not put back: {}; the node is between two generations and its journal stays: once the cause is gone, run the switch again to finish it, or `mesh rollback` to go back",
         list(not.iter().map(|(p, why)| format!("{p} ({why})")).collect())
+    )
+}
+
+/// What a refusal to lose gaps says: each container and what it holds, and how to accept.
+fn gaps_refused(containers: &[crate::gaps::Unaccepted]) -> String {
+    format!(
+        "recreating {} would lose what no declaration can say:\n  {}\nthe found {} kept as it is; if the loss is meant, accept it on the container (`accept_gaps = [\"GAP\", …]`, or [\"*\"]) or with `--accept-gap CONTAINER[:GAP]`; nothing was changed",
+        if containers.len() == 1 { "a found container" } else { "found containers" },
+        containers
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n  "),
+        if containers.len() == 1 { "container is" } else { "containers are" },
     )
 }
 

@@ -44,23 +44,31 @@ pub struct LiveFile {
 }
 
 /// Every container on the engine (or those `names` gives, each of which must exist), as it
-/// is, except the mesh's own and the found ones a take kept (`NAME.found`).
+/// is, except the mesh's own and the found ones a take kept (`NAME.found`). A container listed
+/// and gone before it was read (someone else removed it) is not one of every container.
 pub fn live_containers(
     engine: &Engine,
     names: &[String],
     root: &std::path::Path,
 ) -> Result<Vec<LiveContainer>, DockerError> {
+    if !names.is_empty() {
+        return engine.live_all(names, root).into_iter().collect();
+    }
     let present = engine.containers()?;
-    let wanted: Vec<&String> = if names.is_empty() {
-        present
-            .iter()
-            .filter(|(n, p)| !p.is_ours() && !n.ends_with(mesh_containers::FOUND_SUFFIX))
-            .map(|(n, _)| n)
-            .collect()
-    } else {
-        names.iter().collect()
-    };
-    wanted.into_iter().map(|n| engine.live(n, root)).collect()
+    let every: Vec<String> = present
+        .iter()
+        .filter(|(n, p)| !p.is_ours() && !n.ends_with(mesh_containers::FOUND_SUFFIX))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let mut out = Vec::new();
+    for read in engine.live_all(&every, root) {
+        match read {
+            Ok(live) => out.push(live),
+            Err(e) if e.is_gone() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 /// One imported item, checked.
@@ -72,7 +80,8 @@ pub struct Checked {
     pub name: String,
     /// The module declaring it.
     pub module: String,
-    /// `equal`, `differs`, `missing` (declared, not on the machine), or `not compared`.
+    /// `equal`, `differs`, `missing` (declared, not on the machine), `not comparable` (equal
+    /// in all a declaration says, but holding what it cannot say: `gaps`), or `not compared`.
     pub verdict: &'static str,
     /// The spec hash (or content hash) the declaration gives.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -459,10 +468,11 @@ fn check_container(
     key: &DigestKey,
 ) -> Checked {
     let differences = compare_hiding(entry, live, secret);
-    let verdict = if differences.is_empty() && live.gaps.is_empty() {
-        "equal"
-    } else {
-        "differs"
+    // What a declaration cannot say cannot be compared: never `equal`.
+    let verdict = match (differences.is_empty(), live.gaps.is_empty()) {
+        (true, true) => "equal",
+        (true, false) => "not comparable",
+        _ => "differs",
     };
     let keyed = |mut e: Effective| {
         for (k, v) in e.environment.iter_mut() {

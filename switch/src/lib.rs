@@ -25,7 +25,9 @@
 //!    - the files, staged, synced, renamed ([`files`]);
 //!    - the units: daemon-reload, enables, then reloads, restarts, starts, and the settle
 //!      window ([`units`], planned by [`mesh_systemd::services`]);
-//!    - the containers, after the files they may mount ([`containers`]);
+//!    - the containers, after the files they may mount ([`containers`]); a found container
+//!      holding what no declaration says is not recreated unless the loss is accepted
+//!      ([`gaps`]);
 //! 5. **commit**: the host store, the profile's `current`, the journal removed ([`commit`]).
 //!
 //! A crash anywhere leaves, after the next switch or rollback, the old or the new generation.
@@ -46,6 +48,7 @@ pub mod containers;
 pub mod error;
 pub mod files;
 pub mod firewall;
+pub mod gaps;
 pub mod import;
 pub mod journal;
 pub mod network;

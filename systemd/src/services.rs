@@ -1225,24 +1225,8 @@ mod tests {
         let mut g = generation();
         file(&mut g, "/etc/wiki/app.env", FileState::Managed, &[]);
         let entry = |source: &str| ContainerEntry {
-            module: ModuleName::new("m").unwrap(),
-            image: "i".into(),
-            digest: None,
-            command: Vec::new(),
-            environment: BTreeMap::new(),
-            secret_environment: Default::default(),
-            ports: Vec::new(),
-            volumes: vec![Volume {
-                source: source.into(),
-                target: "/x".into(),
-                read_only: true,
-            }],
-            labels: BTreeMap::new(),
-            stop_timeout: None,
-            restart: None,
-            networks: Vec::new(),
-            healthcheck: None,
-            state: ContainerState::Managed,
+            volumes: vec![Volume::new(source, "/x", true)],
+            ..ContainerEntry::new(ModuleName::new("m").unwrap(), "i", ContainerState::Managed)
         };
         g.containers.insert(
             ContainerName::new("wiki").unwrap(),

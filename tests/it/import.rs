@@ -441,10 +441,14 @@ fn engine_facts_of(facts: &[String], i: usize) -> Vec<String> {
     vec![facts[i].clone()]
 }
 
-/// What a declaration cannot say is never dropped silently: a container with no network (`--network none`)
-/// and a working folder of its own is imported with each gap named (a `NOT DECLARED` comment,
-/// stderr, `--json`), `--check` says it differs and why (exit 2), and a take does not keep it
-/// as if it were the declared one.
+/// What a declaration cannot say is never dropped silently: a container whose memory nodes are
+/// set (`--cpuset-mems`) and whose exposed ports the engine publishes where it likes
+/// (`--publish-all`) is imported with each gap named (a `NOT DECLARED` comment, stderr,
+/// `--json`); `--check` says it is `not comparable`, naming each (exit 2). A take that would
+/// recreate it without them is refused (exit 2) naming the container and each gap, with nothing
+/// changed — the same container, the module not taken; accepting one gap is not enough; with
+/// both accepted (one by the declaration's `accept_gaps`, the other by `--accept-gap`) the take
+/// retires it as NAME.found and runs the declared one.
 #[test]
 fn what_cannot_be_declared_is_named_and_never_equal() {
     if !docker_here() {
@@ -458,10 +462,11 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
         "-d",
         "--name",
         &name,
+        "--cpuset-mems",
+        "0",
+        "--publish-all",
         "--network",
         "none",
-        "--workdir",
-        "/tmp",
         &made.image,
         "/bin/busybox",
         "sleep",
@@ -480,16 +485,33 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
         .iter()
         .map(|g| g["what"].as_str().unwrap())
         .collect();
-    assert_eq!(gaps, ["network", "working_dir"], "{result}");
-    assert!(
-        imported.stderr.contains("not declared"),
-        "{}",
-        imported.stderr
-    );
+    const CPUSET: &str = "HostConfig.CpusetMems";
+    const PUBLISH_ALL: &str = "HostConfig.PublishAllPorts";
+    assert_eq!(gaps, [CPUSET, PUBLISH_ALL], "{result}");
+    for gap in [CPUSET, PUBLISH_ALL] {
+        assert!(
+            imported
+                .stderr
+                .contains(&format!("not declared: {name} {gap}")),
+            "{}",
+            imported.stderr
+        );
+    }
     let module = format!("{}_odd", made.prefix);
-    let text = std::fs::read_to_string(out_dir.join(format!("catalogue/{module}.ncl"))).unwrap();
-    assert!(text.contains("# NOT DECLARED (network)"), "{text}");
-    assert!(text.contains("# NOT DECLARED (working_dir)"), "{text}");
+    let module_file = out_dir.join(format!("catalogue/{module}.ncl"));
+    let text = std::fs::read_to_string(&module_file).unwrap();
+    assert!(
+        text.contains(&format!("# NOT DECLARED ({CPUSET})")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("# NOT DECLARED ({PUBLISH_ALL})")),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"network_mode = "none","#),
+        "what it can say, it says: {text}"
+    );
 
     let decl = out_dir.join("nodes/n1.ncl");
     let decl = decl.to_str().unwrap();
@@ -497,19 +519,73 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
     assert_eq!(checked.code, 2, "{}", checked.stderr);
     let v: serde_json::Value = serde_json::from_str(checked.last_line()).unwrap();
     assert_eq!(v["equal"], false);
-    assert_eq!(v["items"][0]["verdict"], "differs", "{v:#}");
+    assert_eq!(v["items"][0]["verdict"], "not comparable", "{v:#}");
+    assert_eq!(v["items"][0]["differences"], serde_json::json!([]), "{v:#}");
     assert_eq!(v["items"][0]["gaps"].as_array().unwrap().len(), 2, "{v:#}");
     let text_check = f.mesh(&["import", "--no-firewall", "--check", decl]);
+    for gap in [CPUSET, PUBLISH_ALL] {
+        assert!(
+            text_check
+                .stdout
+                .contains(&format!("not comparable: {gap}")),
+            "{}",
+            text_check.stdout
+        );
+    }
     assert!(
-        text_check.stdout.contains("not declared (network)"),
+        !text_check.stdout.contains("equal "),
         "{}",
         text_check.stdout
     );
     assert_eq!(engine_facts(&[&name]), before, "import or check changed it");
 
-    // Adopted and taken, it is not kept as if equal: retired as NAME.found.
+    // The take would lose both: refused, nothing changed.
     f.ok(&["adopt", decl]);
-    let taken = f.ok(&["take", &module, decl]);
+    let refused = f.mesh(&["take", &module, decl]);
+    assert_eq!(refused.code, 2, "{}{}", refused.stdout, refused.stderr);
+    for said in [name.as_str(), CPUSET, PUBLISH_ALL, "--accept-gap"] {
+        assert!(refused.stderr.contains(said), "{said}: {}", refused.stderr);
+    }
+    assert_eq!(
+        engine_facts(&[&name]),
+        before,
+        "the refused take changed it"
+    );
+    assert_eq!(
+        f.record()["taken"],
+        serde_json::json!([]),
+        "the module not taken"
+    );
+    // One gap accepted, the other still refused.
+    let half = f.mesh(&[
+        "take",
+        &module,
+        decl,
+        "--accept-gap",
+        &format!("{name}:{CPUSET}"),
+    ]);
+    assert_eq!(half.code, 2, "{}{}", half.stdout, half.stderr);
+    assert!(half.stderr.contains(PUBLISH_ALL), "{}", half.stderr);
+    assert!(!half.stderr.contains(CPUSET), "{}", half.stderr);
+    assert_eq!(engine_facts(&[&name]), before);
+
+    // Both accepted: one in the declaration, one on the command line.
+    std::fs::write(
+        &module_file,
+        text.replacen(
+            &format!("name = \"{name}\","),
+            &format!("name = \"{name}\",\n          accept_gaps = [\"{PUBLISH_ALL}\"],"),
+            1,
+        ),
+    )
+    .unwrap();
+    let taken = f.ok(&[
+        "take",
+        &module,
+        decl,
+        "--accept-gap",
+        &format!("{name}:{CPUSET}"),
+    ]);
     assert!(
         taken.stdout.contains(&format!("retire   container {name}")),
         "{}",
@@ -518,6 +594,16 @@ fn what_cannot_be_declared_is_named_and_never_equal() {
     assert_eq!(
         docker(&["inspect", "-f", "{{.Id}}", &format!("{name}.found")]),
         before[0].split(' ').next().unwrap()
+    );
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "-f",
+            "{{.HostConfig.CpusetMems}} {{.HostConfig.PublishAllPorts}}",
+            &name
+        ]),
+        "false",
+        "the declared one, without what was accepted lost (docker trims the empty set)"
     );
 }
 
@@ -585,6 +671,23 @@ fn a_compose_project_is_one_module_taken_in_place() {
     }
     assert_eq!(engine_facts(&refs), before, "the take recreated");
     f.ok(&["import", "--no-firewall", "--check", decl]);
+}
+
+/// `docker-compose -p PROJECT ARGS` in the project's folder `dir`, which must succeed: what
+/// it said on stderr (where compose says what it did).
+pub(crate) fn docker_compose(dir: &Path, project: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("docker-compose")
+        .current_dir(dir)
+        .args(["-p", project])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docker-compose {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// What the client container gets from the server by its alias on their network, trying for
@@ -853,19 +956,7 @@ volumes:
         ),
     )
     .unwrap();
-    let compose = |args: &[&str]| {
-        let out = std::process::Command::new("docker-compose")
-            .current_dir(&dir)
-            .args(["-p", &project])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "docker-compose {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let compose = |args: &[&str]| docker_compose(&dir, &project, args);
     compose(&["up", "-d"]);
     let (api, client) = (format!("{project}_api_1"), format!("{project}_client_1"));
     assert_eq!(healthy(&api), "healthy");
@@ -1796,4 +1887,118 @@ fn an_environments_credential_is_written_as_a_secret_and_given_at_create() {
         );
     }
     assert_eq!(wrapped, 1, "the found container's spec, wrapped");
+}
+
+/// The import's edges. A node's name — given, or the root's /etc/hostname — is one safe name:
+/// `../../evil`, `a/b`, an empty one, a hostname with a NUL are bad input (exit 1) and nothing
+/// is written anywhere. An import makes no state folder. A file over `--max-file-size` (1 MiB
+/// unless said) is a named gap, its content not copied; under a larger limit it is imported.
+/// A `--container` pattern that matches nothing is bad input (exit 1).
+#[test]
+fn the_imports_edges() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let state = dir.path().join("never/state");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::create_dir_all(root.join("srv")).unwrap();
+    std::fs::write(root.join("srv/small.conf"), "small\n").unwrap();
+    std::fs::write(root.join("srv/big.bin"), vec![b'x'; (1 << 20) + 1]).unwrap();
+    let out = dir.path().join("a/b/fleet");
+    let import = |args: &[&str]| {
+        let mut c = crate::support::mesh(&state);
+        c.env("MESH_ROOT", &root)
+            .args(["import", "--no-firewall", "--no-containers", "--out"])
+            .arg(&out)
+            .args(args);
+        crate::support::run(c)
+    };
+    let everything = |d: &Path| -> Vec<String> {
+        walkdir::WalkDir::new(d)
+            .into_iter()
+            .filter_map(Result::ok)
+            .map(|e| e.path().display().to_string())
+            .collect()
+    };
+    let before = everything(dir.path());
+    for bad in ["../../evil", "a/b", "", ".hidden", "-rf"] {
+        let ran = import(&[&format!("--node={bad}"), "--file", "/srv/small.conf"]);
+        assert_eq!(ran.code, 1, "--node {bad:?}: {}", ran.stderr);
+        assert!(ran.stderr.contains("nothing was written"), "{}", ran.stderr);
+        assert_eq!(everything(dir.path()), before, "--node {bad:?} wrote");
+    }
+    for hostname in ["../evil\n", "bad\0name\n"] {
+        std::fs::write(root.join("etc/hostname"), hostname).unwrap();
+        let ran = import(&["--file", "/srv/small.conf"]);
+        assert_eq!(ran.code, 1, "{hostname:?}: {}", ran.stderr);
+        assert!(ran.stderr.contains("/etc/hostname"), "{}", ran.stderr);
+        assert!(!out.exists() && !dir.path().join("a/b/evil.ncl").exists());
+    }
+    std::fs::write(root.join("etc/hostname"), "n1\n").unwrap();
+
+    // The default limit: the big file is a gap, named, not copied; the small one imported.
+    let ran = import(&[
+        "--file",
+        "/srv/small.conf",
+        "--file",
+        "/srv/big.bin",
+        "--json",
+    ]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(!state.exists(), "an import made a state folder");
+    assert!(
+        !dir.path().join("never").exists(),
+        "an import made a state folder"
+    );
+    let v: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+    assert_eq!(v["node"], "n1");
+    let gap = &v["gaps"]["/srv/big.bin"][0];
+    assert_eq!(gap["what"], "content", "{v}");
+    assert_eq!(gap["found"], format!("{} bytes", (1 << 20) + 1), "{v}");
+    assert!(
+        ran.stderr.contains("not declared: /srv/big.bin content"),
+        "{}",
+        ran.stderr
+    );
+    let files = std::fs::read_to_string(out.join("catalogue/files.ncl")).unwrap();
+    assert!(files.contains("/srv/small.conf"), "{files}");
+    assert!(!files.contains("big.bin"), "{files}");
+    let copied: u64 = walkdir::WalkDir::new(&out)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(
+        copied < 1 << 20,
+        "{copied} bytes written: the big file copied"
+    );
+    // A larger limit imports it.
+    let bigger = dir.path().join("bigger");
+    let mut c = crate::support::mesh(&state);
+    c.env("MESH_ROOT", &root)
+        .args(["import", "--no-firewall", "--no-containers", "--out"])
+        .arg(&bigger)
+        .args(["--file", "/srv/big.bin", "--max-file-size", "2m", "--json"]);
+    let ran = crate::support::run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let v: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+    assert_eq!(v["gaps"], serde_json::json!({}), "{v}");
+    assert!(!state.exists(), "an import made a state folder");
+
+    // A pattern that matches nothing, on the real engine.
+    if docker_here() {
+        let mut c = crate::support::mesh(&state);
+        c.env("MESH_ROOT", &root)
+            .args(["import", "--no-firewall", "--out"])
+            .arg(dir.path().join("none"))
+            .args(["--container", "meshtest-no-such-container-*"]);
+        let ran = crate::support::run(c);
+        assert_eq!(ran.code, 1, "{}", ran.stderr);
+        assert!(
+            ran.stderr.contains("no container matching"),
+            "{}",
+            ran.stderr
+        );
+        assert!(!dir.path().join("none").exists(), "nothing written");
+    }
 }

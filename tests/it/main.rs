@@ -3,6 +3,7 @@
 
 mod build;
 mod cache;
+mod container_options;
 mod containers;
 mod crash;
 mod deploy_edges;
