@@ -2,6 +2,8 @@
 //! `mesh import --check`: a declaration compared, item by item, with what runs.
 
 use mesh_fleet::import::{render, write, FileToImport, Found, Imported, Skipped};
+use std::path::Path;
+
 use mesh_lib::TargetPath;
 use mesh_switch::Activator;
 use serde_json::json;
@@ -125,13 +127,10 @@ pub fn import(machine: &Machine, args: ImportArgs) -> Result<(), Failure> {
     let openings = if args.what.no_firewall {
         Vec::new()
     } else {
-        let (range, address) = mesh_fleet::import::PRIVATE_NETWORK;
-        let private = mesh_lib::model::PrivateNetwork {
-            range: range.parse().map_err(Failure::system)?,
-            address: address.parse().map_err(Failure::system)?,
-            hub: true,
-        };
-        node.found_openings(engine_published(), &private)?
+        // Who reaches a port now is told apart from the fleet's private network: the one
+        // the node gets in the tree it is written into, else a first node's.
+        let placed = placed_in(args.out.as_deref().unwrap_or(Path::new("")), &name)?;
+        node.found_openings(engine_published(), &placed.network)?
     };
     let found = Found {
         node: name,
@@ -190,15 +189,20 @@ pub(crate) fn written_into(
     rules: Option<&mesh_lib::secret::Rules>,
     varying: &mesh_fleet::import::Varying,
 ) -> Result<(Imported, Vec<std::path::PathBuf>), Failure> {
+    let placed = placed_in(out, &found.node)?;
     let mut imported = render(
         &found.node,
         &found.containers,
         &found.files,
         &found.openings,
-        &mesh_fleet::import::catalogue(out),
-        rules,
+        &mesh_fleet::import::Tree {
+            catalogue: &mesh_fleet::import::catalogue(out),
+            secrets: rules,
+            placed: &placed,
+        },
         varying,
     );
+    imported.private_network = Some(placed);
     mesh_fleet::import::keep_secrets_there(out, &mut imported);
     imported
         .gaps
@@ -223,6 +227,13 @@ pub(crate) fn written_into(
         other => Failure::system(other),
     })?;
     Ok((imported, written))
+}
+
+/// The private network `node` gets in the fleet's tree `out` (see `mesh_fleet::check::place`);
+/// a range with no address left refused, nothing written.
+fn placed_in(out: &Path, node: &str) -> Result<mesh_fleet::check::Placed, Failure> {
+    mesh_fleet::check::place(out, node)
+        .map_err(|e| Failure::new(Exit::Refused, miette::miette!("{e}; nothing was written")))
 }
 
 /// What an import did, said: the credentials not written and the gaps on stderr, then the
@@ -290,6 +301,15 @@ pub(crate) fn report(
     } else {
         for w in written {
             say!("wrote {}", out.join(w).display());
+        }
+        if let Some(p) = &imported.private_network {
+            say!(
+                "private network of {name}: {} in {}{}: {}",
+                p.network.address,
+                p.network.range,
+                if p.network.hub { ", the hub" } else { "" },
+                p.why
+            );
         }
         for m in &imported.shared {
             say!("shared {m}: catalogue/{m}.ncl says the same");

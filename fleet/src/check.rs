@@ -303,6 +303,58 @@ pub fn joining(taken: &Taken) -> Option<PrivateNetwork> {
     })
 }
 
+/// Where a node an import writes into a fleet's tree stands on its private network, and why:
+/// what the import writes into its declaration and says.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Placed {
+    /// Its private network.
+    #[serde(flatten)]
+    pub network: PrivateNetwork,
+    /// Why it has that address and role, in words.
+    pub why: String,
+}
+
+/// A fleet's range with no address left for a node that joins.
+#[derive(Debug, thiserror::Error)]
+#[error("the fleet's private network {range} has no free address left for {node}: every address in it is a node's; widen the range in the nodes' declarations, or give {node} an address by hand")]
+pub struct RangeFull {
+    /// The fleet's range.
+    pub range: ipnet::Ipv4Net,
+    /// The node that joins.
+    pub node: String,
+}
+
+/// The private network `node` gets in the fleet's tree `tree`: what its declaration there
+/// gives it already (an import written again keeps it), else what is free ([`joining`]).
+pub fn place(tree: &Path, node: &str) -> Result<Placed, RangeFull> {
+    if let Some(network) = own(tree, node) {
+        return Ok(Placed {
+            why: format!("kept: nodes/{node}.ncl gives it already"),
+            network,
+        });
+    }
+    let taken = taken_in(tree, node);
+    let network = joining(&taken).ok_or_else(|| RangeFull {
+        range: taken
+            .range
+            .unwrap_or_else(|| DEFAULT_RANGE.parse().expect("a valid range")),
+        node: node.to_owned(),
+    })?;
+    let why = if taken.addresses.is_empty() && taken.range.is_none() {
+        "the fleet's first node: mesh init's defaults, and the hub".to_owned()
+    } else {
+        let role = match &taken.hub {
+            Some(hub) => format!("not the hub ({hub} is)"),
+            None => "the hub (no node of the fleet is)".to_owned(),
+        };
+        format!(
+            "the first address of the fleet's range {} no node has; {role}",
+            network.range
+        )
+    };
+    Ok(Placed { network, why })
+}
+
 /// The first address of `range` no node of `taken` has, past the network's own address (and
 /// before its broadcast): the one a node that joins the fleet gets.
 pub fn free_address(range: ipnet::Ipv4Net, taken: &[Ipv4Addr]) -> Option<Ipv4Addr> {
@@ -480,6 +532,16 @@ mod tests {
                 hub: false,
             })
         );
+        let placed = place(dir.path(), "node2").unwrap();
+        assert_eq!(
+            placed.network.address,
+            "10.88.0.3".parse::<Ipv4Addr>().unwrap()
+        );
+        assert_eq!(
+            placed.why,
+            "the first address of the fleet's range 10.88.0.0/24 no node has; not the hub (node1 is)"
+        );
+        assert!(place(dir.path(), "node3").unwrap().why.starts_with("kept"));
         // Written again, a node keeps what it has.
         assert_eq!(
             own(dir.path(), "node3"),

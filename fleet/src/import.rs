@@ -193,6 +193,10 @@ pub struct Imported {
     pub kept: Vec<String>,
     /// What a declaration cannot say, per container.
     pub gaps: BTreeMap<String, Vec<Gap>>,
+    /// The node's private network as its declaration gives it, and why (set by whoever
+    /// places the node in its fleet's tree).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<crate::check::Placed>,
 }
 
 /// The foundation's ports, as `mesh init` writes them: no import finds them.
@@ -540,9 +544,17 @@ fn values_record(g: &Group, varying: &BTreeMap<String, MemberVarying>) -> String
     text
 }
 
-/// The private network an imported declaration names: not something an import finds, `mesh
-/// init`'s defaults.
-pub const PRIVATE_NETWORK: (&str, &str) = ("10.77.0.0/24", "10.77.0.1");
+/// What the fleet's tree an import writes into says already, that the node's Nickel is written
+/// beside: its catalogue, who may read its secrets, where the node stands on its private network.
+#[derive(Clone, Copy)]
+pub struct Tree<'a> {
+    /// The catalogue's modules.
+    pub catalogue: &'a Catalogue,
+    /// Who may read a secret, when the tree's `secrets.ncl` says it.
+    pub secrets: Option<&'a Rules>,
+    /// The node's private network, and why (see [`crate::check::place`]).
+    pub placed: &'a crate::check::Placed,
+}
 
 /// The Nickel for `node`: its containers, files and the found firewall's openings (every port
 /// published on the node, each with who reaches it now).
@@ -551,10 +563,14 @@ pub fn render(
     containers: &[LiveContainer],
     files: &[FileToImport],
     openings: &[FoundOpening],
-    catalogue: &Catalogue,
-    secrets: Option<&Rules>,
+    tree: &Tree<'_>,
     varying: &Varying,
 ) -> Imported {
+    let Tree {
+        catalogue,
+        secrets,
+        placed,
+    } = *tree;
     let mut out = Imported::default();
     let credentials_file = format!("nodes/{node}.credentials.ncl");
     let groups = groups(containers);
@@ -967,12 +983,13 @@ pub fn render(
             field(name)
         );
     }
-    text.push_str(
-        "    },\n    # Not found by an import: mesh init's defaults for the fleet's private network.\n\
-         \x20   private_network = { range = \"RANGE\", address = \"ADDRESS\", hub = true },\n  },\n  modules = [\n"
-            .replace("RANGE", PRIVATE_NETWORK.0)
-            .replace("ADDRESS", PRIVATE_NETWORK.1)
-            .as_str(),
+    let network = &placed.network;
+    let _ = write!(
+        text,
+        "    }},\n    # Not found by an import: the fleet's, an address no other node of it has, and\n\
+         \x20   # the hub's role only while no other node has it (`mesh import` says why).\n\
+         \x20   private_network = {{ range = \"{}\", address = \"{}\", hub = {} }},\n  }},\n  modules = [\n",
+        network.range, network.address, network.hub
     );
     for m in &module_refs {
         let _ = writeln!(text, "    {m},");
@@ -1803,6 +1820,20 @@ mod tests {
     use super::*;
     use mesh_lib::import::LivePort;
 
+    /// A first node's private network: what `place` gives a node in a tree with no nodes yet.
+    static FIRST: std::sync::LazyLock<crate::check::Placed> = std::sync::LazyLock::new(|| {
+        crate::check::place(Path::new("/nonexistent-fleet-tree"), "n").expect("a first node")
+    });
+
+    /// A fleet's tree of `catalogue` alone.
+    fn beside(catalogue: &Catalogue) -> Tree<'_> {
+        Tree {
+            catalogue,
+            secrets: None,
+            placed: &FIRST,
+        }
+    }
+
     fn container(name: &str, project: Option<&str>, ports: &[(u16, u16)]) -> LiveContainer {
         let mut labels = BTreeMap::from([("team".to_owned(), "web".to_owned())]);
         if let Some(p) = project {
@@ -1881,8 +1912,7 @@ mod tests {
             &containers,
             &files,
             &[],
-            &Catalogue::new(),
-            None,
+            &beside(&Catalogue::new()),
             &Varying::new(),
         );
         assert_eq!(out.modules, ["shop", "cache", "files"]);
@@ -1934,8 +1964,7 @@ mod tests {
             &[cache.clone()],
             &files,
             &[],
-            &Catalogue::new(),
-            None,
+            &beside(&Catalogue::new()),
             &Varying::new(),
         );
         let catalogue = catalogue_of(&first);
@@ -1947,8 +1976,7 @@ mod tests {
             &[cache.clone()],
             &[],
             &[],
-            &catalogue,
-            None,
+            &beside(&catalogue),
             &Varying::new(),
         );
         assert_eq!(second.modules, ["cache"]);
@@ -1972,8 +2000,7 @@ mod tests {
             &[cache],
             &other,
             &[],
-            &catalogue,
-            None,
+            &beside(&catalogue),
             &Varying::new(),
         );
         assert_eq!(third.modules, ["cache_web_3", "files_web_3"]);
@@ -2048,8 +2075,7 @@ mod tests {
             &containers,
             &[],
             &openings,
-            &Catalogue::new(),
-            None,
+            &beside(&Catalogue::new()),
             &Varying::new(),
         );
         assert_eq!(out.modules, ["cache", "firewall"]);
@@ -2126,8 +2152,7 @@ mod tests {
             &containers,
             &files,
             &openings,
-            &Catalogue::new(),
-            None,
+            &beside(&Catalogue::new()),
             &Varying::new(),
         );
         out.files.push(fleet_file("web-1"));
@@ -2189,8 +2214,7 @@ mod tests {
             &[c],
             &[],
             &[],
-            &Catalogue::new(),
-            None,
+            &beside(&Catalogue::new()),
             &Varying::new(),
         );
         let module = String::from_utf8(out.files[0].1.clone()).unwrap();
@@ -2261,12 +2285,11 @@ mod tests {
             &a.containers,
             &[],
             &[],
-            &Catalogue::new(),
-            None,
+            &beside(&Catalogue::new()),
             &varying,
         );
         let catalogue = catalogue_of(&first);
-        let second = render("b", &b.containers, &[], &[], &catalogue, None, &varying);
+        let second = render("b", &b.containers, &[], &[], &beside(&catalogue), &varying);
         assert_eq!(second.shared, ["shop", "cache"], "{:?}", second.renamed);
         assert_eq!(second.parametrized, ["shop", "cache"]);
         let text = |out: &Imported, path: &str| {
@@ -2310,8 +2333,7 @@ mod tests {
             &later.containers,
             &[],
             &[],
-            &catalogue,
-            None,
+            &beside(&catalogue),
             &Varying::new(),
         );
         assert_eq!(third.shared, ["shop", "cache"], "{:?}", third.renamed);
@@ -2340,8 +2362,7 @@ mod tests {
             &[web.clone(), db.clone()],
             &[],
             &[],
-            &Catalogue::new(),
-            None,
+            &beside(&Catalogue::new()),
             &Varying::new(),
         );
         assert!(out.gaps.is_empty(), "{:?}", out.gaps);
@@ -2352,8 +2373,7 @@ mod tests {
             &[web, db],
             &[],
             &[],
-            &Catalogue::new(),
-            None,
+            &beside(&Catalogue::new()),
             &Varying::new(),
         );
         // The module's containers in the order they were found: the web's value first.

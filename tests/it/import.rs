@@ -1253,7 +1253,17 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         }
         lab.mesh(&args)
     };
-    // The lab's fleet has a declaration for each node already: not written over unasked.
+    // node0 is the fleet's hub; node1 is a machine that joins: no declaration yet.
+    let node0_decl = crate::sshlab::node_decl("node0", "x\\n", true);
+    lab.declare(
+        "node0",
+        &node0_decl.replace(
+            "address = \"10.77.0.5\" }",
+            "address = \"10.77.0.5\", hub = true }",
+        ),
+    );
+    std::fs::remove_file(lab.dir.path().join("nodes/node1.ncl")).unwrap();
+    // The lab's fleet has a declaration for node0 already: not written over unasked.
     let refused = import("node0", &app_a, false);
     assert_eq!(
         refused.status.code(),
@@ -1278,6 +1288,22 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
     );
     assert!(common_module.ends_with("common"), "{first}");
     assert_eq!(first["shared"], serde_json::json!([]), "{first}");
+    // Written again, node0 keeps its place on the private network.
+    assert_eq!(
+        (
+            &first["private_network"]["address"],
+            &first["private_network"]["hub"]
+        ),
+        (&serde_json::json!("10.77.0.5"), &serde_json::json!(true)),
+        "{first}"
+    );
+    assert!(
+        first["private_network"]["why"]
+            .as_str()
+            .unwrap()
+            .starts_with("kept"),
+        "{first}"
+    );
     let catalogue = lab.dir.path().join("catalogue");
     let app_text = std::fs::read(catalogue.join(format!("{app_module}.ncl"))).unwrap();
 
@@ -1301,6 +1327,24 @@ fn a_fleet_imported_over_ssh_shares_what_its_nodes_run_alike() {
         "{second}"
     );
     assert!(second["renamed"][&own].is_string(), "{second}");
+    // The node that joins gets the first free address of the fleet's range, and not the hub's
+    // role, which node0 has: the fleet built as a whole is consistent.
+    assert_eq!(
+        second["private_network"],
+        serde_json::json!({
+            "range": "10.77.0.0/24",
+            "address": "10.77.0.1",
+            "hub": false,
+            "why": "the first address of the fleet's range 10.77.0.0/24 no node has; not the hub (node0 is)",
+        }),
+        "{second}"
+    );
+    let built = lab.mesh(&["fleet", "build"]);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
     let written: Vec<&str> = second["written"]
         .as_array()
         .unwrap()
@@ -2001,4 +2045,90 @@ fn the_imports_edges() {
         );
         assert!(!dir.path().join("none").exists(), "nothing written");
     }
+}
+
+/// Nodes imported one by one into a fleet's tree each get what is free on its private network:
+/// the first the fleet's range, its first address and the hub's role; each next the first
+/// address no node has, and the hub's role only while no node has it. A node written again
+/// keeps its place; a range with no address left is refused, nothing written. The import says
+/// where each node stands and why, and each declaration builds.
+#[test]
+fn nodes_imported_into_a_fleet_each_get_a_free_address_and_one_is_the_hub() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(root.join("srv")).unwrap();
+    std::fs::write(root.join("srv/app.conf"), "app\n").unwrap();
+    let import = |out: &Path, node: &str, extra: &[&str]| {
+        let mut c = crate::support::mesh(&state);
+        c.env("MESH_ROOT", &root)
+            .args(["import", "--no-firewall", "--no-containers", "--out"])
+            .arg(out)
+            .args(["--node", node, "--file", "/srv/app.conf", "--json"])
+            .args(extra);
+        crate::support::run(c)
+    };
+    let out = dir.path().join("fleet");
+    let placed = |node: &str, extra: &[&str]| {
+        let ran = import(&out, node, extra);
+        assert_eq!(ran.code, 0, "{node}: {}", ran.stderr);
+        let v: serde_json::Value = serde_json::from_str(ran.last_line()).unwrap();
+        let p = v["private_network"].clone();
+        let declaration = std::fs::read_to_string(out.join(format!("nodes/{node}.ncl"))).unwrap();
+        let line = format!(
+            "private_network = {{ range = {}, address = {}, hub = {} }}",
+            p["range"], p["address"], p["hub"]
+        );
+        assert!(declaration.contains(&line), "{line} not in:\n{declaration}");
+        (
+            p["address"].as_str().unwrap().to_owned(),
+            p["hub"].as_bool().unwrap(),
+            p["why"].as_str().unwrap().to_owned(),
+        )
+    };
+    let (address, hub, why) = placed("a", &[]);
+    assert_eq!((address.as_str(), hub), ("10.77.0.1", true), "{why}");
+    assert!(why.contains("first node"), "{why}");
+    let (address, hub, why) = placed("b", &[]);
+    assert_eq!((address.as_str(), hub), ("10.77.0.2", false), "{why}");
+    assert!(why.ends_with("not the hub (a is)"), "{why}");
+    // Written again, a keeps its place.
+    let (address, hub, why) = placed("a", &["--force"]);
+    assert_eq!((address.as_str(), hub), ("10.77.0.1", true), "{why}");
+    assert!(why.starts_with("kept"), "{why}");
+    // With no hub left in the fleet, the next node to join takes the role.
+    let a = out.join("nodes/a.ncl");
+    let text = std::fs::read_to_string(&a).unwrap();
+    std::fs::write(&a, text.replace("hub = true", "hub = false")).unwrap();
+    let (address, hub, why) = placed("c", &[]);
+    assert_eq!((address.as_str(), hub), ("10.77.0.3", true), "{why}");
+    assert!(why.contains("no node of the fleet is"), "{why}");
+    // Each declaration builds, with the place it was given.
+    for node in ["a", "b", "c"] {
+        let mut c = crate::support::mesh(&state);
+        c.arg("build").arg(out.join(format!("nodes/{node}.ncl")));
+        let ran = crate::support::run(c);
+        assert_eq!(ran.code, 0, "{node}: {}", ran.stderr);
+    }
+
+    // A range with no address left: refused, nothing written.
+    let full = dir.path().join("full");
+    std::fs::create_dir_all(full.join("nodes")).unwrap();
+    for (node, address) in [("x", "10.9.0.1"), ("y", "10.9.0.2")] {
+        std::fs::write(
+            full.join(format!("nodes/{node}.ncl")),
+            format!("private_network = {{ range = \"10.9.0.0/30\", address = \"{address}\" }}\n"),
+        )
+        .unwrap();
+    }
+    let before = texts(&full);
+    let ran = import(&full, "z", &[]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("10.9.0.0/30 has no free address"),
+        "{}",
+        ran.stderr
+    );
+    assert!(ran.stderr.contains("nothing was written"), "{}", ran.stderr);
+    assert_eq!(texts(&full), before, "a refused import wrote");
 }
