@@ -818,3 +818,54 @@ fn a_proxy_leaving_a_process_behind_does_not_hold_the_deploy() {
         "the deploy waited {took:?} for what the proxy left behind ({lingering:?})"
     );
 }
+
+/// The story issue 51 tells, on a node reached over SSH: adopted, its modules taken, flipped,
+/// rolled back to the adoption, then forward by `mesh switch --generation` of the flip's
+/// generation. The node's record says managed, as the generation in force does: `mesh fleet
+/// status` builds what runs (not foreign), and a deploy is not refused.
+#[test]
+fn a_node_switched_by_id_across_the_flip_is_not_foreign() {
+    if !tools() {
+        return;
+    }
+    let lab = Lab::new("across", 1, |n| node_decl(n, "one\\n", true));
+    let node = &lab.nodes[0];
+    let decl = lab.dir.path().join("nodes/node0.ncl");
+    let ok = |args: &[&str]| {
+        let ran = node.mesh(args);
+        assert!(
+            ran.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+    };
+    ok(&["adopt", decl.to_str().unwrap()]);
+    ok(&["take", "ssh", "motd"]);
+    ok(&["flip", "--force"]);
+    let flipped = node.current().unwrap();
+    ok(&["rollback", "--to", "1"]);
+    let board = json_of(&lab.mesh(&["fleet", "status", "--json"]));
+    assert_eq!(board["nodes"][0]["mode"], "adopted", "{board}");
+
+    ok(&["switch", "--generation", &flipped]);
+    assert_eq!(node.current().unwrap(), flipped);
+    let board = json_of(&lab.mesh(&["fleet", "status", "--json"]));
+    let line = &board["nodes"][0];
+    assert_eq!(line["mode"], "managed", "{board}");
+    assert_eq!(line["current"], flipped.as_str(), "{board}");
+    assert_eq!(
+        line["built"],
+        flipped.as_str(),
+        "the fleet builds what runs: {board}"
+    );
+    assert_eq!(line["foreign"], false, "{board}");
+    let out = lab.mesh(&["deploy", "--json", "--confirm-timeout", "20"]);
+    let json = json_of(&out);
+    assert!(out.status.success(), "{json}");
+    assert_ne!(row(&json, "node0")["result"], "foreign", "{json}");
+    assert_eq!(
+        node.current().unwrap(),
+        flipped,
+        "nothing else to put in force"
+    );
+}
