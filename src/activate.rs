@@ -38,6 +38,7 @@ pub(crate) fn build_with(
         evaluator: crate::context::evaluator(),
         tree: crate::context::tree_rule(),
         per_module: true,
+        keep_if: Default::default(),
     })?)
 }
 

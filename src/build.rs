@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use mesh_compiler::{build, BuildRequest, Built};
+use mesh_compiler::{build, BuildRequest, Built, KeepIf};
 use mesh_lib::{GenerationId, Store};
 use serde_json::json;
 
@@ -17,6 +17,7 @@ fn build_node(
     node: &Path,
     record: Option<&Path>,
     use_cache: bool,
+    keep_if: KeepIf,
 ) -> Result<Built, Failure> {
     let record = load_record(state, record)?;
     let images = mesh_compiler::images_lock(node, tree_rule())?;
@@ -29,6 +30,7 @@ fn build_node(
         evaluator: evaluator(),
         tree: tree_rule(),
         per_module: true,
+        keep_if,
     })?;
     Ok(built)
 }
@@ -42,23 +44,42 @@ pub fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
         ),
         None => None,
     };
-    let built = build_node(state, &args.node, args.record.as_deref(), !args.no_cache)?;
+    // A build refused (--locked, --check) is kept nowhere and prints nothing on stdout: a
+    // script that reads the last line gets no id for a build it was told failed.
+    let keep_if = KeepIf {
+        pinned: args.locked,
+        id: expected,
+        never: false,
+    };
+    let built = build_node(
+        state,
+        &args.node,
+        args.record.as_deref(),
+        !args.no_cache,
+        keep_if,
+    )?;
     let g = &built.summary;
     // Images named by a tag alone, and not in the image lock: the bytes a tag names differ by
     // node and by day, and the mesh does not fetch them. A warning, refused with --locked.
-    let containers = g.containers.managed + g.containers.staged + g.containers.held;
-    let unpinned: Vec<(String, String)> = if containers == 0 {
-        Vec::new()
-    } else {
-        built
-            .generation()?
-            .containers
-            .iter()
-            .filter(|(_, c)| c.digest.is_none())
-            .map(|(n, c)| (n.to_string(), c.image.clone()))
-            .collect()
-    };
-    if !unpinned.is_empty() && !args.locked {
+    let unpinned = built.unpinned()?;
+    if args.locked {
+        crate::images::refuse_unpinned(&args.node.display().to_string(), &unpinned)?;
+    }
+    if let Some(expected) = expected {
+        if expected != built.id {
+            return Err(Failure::new(
+                Exit::Refused,
+                miette::miette!(
+                    help = "if the change is deliberate, commit the new id",
+                    "{} builds to {}, not the expected {}; nothing was kept",
+                    args.node.display(),
+                    built.id,
+                    expected
+                ),
+            ));
+        }
+    }
+    if !unpinned.is_empty() {
         eprintln!(
             "warning: {} container image(s) not pinned by digest (REPO:TAG@sha256:…, or `mesh images lock`): the bytes a tag names can differ from node to node and day to day, and the mesh fetches only pinned images:",
             unpinned.len()
@@ -79,7 +100,7 @@ pub fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
             "cached": built.cached,
             "modules_evaluated": built.evaluated,
             "files": g.files,
-            "containers": containers,
+            "containers": g.containers.managed + g.containers.staged + g.containers.held,
             "unpinned": unpinned
                 .iter()
                 .map(|(name, image)| json!({ "container": name, "image": image }))
@@ -92,30 +113,19 @@ pub fn build_cmd(state: &Path, args: BuildArgs) -> Result<(), Failure> {
         say!("{}", show::summary(&built.id, g, built.cached));
         say!("{}", built.id);
     }
-    if args.locked {
-        crate::images::refuse_unpinned(&args.node.display().to_string(), &unpinned)?;
-    }
-    if let Some(expected) = expected {
-        if expected != built.id {
-            return Err(Failure::new(
-                Exit::Refused,
-                miette::miette!(
-                    help = "if the change is deliberate, commit the new id",
-                    "{} builds to {}, not the expected {}",
-                    args.node.display(),
-                    built.id,
-                    expected
-                ),
-            ));
-        }
-    }
     Ok(())
 }
 
 pub fn show_cmd(state: &Path, args: ShowArgs) -> Result<(), Failure> {
     let as_path = Path::new(&args.what);
     let (id, generation) = if args.what.ends_with(".ncl") || as_path.is_file() {
-        let built = build_node(state, as_path, args.record.as_deref(), true)?;
+        let built = build_node(
+            state,
+            as_path,
+            args.record.as_deref(),
+            true,
+            KeepIf::default(),
+        )?;
         (built.id, built.generation()?.clone())
     } else {
         let store = Store::open(state)?;

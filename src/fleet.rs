@@ -129,12 +129,23 @@ pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Fa
         Some(file) => Some(expected_ids(file)?),
         None => None,
     };
-    let built = mesh_fleet::build::all(
+    // A node refused (--locked, --check) is kept nowhere, and no id is printed for it.
+    let keep_if = |n: &mesh_fleet::Node| mesh_compiler::KeepIf {
+        pinned: args.locked,
+        id: expected
+            .as_ref()
+            .and_then(|e| e.get(n.name.as_str()).copied()),
+        never: expected
+            .as_ref()
+            .is_some_and(|e| !e.contains_key(n.name.as_str())),
+    };
+    let built = mesh_fleet::build::all_kept_if(
         &fleet,
         &nodes,
         state,
         crate::context::evaluator(),
         args.fleet.at_once.parallel as usize,
+        &keep_if,
     );
     let signer = signer(args.sign, &args.key)?;
     let store = match &signer {
@@ -146,19 +157,27 @@ pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Fa
     let mut unlocked = Vec::new();
     let mut rows = Vec::new();
     for b in &built {
+        let want = expected.as_ref().and_then(|e| e.get(&b.node));
+        // Refused: it names an image by a tag alone under --locked, or builds to another id
+        // than --check's. (Its build was kept only if it was in the store already.)
+        let mut refused = false;
         if let (true, Ok(g)) = (args.locked, &b.result) {
-            for (name, c) in &g.generation()?.containers {
-                if c.digest.is_none() {
-                    unlocked.push((format!("{}/{name}", b.node), c.image.clone()));
-                }
+            for (name, image) in g.unpinned()? {
+                unlocked.push((format!("{}/{name}", b.node), image));
+                refused = true;
             }
         }
+        if let (true, Ok(g)) = (expected.is_some(), &b.result) {
+            refused |= want != Some(&g.id);
+        }
         if let (Some(signer), Some(store), Ok(g)) = (&signer, &store, &b.result) {
+            if refused {
+                continue;
+            }
             signer
                 .sign_into(store, &g.id)
                 .map_err(|e| Failure::user(format!("signing {}: {e}", b.node)))?;
         }
-        let want = expected.as_ref().and_then(|e| e.get(&b.node));
         match &b.result {
             Ok(g) => {
                 if expected.is_some() && want != Some(&g.id) {
@@ -168,6 +187,13 @@ pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Fa
                         g.id,
                         want.map_or("no id (not in the file)".to_owned(), |w| w.to_string())
                     ));
+                }
+                if refused {
+                    rows.push(json!({ "node": b.node, "refused": true }));
+                    if !args.fleet.json {
+                        say!("{:<20} REFUSED (see below)", b.node);
+                    }
+                    continue;
                 }
                 rows.push(json!({ "node": b.node, "id": g.id, "cached": g.cached }));
                 if !args.fleet.json {
@@ -194,20 +220,20 @@ pub fn build(state: &Path, place: &Place, args: FleetBuildArgs) -> Result<(), Fa
             text.join("\n  ")
         )));
     }
-    consistent(&fleet, state)?;
     crate::images::refuse_unpinned("the fleet", &unlocked)?;
     if !differ.is_empty() {
         return Err(Failure::new(
             Exit::Refused,
             miette::miette!(
                 help = "if the change is deliberate, commit the new ids",
-                "{} node(s) build to another id than expected:\n  {}",
+                "{} node(s) build to another id than expected (nothing was kept of them):\n  {}",
                 differ.len(),
                 differ.join("\n  ")
             ),
         ));
     }
-    Ok(())
+    // Checked once every node is as asked: the builds it reads are those kept above.
+    consistent(&fleet, state)
 }
 
 /// A file of `NODE ID` lines.

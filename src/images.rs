@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mesh_compiler::{BuildRequest, Built};
+use mesh_compiler::{BuildRequest, Built, KeepIf};
 use mesh_lib::image::ImageDigest;
 use mesh_lib::image_lock::{ImageLock, Unpinned};
 use serde_json::json;
@@ -31,13 +31,7 @@ type Found = (PathBuf, String, Vec<(String, String)>);
 /// The containers of `built` named by a tag alone (its images as declared): `(container,
 /// image)`.
 fn unpinned_of(built: &Built) -> Result<Vec<(String, String)>, Failure> {
-    Ok(built
-        .generation()?
-        .containers
-        .iter()
-        .filter(|(_, c)| c.digest.is_none())
-        .map(|(n, c)| (n.to_string(), c.image.clone()))
-        .collect())
+    Ok(built.unpinned()?)
 }
 
 /// The images each lock file answers for: of one declaration, or of every node of the fleet
@@ -47,6 +41,7 @@ fn wanted(
     state: &Path,
     place: &Place,
     node: Option<&Path>,
+    keep_if: &KeepIf,
 ) -> Result<BTreeMap<PathBuf, Wanted>, Failure> {
     let mut found: Vec<Found> = Vec::new();
     let whole = node.is_none();
@@ -62,6 +57,7 @@ fn wanted(
                 evaluator: crate::context::evaluator(),
                 tree: crate::context::tree_rule(),
                 per_module: true,
+                keep_if: keep_if.clone(),
             })?;
             let lock = mesh_compiler::images_lock_path(decl, crate::context::tree_rule())?;
             found.push((lock, built.summary.node.to_string(), unpinned_of(&built)?));
@@ -77,6 +73,7 @@ fn wanted(
                     record.as_ref().map(|(r, p)| (r, p.as_path())),
                     state,
                     crate::context::evaluator(),
+                    keep_if.clone(),
                 )?;
                 let lock = mesh_compiler::images_lock_path(&n.declaration, &n.tree)?;
                 Ok::<_, mesh_compiler::BuildError>((lock, built))
@@ -126,7 +123,12 @@ fn wanted(
 
 /// `mesh images lock`.
 pub fn lock(state: &Path, place: &Place, args: ImagesLockArgs) -> Result<(), Failure> {
-    let wanted = wanted(state, place, args.node.as_deref())?;
+    // A check only looks: the generations it builds are kept nowhere.
+    let keep_if = KeepIf {
+        never: args.check,
+        ..KeepIf::default()
+    };
+    let wanted = wanted(state, place, args.node.as_deref(), &keep_if)?;
     if args.check {
         return check(&wanted, args.json);
     }
@@ -335,7 +337,7 @@ pub fn refuse_unpinned(what: &str, unpinned: &[(String, String)]) -> Result<(), 
         Exit::Refused,
         miette::miette!(
             help = "`mesh images lock` pins them in the fleet's images.lock, or pin them in the declaration (REPO:TAG@sha256:…)",
-            "--locked: {what} names {} image(s) pinned neither in the declaration nor in the image lock:\n  {}",
+            "--locked: {what} names {} image(s) pinned neither in the declaration nor in the image lock (nothing was kept):\n  {}",
             unpinned.len(),
             list.join("\n  ")
         ),

@@ -73,6 +73,7 @@ fn cold_build(
                     evaluator,
                     tree: &Default::default(),
                     per_module: true,
+                    keep_if: Default::default(),
                 })
                 .unwrap();
                 let d = t.elapsed();
@@ -104,6 +105,7 @@ fn measure(name: &str, node: &Path, record: Option<(&NodeRecord, &Path)>, runs: 
         evaluator: &child,
         tree: &Default::default(),
         per_module: true,
+        keep_if: Default::default(),
     };
     let first = build(&request).unwrap();
     let rebuild = median(
@@ -330,6 +332,7 @@ fn fleet_rows() {
                         evaluator: child,
                         tree: &Default::default(),
                         per_module: true,
+                        keep_if: Default::default(),
                     })
                     .unwrap();
                     assert!(first || built.evaluated == Some(1));

@@ -181,15 +181,20 @@ pub(crate) struct Request {
     /// is the answer.
     #[serde(default)]
     pub chunk: Option<String>,
+    /// When what is built is kept.
+    #[serde(default)]
+    pub keep_if: crate::KeepIf,
 }
 
 #[derive(Serialize, Deserialize)]
 pub(crate) enum Answer {
-    /// Built and kept in the store.
+    /// Built, and kept in the store unless `kept` says not (see [`crate::KeepIf`]).
     Kept {
         id: GenerationId,
         summary: Summary,
         evaluated: Option<usize>,
+        kept: bool,
+        unpinned: Vec<(String, String)>,
     },
     Rejected(Box<MeshDiagnostic>),
     /// What was built could not be kept: the store failed.
@@ -232,6 +237,7 @@ impl Chunks<'_> {
             cache_key: None,
             program: None,
             chunk: Some(text),
+            keep_if: crate::KeepIf::default(),
         };
         let input = serde_json::to_vec(&request).ok()?;
         let output = run_child(&self.program, self.limits, &request.node, &input, false).ok()?;
@@ -416,11 +422,15 @@ pub(crate) fn decode(output: &[u8]) -> Result<Result<crate::Kept, crate::BuildEr
             id,
             summary,
             evaluated,
+            kept,
+            unpinned,
         } => Ok(Ok(crate::Kept {
             id,
             summary,
             evaluated,
             generation: None,
+            kept,
+            unpinned,
         })),
     }
 }

@@ -203,6 +203,8 @@ fn encode(result: Result<crate::Kept, crate::BuildError>) -> Result<Vec<u8>, Str
             id: kept.id,
             summary: kept.summary,
             evaluated: kept.evaluated,
+            kept: kept.kept,
+            unpinned: kept.unpinned,
         },
         Err(crate::BuildError::Rejected(d)) => Answer::Rejected(Box::new(d)),
         Err(e) => Answer::NotKept(e.to_string()),

@@ -77,9 +77,45 @@ pub struct BuildRequest<'a> {
     /// ([`incremental`]) — or the node whole, in one evaluation (the reference the per-module
     /// way is tested against).
     pub per_module: bool,
+    /// When what is built is kept; a build that is not kept writes nothing in the store or
+    /// the caches.
+    pub keep_if: KeepIf,
 }
 
-/// A generation built and in the store.
+/// When a build keeps what it built (the generation, its blobs, the evaluation caches). A
+/// refusal leaves no trace: a build kept only if it is as asked, and not, writes nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeepIf {
+    /// Only if every container's image is pinned by digest (`--locked`).
+    pub pinned: bool,
+    /// Only if it is this generation (`--check ID`).
+    pub id: Option<GenerationId>,
+    /// Never: a build that only looks (`mesh images lock --check`).
+    pub never: bool,
+}
+
+impl KeepIf {
+    /// Whether a generation of `id`, with `unpinned` images, is kept.
+    fn allows(&self, id: &GenerationId, unpinned: &[(String, String)]) -> bool {
+        let pinned = !self.pinned || unpinned.is_empty();
+        let same = self.id.as_ref().is_none_or(|want| want == id);
+        pinned && same && !self.never
+    }
+}
+
+/// The containers of `generation` whose image is named by a tag alone, not pinned by digest:
+/// `(container, image)`.
+pub fn unpinned(generation: &Generation) -> Vec<(String, String)> {
+    generation
+        .containers
+        .iter()
+        .filter(|(_, c)| c.digest.is_none())
+        .map(|(n, c)| (n.to_string(), c.image.clone()))
+        .collect()
+}
+
+/// A generation built: in the store, unless its request kept it only if it was as asked and it
+/// is not ([`Built::kept`]).
 #[derive(Debug)]
 pub struct Built {
     /// Its id.
@@ -91,6 +127,11 @@ pub struct Built {
     /// How many modules were evaluated, when the node was evaluated module by module (the
     /// others came from the per-module cache); `None` when it was evaluated whole or not at all.
     pub evaluated: Option<usize>,
+    /// Whether it is in the store: a build whose [`KeepIf`] refused it wrote nothing.
+    pub kept: bool,
+    /// Its containers whose image is named by a tag alone (see [`unpinned`]), where the build
+    /// evaluated it; `None` after a cache hit (read from the generation when asked).
+    unpinned: Option<Vec<(String, String)>>,
     /// The state directory whose store holds it.
     state_dir: PathBuf,
     /// The generation, once read.
@@ -106,6 +147,21 @@ impl Built {
         }
         let g = Store::open(&self.state_dir)?.generation(&self.id)?;
         Ok(self.generation.get_or_init(|| g))
+    }
+
+    /// Its containers whose image is named by a tag alone: `(container, image)`.
+    pub fn unpinned(&self) -> Result<Vec<(String, String)>, StoreError> {
+        match &self.unpinned {
+            Some(u) => Ok(u.clone()),
+            None if self.summary.containers.managed
+                + self.summary.containers.staged
+                + self.summary.containers.held
+                == 0 =>
+            {
+                Ok(Vec::new())
+            }
+            None => Ok(unpinned(self.generation()?)),
+        }
     }
 }
 
@@ -170,6 +226,8 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         summary,
         cached,
         evaluated,
+        kept: true,
+        unpinned: None,
         state_dir: request.state_dir.to_owned(),
         generation: generation
             .map(std::cell::OnceCell::from)
@@ -217,18 +275,23 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
         cache_key: request.use_cache.then(|| *key.as_bytes()),
         program: None,
         chunk: None,
+        keep_if: request.keep_if.clone(),
     };
     match request.evaluator {
         Evaluator::InProcess => {
             let evaluated = child::evaluate_here(&eval_request, None)?;
             let kept = keep(&eval_request, evaluated)?;
-            Ok(built(
-                kept.id,
-                kept.summary,
-                false,
-                kept.evaluated,
-                kept.generation,
-            ))
+            Ok(Built {
+                kept: kept.kept,
+                unpinned: Some(kept.unpinned),
+                ..built(
+                    kept.id,
+                    kept.summary,
+                    false,
+                    kept.evaluated,
+                    kept.generation,
+                )
+            })
         }
         Evaluator::Child { program, limits } => {
             let eval_request = bounded::Request {
@@ -238,7 +301,11 @@ pub fn build(request: &BuildRequest<'_>) -> Result<Built, BuildError> {
                 ..eval_request
             };
             let kept = serving::evaluate_in_child(program, *limits, &eval_request)??;
-            Ok(built(kept.id, kept.summary, false, kept.evaluated, None))
+            Ok(Built {
+                kept: kept.kept,
+                unpinned: Some(kept.unpinned),
+                ..built(kept.id, kept.summary, false, kept.evaluated, None)
+            })
         }
     }
 }
@@ -295,8 +362,12 @@ pub(crate) struct Kept {
     pub id: GenerationId,
     pub summary: Summary,
     pub evaluated: Option<usize>,
-    /// The generation, where it was kept in this process.
+    /// The generation, where it was built in this process.
     pub generation: Option<Generation>,
+    /// Whether it was kept (see [`KeepIf`]).
+    pub kept: bool,
+    /// Its containers whose image is named by a tag alone.
+    pub unpinned: Vec<(String, String)>,
 }
 
 /// Keeps what `request` evaluated to: its blobs (not waited for: they can be made again), the
@@ -311,6 +382,25 @@ pub(crate) fn keep(
         None => Store::open(&request.state_dir)?,
     };
     let assembled = evaluated.assembled;
+    // What is not to be kept is written nowhere: not the store, not the caches.
+    let unpinned = unpinned(&assembled.generation);
+    if request.keep_if != KeepIf::default() {
+        let encoded = assembled
+            .generation
+            .canonical_bytes()
+            .map_err(StoreError::Encode)?;
+        let id = GenerationId::of(&encoded);
+        if !request.keep_if.allows(&id, &unpinned) {
+            return Ok(Kept {
+                id,
+                summary: assembled.generation.summary(),
+                evaluated: evaluated.evaluated,
+                generation: Some(assembled.generation),
+                kept: false,
+                unpinned,
+            });
+        }
+    }
     // The per-module entries (hundreds of small files after a cold build) are written beside
     // the store's writes; they do not depend on them.
     let id = std::thread::scope(|scope| {
@@ -354,6 +444,8 @@ pub(crate) fn keep(
         summary,
         evaluated: evaluated.evaluated,
         generation: Some(assembled.generation),
+        kept: true,
+        unpinned,
     })
 }
 

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mesh_compiler::{build as compile, BuildError, BuildRequest, Built, Evaluator};
+use mesh_compiler::{build as compile, BuildError, BuildRequest, Built, Evaluator, KeepIf};
 use mesh_lib::NodeRecord;
 
 use crate::file::{Fleet, Node};
@@ -18,6 +18,17 @@ pub fn node(
     state_dir: &Path,
     evaluator: &Evaluator,
 ) -> Result<Built, BuildError> {
+    kept_if(node, record, state_dir, evaluator, KeepIf::default())
+}
+
+/// [`node`], keeping what is built only as `keep_if` says (a refused build writes nothing).
+pub fn kept_if(
+    node: &Node,
+    record: Option<(&NodeRecord, &Path)>,
+    state_dir: &Path,
+    evaluator: &Evaluator,
+    keep_if: KeepIf,
+) -> Result<Built, BuildError> {
     let images = mesh_compiler::images_lock(&node.declaration, &node.tree)?;
     compile(&BuildRequest {
         node: &node.declaration,
@@ -28,6 +39,7 @@ pub fn node(
         evaluator,
         tree: &node.tree,
         per_module: true,
+        keep_if,
     })
 }
 
@@ -38,6 +50,7 @@ pub fn as_declared(
     record: Option<(&NodeRecord, &Path)>,
     state_dir: &Path,
     evaluator: &Evaluator,
+    keep_if: KeepIf,
 ) -> Result<Built, BuildError> {
     compile(&BuildRequest {
         node: &node.declaration,
@@ -48,6 +61,7 @@ pub fn as_declared(
         evaluator,
         tree: &node.tree,
         per_module: true,
+        keep_if,
     })
 }
 
@@ -79,13 +93,29 @@ pub fn all(
     evaluator: &Evaluator,
     parallel: usize,
 ) -> Vec<NodeBuilt> {
+    all_kept_if(fleet, nodes, state_dir, evaluator, parallel, &|_| {
+        KeepIf::default()
+    })
+}
+
+/// [`all`], keeping each node's build only as `keep_if` says of the node (a refused build
+/// writes nothing).
+pub fn all_kept_if(
+    fleet: &Fleet,
+    nodes: &[&Node],
+    state_dir: &Path,
+    evaluator: &Evaluator,
+    parallel: usize,
+    keep_if: &(dyn Fn(&Node) -> KeepIf + Sync),
+) -> Vec<NodeBuilt> {
     crate::each(nodes, parallel, |n| {
         let result = match recorded(fleet, n) {
-            Ok(record) => node(
+            Ok(record) => kept_if(
                 n,
                 record.as_ref().map(|(r, p)| (r, p.as_path())),
                 state_dir,
                 evaluator,
+                keep_if(n),
             ),
             Err(e) => Err(mesh_compiler::MeshDiagnostic::new(e).into()),
         };

@@ -234,11 +234,111 @@ fn check_gate_names_both_ids() {
         "{}",
         ran.stderr
     );
-    assert_eq!(
-        ran.last_line(),
-        id,
-        "the built id is still the last line of stdout"
+    assert_eq!(ran.stdout, "", "a refused build prints no id on stdout");
+}
+
+/// Every path of the store, each with its size: what a refused build must leave as it was.
+fn store_listing(state: &Path) -> Vec<(String, u64)> {
+    walkdir::WalkDir::new(state.join("store"))
+        .sort_by_file_name()
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|e| {
+            let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+            (e.path().display().to_string(), len)
+        })
+        .collect()
+}
+
+/// A refused build leaves no trace: `mesh build --locked` of a declaration with images named by
+/// a tag alone (the bundled fresh node), `--check` of another id, `fleet build --check` of a
+/// file that names other ids, `images lock --check` — each exits 2, prints no id on stdout, and
+/// the store is as it was; the same builds unrefused keep their generations.
+#[test]
+fn a_refused_build_writes_nothing_and_prints_no_id() {
+    let state = tempfile::tempdir().unwrap();
+    let examples = tempfile::tempdir().unwrap();
+    copy_tree(&repo().join("examples"), examples.path());
+    // The store made by a build of another node first: what it holds must not grow.
+    let worker = examples.path().join("nodes/worker-1.ncl");
+    let mut c = mesh(state.path());
+    c.arg("build")
+        .arg(&worker)
+        .arg("--record")
+        .arg(examples.path().join("nodes/worker-1.record.json"));
+    assert_eq!(run(c).code, 0);
+    let before = store_listing(state.path());
+    assert!(!before.is_empty());
+    let fresh = examples.path().join("nodes/fresh-node.ncl");
+    let refused = |args: &[&str]| {
+        let mut c = mesh(state.path());
+        c.args(args);
+        let ran = run(c);
+        assert_eq!(ran.code, 2, "{args:?}: {}{}", ran.stdout, ran.stderr);
+        assert_eq!(ran.stdout, "", "{args:?} printed on stdout");
+        assert_eq!(
+            store_listing(state.path()),
+            before,
+            "{args:?} wrote in the store"
+        );
+        ran.stderr
+    };
+    let fresh_s = fresh.to_str().unwrap();
+    let said = refused(&["build", fresh_s, "--locked"]);
+    assert!(said.contains("nothing was kept"), "{said}");
+    let said = refused(&["build", fresh_s, "--locked", "--json"]);
+    assert!(said.contains("--locked"), "{said}");
+    let other = format!("b3:{}", "0".repeat(64));
+    let said = refused(&["build", fresh_s, "--check", &other]);
+    assert!(said.contains(&other), "{said}");
+    let said = refused(&["build", fresh_s, "--no-cache", "--check", &other]);
+    assert!(said.contains("nothing was kept"), "{said}");
+    let ids = examples.path().join("other-ids.txt");
+    let ci_ids = std::fs::read_to_string(examples.path().join("ci/ids.txt")).unwrap();
+    let wrong: String = ci_ids
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .map(|l| format!("{} {other}\n", l.split_whitespace().next().unwrap()))
+        .collect();
+    std::fs::write(&ids, wrong).unwrap();
+    let fleet = examples.path().join("fleet.ncl");
+    let mut c = mesh(state.path());
+    c.arg("fleet")
+        .arg("build")
+        .arg("--fleet")
+        .arg(&fleet)
+        .arg("--check")
+        .arg(&ids);
+    let ran = run(c);
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        !ran.stdout.contains("b3:"),
+        "a refused fleet build printed an id: {}",
+        ran.stdout
     );
+    assert_eq!(
+        store_listing(state.path()),
+        before,
+        "fleet build --check wrote"
+    );
+    // A check of the image lock builds only to look: nothing kept.
+    let mut c = mesh(state.path());
+    c.args(["images", "lock", "--check"]).arg(&fresh);
+    let ran = run(c);
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(
+        store_listing(state.path()),
+        before,
+        "images lock --check wrote"
+    );
+
+    // Unrefused, the same build keeps its generation and prints its id last.
+    let mut c = mesh(state.path());
+    c.arg("build").arg(&fresh);
+    let ran = run(c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.last_line().starts_with("b3:"), "{}", ran.stdout);
+    assert_ne!(store_listing(state.path()), before, "a build kept nothing");
 }
 
 /// `mesh show` prints files with their states, containers, ports and the firewall as nft text;

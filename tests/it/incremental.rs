@@ -216,6 +216,7 @@ fn reference(fleet: &Fleet, record: Option<&Path>) -> Outcome {
         evaluator: &mesh_compiler::Evaluator::InProcess,
         tree: &Default::default(),
         per_module: false,
+        keep_if: Default::default(),
     });
     match built {
         Ok(b) => Outcome::Built(b.id.to_string()),

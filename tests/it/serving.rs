@@ -106,6 +106,7 @@ fn request<'a>(
         evaluator,
         tree: &TREE,
         per_module: cached,
+        keep_if: Default::default(),
     }
 }
 
