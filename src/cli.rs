@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// mesh: a declarative configuration compiler with generation rollback, built to adopt machines
 /// that are in use.
@@ -19,30 +19,27 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every command takes.
+/// The options that say where and how a command acts: given before the command's name, and
+/// after it to each command that reads them ([`READS`]), listed in its --help.
 #[derive(Args, Debug)]
+#[command(
+    next_help_heading = "Options before a command (each command's --help lists those it reads)"
+)]
 pub struct Global {
     /// The state directory: store, node record, profile. Default: /var/lib/mesh as root,
     /// $XDG_STATE_HOME/mesh or ~/.local/state/mesh otherwise.
-    #[arg(long, global = true, env = "MESH_STATE_DIR", value_name = "DIR")]
+    #[arg(long, env = "MESH_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// The filesystem root declared files are written under.
-    #[arg(
-        long,
-        global = true,
-        env = "MESH_ROOT",
-        value_name = "DIR",
-        default_value = "/"
-    )]
+    #[arg(long, env = "MESH_ROOT", value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
     /// Apply and read the firewall inside this network namespace (`ip netns`), not the
     /// machine's own.
-    #[arg(long, global = true, env = "MESH_NETNS", value_name = "NAME")]
+    #[arg(long, env = "MESH_NETNS", value_name = "NAME")]
     pub netns: Option<String>,
     /// Stop the evaluation of a declaration that runs longer than this (exit 1).
     #[arg(
         long,
-        global = true,
         env = "MESH_EVAL_TIMEOUT",
         value_name = "SECONDS",
         default_value_t = mesh_compiler::bounded::DEFAULT_TIME_SECONDS,
@@ -52,7 +49,6 @@ pub struct Global {
     /// Stop the evaluation of a declaration that needs more memory than this, in MiB (exit 1).
     #[arg(
         long,
-        global = true,
         env = "MESH_EVAL_MEMORY",
         value_name = "MIB",
         default_value_t = mesh_compiler::bounded::DEFAULT_MEMORY_MIB,
@@ -62,18 +58,17 @@ pub struct Global {
     /// The fleet file (default for `mesh fleet` and `mesh deploy`: the nearest fleet.ncl from
     /// the working folder upwards). Its folder is the fleet's tree for the declarations in it:
     /// where their imports may lead.
-    #[arg(long, global = true, env = "MESH_FLEET", value_name = "FILE")]
+    #[arg(long, env = "MESH_FLEET", value_name = "FILE")]
     pub fleet: Option<PathBuf>,
     /// The fleet's tree, given outright: a declaration's imports may lead only into it (and to
     /// the mesh's library). Default: the folder of the nearest fleet.ncl above the declaration
     /// (or of --fleet's), else its checkout (.git), else its own folder.
-    #[arg(long, global = true, env = "MESH_TREE", value_name = "DIR")]
+    #[arg(long, env = "MESH_TREE", value_name = "DIR")]
     pub tree: Option<PathBuf>,
     /// How many containers a switch creates and starts at once (each container's own steps
     /// stay in their order). Stops are not bound by it: a switch asks every stop at once.
     #[arg(
         long,
-        global = true,
         env = "MESH_CONTAINER_JOBS",
         value_name = "N",
         default_value_t = mesh_containers::DEFAULT_JOBS as u64,
@@ -86,7 +81,6 @@ pub struct Global {
     /// take it into account. 0: do not wait.
     #[arg(
         long,
-        global = true,
         env = "MESH_SETTLE",
         value_name = "SECONDS",
         default_value_t = mesh_switch::units::SETTLE.as_secs(),
@@ -995,4 +989,165 @@ pub struct RolloutArgs {
     /// Seconds between two readings of a wave's nodes.
     #[arg(long, value_name = "SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub every: u64,
+}
+
+/// A heading of a command's --help, and the options of [`Global`] under it (by id).
+type Group = (&'static str, &'static [&'static str]);
+
+const STATE: Group = ("The state", &["state_dir"]);
+const NODE: Group = ("The machine", &["root", "netns"]);
+const EVALUATION: Group = ("Evaluation", &["eval_timeout", "eval_memory"]);
+const FLEET: Group = ("The fleet's tree", &["fleet", "tree"]);
+const SWITCHING: Group = ("Switching", &["container_jobs", "settle"]);
+
+/// Which of [`Global`]'s options each command reads: the command (its words), then the groups.
+/// A command not named reads none (`lib`, `completions`, `man`).
+pub const READS: &[(&[&str], &[Group])] = &[
+    (&["init"], &[STATE, EVALUATION, FLEET]),
+    (&["build"], &[STATE, EVALUATION, FLEET]),
+    (&["show"], &[STATE, EVALUATION, FLEET]),
+    (&["verify"], &[STATE]),
+    (&["switch"], &[STATE, NODE, EVALUATION, FLEET, SWITCHING]),
+    (&["rollback"], &[STATE, NODE, SWITCHING]),
+    (&["generations"], &[STATE]),
+    (&["diff"], &[STATE]),
+    (&["adopt"], &[STATE, NODE, EVALUATION, FLEET, SWITCHING]),
+    (&["import"], &[STATE, NODE, EVALUATION, FLEET]),
+    (&["take"], &[STATE, NODE, EVALUATION, FLEET, SWITCHING]),
+    (&["status"], &[STATE, NODE]),
+    (&["gc"], &[STATE]),
+    (&["flip"], &[STATE, NODE, EVALUATION, FLEET, SWITCHING]),
+    (&["genesis"], &[STATE, NODE, EVALUATION, FLEET]),
+    (&["reconcile"], &[STATE, NODE, SWITCHING]),
+    (&["record", "export"], &[STATE]),
+    (&["confirm"], &[STATE]),
+    (&["deploys"], &[STATE]),
+    (&["store", "missing"], &[STATE]),
+    (&["store", "receive"], &[STATE]),
+    (&["store", "serve"], &[STATE]),
+    (&["secret", "edit"], &[STATE, FLEET]),
+    (&["secret", "rekey"], &[STATE, FLEET]),
+    (&["secret", "recipients"], &[STATE, FLEET]),
+    (&["images", "lock"], &[STATE, EVALUATION, FLEET]),
+    (&["fleet", "build"], &[STATE, EVALUATION, FLEET]),
+    (&["fleet", "records"], &[STATE, FLEET]),
+    (&["fleet", "status"], &[STATE, EVALUATION, FLEET]),
+    (&["fleet", "import"], &[STATE, FLEET]),
+    (&["deploy"], &[STATE, EVALUATION, FLEET]),
+    (&["push"], &[STATE, EVALUATION, FLEET]),
+    (&["prune"], &[STATE]),
+    (&["pull"], &[STATE, NODE, SWITCHING]),
+    (&["follow"], &[STATE, NODE, SWITCHING]),
+    (&["rollout"], &[STATE, EVALUATION, FLEET]),
+    (&["sign"], &[STATE]),
+    (&["serve"], &[STATE, NODE]),
+    (&["deploy-agent"], &[STATE, NODE, SWITCHING]),
+    (&["deploy-step"], &[STATE, NODE, SWITCHING]),
+];
+
+/// The command line's definition: [`Cli`]'s, each command given the options of [`Global`] it
+/// reads ([`READS`]) under their headings. What parses, and what --help, the completions and
+/// the man pages say.
+pub fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    let globals: Vec<clap::Arg> = cmd.get_arguments().cloned().collect();
+    for (path, groups) in READS {
+        let args: Vec<clap::Arg> = groups
+            .iter()
+            .flat_map(|(heading, ids)| {
+                ids.iter().map(|id| {
+                    globals
+                        .iter()
+                        .find(|a| a.get_id() == id)
+                        .expect("an option of Global")
+                        .clone()
+                        .help_heading(*heading)
+                })
+            })
+            .collect();
+        cmd = with_args(cmd, path, args);
+    }
+    cmd
+}
+
+/// `cmd` with `args` added to its subcommand at `path`.
+fn with_args(cmd: clap::Command, path: &[&str], args: Vec<clap::Arg>) -> clap::Command {
+    match path.split_first() {
+        None => cmd.args(args),
+        Some((first, rest)) => cmd.mut_subcommand(*first, |sub| with_args(sub, rest, args)),
+    }
+}
+
+impl Cli {
+    /// Parses `argv` (its first word the program's name) by [`command`]: an option of
+    /// [`Global`] given after the command's name wins over the same given before it.
+    pub fn parse_from_args<I, T>(argv: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = command().try_get_matches_from(argv)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        let mut chain = vec![&matches];
+        while let Some((_, sub)) = chain.last().and_then(|m| m.subcommand()) {
+            chain.push(sub);
+        }
+        // The deepest command where the option was given on the command line.
+        let given = |id: &str| -> Option<&ArgMatches> {
+            chain.iter().rev().copied().find(|m| {
+                m.ids().any(|i| i == id)
+                    && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+            })
+        };
+        let g = &mut cli.global;
+        if let Some(m) = given("state_dir") {
+            g.state_dir = m.get_one::<PathBuf>("state_dir").cloned();
+        }
+        if let Some(v) = given("root").and_then(|m| m.get_one::<PathBuf>("root")) {
+            g.root = v.clone();
+        }
+        if let Some(m) = given("netns") {
+            g.netns = m.get_one::<String>("netns").cloned();
+        }
+        if let Some(v) = given("eval_timeout").and_then(|m| m.get_one::<u64>("eval_timeout")) {
+            g.eval_timeout = *v;
+        }
+        if let Some(v) = given("eval_memory").and_then(|m| m.get_one::<u64>("eval_memory")) {
+            g.eval_memory = *v;
+        }
+        if let Some(m) = given("fleet") {
+            g.fleet = m.get_one::<PathBuf>("fleet").cloned();
+        }
+        if let Some(m) = given("tree") {
+            g.tree = m.get_one::<PathBuf>("tree").cloned();
+        }
+        if let Some(v) = given("container_jobs").and_then(|m| m.get_one::<u64>("container_jobs")) {
+            g.container_jobs = *v;
+        }
+        if let Some(v) = given("settle").and_then(|m| m.get_one::<u64>("settle")) {
+            g.settle = *v;
+        }
+        Ok(cli)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command [`READS`] names is one of the command line's, each option it lists one of
+    /// [`Global`]'s (else [`command`] panics), and the whole passes clap's own checks.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        command().debug_assert();
+        for (path, _) in READS {
+            let mut cmd = command();
+            for word in *path {
+                cmd = cmd
+                    .find_subcommand(word)
+                    .unwrap_or_else(|| panic!("no command {path:?}"))
+                    .clone();
+            }
+        }
+    }
 }

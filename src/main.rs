@@ -24,8 +24,6 @@ mod show;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
     // The evaluating child of a build (see mesh_compiler::bounded): not a command of the CLI.
     if std::env::args_os().nth(1).as_deref() == Some(mesh_compiler::bounded::CHILD_ARG.as_ref()) {
@@ -38,7 +36,7 @@ fn main() -> ExitCode {
     }
     mesh_fleet::ssh::prepare_environment();
     failure::install_report_handler();
-    let mut args = match cli::Cli::try_parse() {
+    let mut args = match cli::Cli::parse_from_args(std::env::args_os()) {
         Ok(args) => args,
         Err(e) => return failure::usage(e),
     };
@@ -46,7 +44,7 @@ fn main() -> ExitCode {
     // a client sent (`SetEnv`, where sshd accepts it) is gone before anything reads it.
     if matches!(args.command, cli::Command::Serve) {
         serve::scrub_environment();
-        args = match cli::Cli::try_parse() {
+        args = match cli::Cli::parse_from_args(std::env::args_os()) {
             Ok(args) => args,
             Err(e) => return failure::usage(e),
         };

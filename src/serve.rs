@@ -191,8 +191,7 @@ pub fn request(own: &[(String, String)]) -> Result<crate::cli::Cli, Failure> {
         argv.push(value.clone());
     }
     argv.extend(rest);
-    let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(&argv)
-        .map_err(|e| Failure::user(e.to_string()))?;
+    let cli = crate::cli::Cli::parse_from_args(&argv).map_err(|e| Failure::user(e.to_string()))?;
     SERVED.store(true, Ordering::Relaxed);
     Ok(cli)
 }

@@ -4,12 +4,11 @@
 
 use std::path::Path;
 
-use clap::CommandFactory;
 use mesh_fleet::init::InitError;
 use mesh_lib::model::NodeName;
 use serde_json::json;
 
-use crate::cli::{Cli, CompletionsArgs, InitArgs, LibArgs, ManArgs};
+use crate::cli::{CompletionsArgs, InitArgs, LibArgs, ManArgs};
 use crate::failure::{Exit, Failure};
 
 /// `mesh init`.
@@ -72,7 +71,7 @@ pub fn lib(args: LibArgs) -> Result<(), Failure> {
 /// `mesh completions SHELL`.
 pub fn completions(args: CompletionsArgs) -> Result<(), Failure> {
     let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut Cli::command(), "mesh", &mut script);
+    clap_complete::generate(args.shell, &mut crate::cli::command(), "mesh", &mut script);
     say_raw!("{}", String::from_utf8_lossy(&script));
     Ok(())
 }
@@ -80,7 +79,7 @@ pub fn completions(args: CompletionsArgs) -> Result<(), Failure> {
 /// The command line's definition as the man pages render it: built (so each command's name
 /// is `mesh-fleet-build`), without the `help` command.
 fn manual() -> clap::Command {
-    let mut cmd = Cli::command().disable_help_subcommand(true);
+    let mut cmd = crate::cli::command().disable_help_subcommand(true);
     cmd.build();
     cmd
 }

@@ -380,3 +380,102 @@ fn completions_and_man_pages_cover_every_command() {
     }
     assert_eq!(no_state(&["completions", "tcsh"]).code, 1);
 }
+
+/// Each command's `--help` lists the options it reads, grouped under headings, and no other:
+/// `sign` offers no namespace, container jobs, settle or evaluation limits; `import` and
+/// `generations` not the switch's; `switch` has them all under their headings. An option
+/// given after a command that does not read it is refused (exit 1); the same option before
+/// the command is taken, and after the command it wins over one before.
+#[test]
+fn each_commands_help_lists_only_the_options_it_reads() {
+    let state = tempfile::tempdir().unwrap();
+    let help = |words: &[&str]| {
+        let mut c = mesh(state.path());
+        c.args(words).arg("--help");
+        let ran = run(c);
+        assert_eq!(ran.code, 0, "{words:?}: {}", ran.stderr);
+        ran.stdout
+    };
+    let options = |text: &str| -> Vec<String> {
+        text.split_whitespace()
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .map(|w| w.split(['=', '[', '<', ',']).next().unwrap().to_owned())
+            .collect()
+    };
+    let sign = options(&help(&["sign"]));
+    for absent in [
+        "--netns",
+        "--container-jobs",
+        "--settle",
+        "--eval-memory",
+        "--root",
+    ] {
+        assert!(!sign.iter().any(|o| o == absent), "sign offers {absent}");
+    }
+    assert!(sign.iter().any(|o| o == "--state-dir"), "{sign:?}");
+    for words in [
+        &["import"][..],
+        &["generations"],
+        &["status"],
+        &["fleet", "records"],
+    ] {
+        let offered = options(&help(words));
+        for absent in ["--container-jobs", "--settle"] {
+            assert!(
+                !offered.iter().any(|o| o == absent),
+                "{words:?} offers {absent}"
+            );
+        }
+    }
+    let switch = help(&["switch"]);
+    for heading in [
+        "The state:",
+        "The machine:",
+        "Evaluation:",
+        "The fleet's tree:",
+        "Switching:",
+    ] {
+        assert!(
+            switch.contains(heading),
+            "switch --help lacks {heading}\n{switch}"
+        );
+    }
+    for present in [
+        "--netns",
+        "--container-jobs",
+        "--settle",
+        "--eval-memory",
+        "--tree",
+    ] {
+        assert!(
+            options(&switch).iter().any(|o| o == present),
+            "switch lacks {present}"
+        );
+    }
+
+    // After a command that does not read it: refused, nothing done.
+    let mut c = mesh(state.path());
+    c.args(["generations", "--settle", "0"]);
+    let ran = run(c);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert!(ran.stderr.contains("--settle"), "{}", ran.stderr);
+    // Before it, taken; after it, winning over the one before.
+    let (before, after) = (state.path().join("before"), state.path().join("after"));
+    let mut c = mesh(state.path());
+    c.arg("--state-dir")
+        .arg(&before)
+        .args(["generations", "--json"]);
+    assert_eq!(run(c).code, 0);
+    assert!(
+        before.is_dir(),
+        "--state-dir before the command is not read"
+    );
+    let mut c = mesh(state.path());
+    c.arg("--state-dir")
+        .arg(state.path().join("neither"))
+        .arg("generations")
+        .arg("--state-dir")
+        .arg(&after);
+    assert_eq!(run(c).code, 0);
+    assert!(after.is_dir() && !state.path().join("neither").exists());
+}
