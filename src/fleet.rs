@@ -505,14 +505,14 @@ pub fn deploy(state: &Path, place: &Place, args: DeployArgs) -> Result<(), Failu
                 })
                 .unwrap_or_else(|| "-".to_owned());
             say!(
-                "{:<16} {:<35} {:<46} {:<16} {:>6.1}s  {} object(s), {} bytes{}",
+                "{:<16} {:<35} {:<46} {:<16} {:>6.1}s  {} object(s), {} bytes received{}",
                 r.node,
                 format!("{} -> {}", short(r.from.as_ref()), short(r.to.as_ref())),
                 changed,
                 r.result.word(),
                 r.seconds,
                 r.objects_sent,
-                r.bytes_sent,
+                r.bytes_received,
                 r.reason
                     .as_deref()
                     .map(|p| format!("\n{:<16} {p}", ""))

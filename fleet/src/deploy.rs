@@ -140,6 +140,10 @@ pub struct Row {
     /// Bytes written to the node's commands (objects, lists), counted as they are written: a
     /// copy cut halfway counts what went.
     pub bytes_sent: u64,
+    /// Bytes of objects the node said it received and kept (its answers to what was sent):
+    /// what it lacked and holds now. The objects of a copy cut short that arrived whole are
+    /// kept by the node, so the next deploy's row counts only the rest.
+    pub bytes_received: u64,
     /// Seconds it took.
     pub seconds: f64,
     /// The generation in force on the node after the deploy, as the node said it (`None`: not
@@ -186,6 +190,7 @@ pub fn run(fleet: &Fleet, nodes: &[&Node], options: &Options, progress: &Progres
             reason: None,
             objects_sent: 0,
             bytes_sent: 0,
+            bytes_received: 0,
             seconds: 0.0,
             in_force: None,
             log: Vec::new(),
@@ -667,7 +672,8 @@ fn send(
     let mut stream = Vec::new();
     transfer::send_encoded(store, objects, &mut stream)
         .map_err(|e| ServeError::Said(format!("reading what to send: {e}")))?;
-    serve.receive(&stream)?;
+    let (_, received) = serve.receive(&stream)?;
+    row.bytes_received += received;
     row.objects_sent += objects.len();
     Ok(())
 }
