@@ -259,7 +259,8 @@ pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
     record.mode = Mode::Adopted;
     node.record_found_firewall(&mut record)?;
     node.save_record(&record)?;
-    let switched = switch_declaration(
+    let found = record.found.firewall.as_ref().map(|f| f.kind);
+    let mut switched = switch_declaration(
         &node,
         state,
         &args.node,
@@ -267,6 +268,7 @@ pub fn adopt(machine: &Machine, args: AdoptArgs) -> Result<(), Failure> {
         Trigger::Adopt,
         false,
     )?;
+    switched.found_firewall = found;
     finish(&node, switched, args.json, false)
 }
 

@@ -346,6 +346,14 @@ pub fn switched(s: &mesh_switch::Switched) -> String {
             );
         }
     }
+    if let Some(kind) = s.found_firewall {
+        let kind = serde_json::to_value(kind).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  firewall found in force and recorded: {}",
+            kind.as_str().unwrap_or("?")
+        );
+    }
     if !s.restored.is_empty() {
         let _ = writeln!(
             o,

@@ -80,6 +80,8 @@ pub enum FirewallKind {
     Nftables,
     /// Rules made by `iptables` on its nft backend.
     IptablesNft,
+    /// Legacy iptables (x_tables, which nft does not see), as `iptables-legacy` writes them.
+    IptablesLegacy,
 }
 
 /// The firewall found in force at adoption.

@@ -160,6 +160,7 @@ impl Activator {
         Ok(mesh_reach::preview::Observed {
             ruleset: listing.ruleset,
             saved: listing.saved,
+            legacy: listing.legacy,
             sockets,
             net: self.interfaces()?,
             published,
@@ -250,6 +251,7 @@ mod tests {
             ]
             .into(),
             iptables: BTreeMap::new(),
+            legacy: BTreeMap::new(),
         };
         let mut record = NodeRecord::managed(NodeName::new("n1").unwrap());
         record.mode = Mode::Adopted;

@@ -56,6 +56,10 @@ pub struct Switched {
     /// in force, each written or removed file's content diff from what is on the machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub review: Option<mesh_lib::diff::Diff>,
+    /// For an adoption, the kind of firewall found in force and recorded (`None`: none was,
+    /// or this is no adoption).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found_firewall: Option<mesh_lib::record::FirewallKind>,
 }
 
 impl Activator {
@@ -158,6 +162,7 @@ impl Activator {
             };
             return Ok(Switched {
                 review,
+                found_firewall: None,
                 id,
                 number: None,
                 states: crate::states::States::of(target),
@@ -282,6 +287,7 @@ impl Activator {
             firewall: Some(firewall),
             dry_run: false,
             review: None,
+            found_firewall: None,
         })
     }
 }

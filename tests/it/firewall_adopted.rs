@@ -63,6 +63,7 @@ pub fn open_in(m: &[(String, u16, bool)]) -> Vec<String> {
 enum Kind {
     Nftables,
     IptablesNft,
+    IptablesLegacy,
 }
 
 impl Kind {
@@ -74,13 +75,39 @@ impl Kind {
                 lab.restore("iptables-nft-restore", IPTABLES_V4);
                 lab.restore("ip6tables-nft-restore", IPTABLES_V6);
             }
+            Kind::IptablesLegacy => {
+                lab.restore("iptables-legacy-restore", IPTABLES_V4);
+                lab.restore("ip6tables-legacy-restore", IPTABLES_V6);
+            }
         }
+    }
+
+    /// What legacy iptables holds now, each family's save without its comments and counters:
+    /// what a rollback across the flip must give back exactly.
+    fn legacy_saves(lab: &Lab) -> Vec<String> {
+        ["iptables-legacy-save", "ip6tables-legacy-save"]
+            .iter()
+            .map(|tool| {
+                let out = lab.node.exec(&[tool]).output().unwrap();
+                assert!(out.status.success(), "{tool}");
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter(|l| !l.starts_with('#'))
+                    .map(|l| match l.rfind(" [") {
+                        Some(at) if l.starts_with(':') => &l[..at],
+                        _ => l,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .collect()
     }
 
     fn word(self) -> &'static str {
         match self {
             Kind::Nftables => "nftables",
             Kind::IptablesNft => "iptables-nft",
+            Kind::IptablesLegacy => "iptables-legacy",
         }
     }
 }
@@ -138,9 +165,25 @@ fn adopted_node_through_iptables_nft() {
     story(Kind::IptablesNft);
 }
 
+/// The whole story on a predecessor written with legacy iptables (x_tables, which nft does not
+/// see): the openings go through its own chains by `iptables-legacy`, the guard (nftables) is
+/// final beside it, the flip empties it and a rollback gives back its save exactly.
+#[test]
+fn adopted_node_through_legacy_iptables() {
+    if !have_root_tools(&["ip", "nft", "iptables-legacy-restore"]) {
+        return;
+    }
+    story(Kind::IptablesLegacy);
+}
+
 fn story(kind: Kind) {
     let lab = Lab::new();
     kind.load(&lab);
+    let found_saves = if kind == Kind::IptablesLegacy {
+        Kind::legacy_saves(&lab)
+    } else {
+        Vec::new()
+    };
     for port in [80, 4222, 5432, 15672] {
         Lab::serve(&lab.node, port);
     }
@@ -185,6 +228,14 @@ fn story(kind: Kind) {
     );
     let found = f.record()["found"]["firewall"].clone();
     assert_eq!(found["kind"], kind.word());
+    assert!(
+        adopted.stdout.contains(&format!(
+            "  firewall found in force and recorded: {}",
+            kind.word()
+        )),
+        "{}",
+        adopted.stdout
+    );
     let dump: mesh_lib::BlobHash = found["dump"].as_str().unwrap().parse().unwrap();
     let dump = String::from_utf8(
         mesh_lib::Store::open(&f.state())
@@ -196,6 +247,11 @@ fn story(kind: Kind) {
     let tables: &[&str] = match kind {
         Kind::Nftables => &["table inet pred", "table ip natrt"],
         Kind::IptablesNft => &["table ip filter", "table ip nat", "table ip6 filter"],
+        Kind::IptablesLegacy => &[
+            "\"legacy\"",
+            ":INPUT DROP",
+            "--to-destination 172.30.0.2:5432",
+        ],
     };
     assert!(
         tables.iter().all(|t| dump.contains(t)) && !dump.contains("mesh_guard"),
@@ -253,6 +309,11 @@ fn story(kind: Kind) {
         Kind::IptablesNft => lab
             .node
             .exec(&["iptables-nft", "-S", "INPUT"])
+            .output()
+            .unwrap(),
+        Kind::IptablesLegacy => lab
+            .node
+            .exec(&["iptables-legacy", "-S", "INPUT"])
             .output()
             .unwrap(),
     };
@@ -378,6 +439,7 @@ fn story(kind: Kind) {
     let restored = match kind {
         Kind::Nftables => "inet pred",
         Kind::IptablesNft => "ip filter",
+        Kind::IptablesLegacy => "ip iptables-legacy",
     };
     assert!(
         back.stdout.contains(&format!(
@@ -388,6 +450,21 @@ fn story(kind: Kind) {
     );
     assert_eq!(f.record()["mode"], "adopted");
     assert_eq!(open_in(&matrix(&lab)), open_in(&before_flip));
+    if kind == Kind::IptablesLegacy {
+        // Its own save, as found, but for the mesh's openings back in it.
+        let without_mesh = |saves: Vec<String>| -> Vec<String> {
+            saves
+                .into_iter()
+                .map(|s| {
+                    s.lines()
+                        .filter(|l| !l.contains("--comment \"mesh: "))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .collect()
+        };
+        assert_eq!(without_mesh(Kind::legacy_saves(&lab)), found_saves);
+    }
 }
 
 /// A generated ruleset that nft rejects (here: a guard rule naming a set that does not exist)
@@ -439,45 +516,6 @@ fn nft_refusal_changes_nothing() {
     assert!(ran.stderr.contains("no file was changed"), "{}", ran.stderr);
     assert_eq!(list(), ruleset, "the kernel's ruleset is unchanged");
     assert_eq!(f.snapshot(), files);
-}
-
-/// Legacy iptables rules (which nft does not see, and no driver speaks) make adoption refuse,
-/// with nothing changed.
-#[test]
-fn legacy_iptables_is_refused_at_adoption() {
-    if !have_root_tools(&["ip", "nft", "iptables-legacy"]) {
-        return;
-    }
-    let f = Fixture::new();
-    let ok = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &f.netns,
-            "iptables-legacy",
-            "-A",
-            "INPUT",
-            "-p",
-            "tcp",
-            "--dport",
-            "9",
-            "-j",
-            "DROP",
-        ])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    f.write_decl("fw.ncl", &declaration(true));
-    let before = f.snapshot();
-    let ran = f.mesh(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
-    assert_eq!(ran.code, 2, "{}", ran.stderr);
-    assert!(
-        ran.stderr.contains("legacy iptables rules are in force"),
-        "{}",
-        ran.stderr
-    );
-    assert!(!f.state().join("record.json").exists());
-    assert_eq!(f.snapshot(), before);
 }
 
 /// `mesh reconcile --watch` puts back, within a round, what a predecessor's reload removed, and

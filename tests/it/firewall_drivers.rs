@@ -153,6 +153,7 @@ fn library_and_command_put_the_same_ruleset_in_force() {
         )]
         .into(),
         iptables: Default::default(),
+        legacy: Default::default(),
     };
     for driver in [&library, &command] {
         managed(|want| driver.converge(want).unwrap());

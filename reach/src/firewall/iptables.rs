@@ -18,14 +18,31 @@ use super::{Dump, FirewallError, FoundChain, Want, MARK};
 /// The two families iptables-nft writes.
 const FAMILIES: [&str; 2] = ["ip", "ip6"];
 
+/// Which iptables: on its nft backend, or legacy (x_tables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Nft,
+    Legacy,
+}
+
 /// The iptables-nft tool for `family` (`ip` or `ip6`); `-save` and `-restore` follow its name.
 fn tool(family: &str) -> &'static str {
-    if family == "ip6" {
-        "ip6tables-nft"
-    } else {
-        "iptables-nft"
+    tool_of(Backend::Nft, family)
+}
+
+/// The tool of `backend` for `family` (`ip` or `ip6`); `-save` and `-restore` follow its name.
+fn tool_of(backend: Backend, family: &str) -> &'static str {
+    match (backend, family == "ip6") {
+        (Backend::Nft, false) => "iptables-nft",
+        (Backend::Nft, true) => "ip6tables-nft",
+        (Backend::Legacy, false) => "iptables-legacy",
+        (Backend::Legacy, true) => "ip6tables-legacy",
     }
 }
+
+/// The name a family's legacy iptables rules go by among the found firewall's tables (as
+/// (family, name)): what the flip removes of them and a rollback loads back.
+pub const LEGACY: &str = "iptables-legacy";
 
 /// The comment of an `iptables -S` line, unquoted.
 fn comment_of(line: &str) -> Option<String> {
@@ -45,17 +62,6 @@ pub fn speaks(chain: &FoundChain) -> bool {
             .name
             .chars()
             .all(|c| c.is_ascii_uppercase() || c == '_' || c == '-')
-}
-
-/// Legacy iptables rules (x_tables, which nft does not see) in force: no driver speaks them,
-/// and a drop there would be final whatever the mesh opens. Returns the tool that lists them.
-pub fn legacy_rules(nft: &Nft) -> Option<&'static str> {
-    ["iptables-legacy-save", "ip6tables-legacy-save"]
-        .into_iter()
-        .find(|save| {
-            nft.probe(save)
-                .is_some_and(|out| out.lines().any(|l| l.starts_with("-A ")))
-        })
 }
 
 /// What `iptables-nft-save` prints for `family` (`ip` or `ip6`): the form iptables loads back.
@@ -96,7 +102,7 @@ pub fn converge(
         if chains.is_empty() {
             continue;
         }
-        let (inserted, removed) = openings(nft, family, &chains, want, apply)?;
+        let (inserted, removed) = openings(nft, Backend::Nft, family, &chains, want, apply)?;
         done.0 += inserted;
         done.1 += removed;
     }
@@ -145,6 +151,7 @@ fn empty_input(
 /// `iptables` (as ufw and most scripts do), in one `iptables-nft-restore --noflush` batch.
 fn openings(
     nft: &Nft,
+    backend: Backend,
     family: &str,
     chains: &[&str],
     want: &Want<'_>,
@@ -153,7 +160,7 @@ fn openings(
     let settings = want.settings;
     // Every chain of the filter table in one listing (one process, not one per chain).
     let listing = nft.run_tool(
-        &format!("{}-save", tool(family)),
+        &format!("{}-save", tool_of(backend, family)),
         &["-t", "filter"],
         None,
         "listing",
@@ -224,12 +231,160 @@ fn openings(
     }
     batch.push_str("COMMIT\n");
     nft.run_tool(
-        &format!("{}-restore", tool(family)),
+        &format!("{}-restore", tool_of(backend, family)),
         &["--noflush"],
         Some(batch.as_bytes()),
         "converging the openings through iptables",
     )?;
     Ok((wanted.len(), present.len()))
+}
+
+/// A family's legacy iptables `filter` table as its save lists it: whether it is in use (a
+/// rule, or a policy other than ACCEPT), and whether a container runtime writes its chains
+/// there (it then keeps them: only the predecessor's INPUT is its firewall).
+struct LegacyFilter {
+    in_use: bool,
+    runtime: bool,
+    docker_user: bool,
+}
+
+fn legacy_filter(save: &str) -> LegacyFilter {
+    let filter = save
+        .split("\n*")
+        .find(|section| section.trim_start_matches('*').starts_with("filter"))
+        .unwrap_or("");
+    let chains: Vec<&str> = filter
+        .lines()
+        .filter_map(|l| l.strip_prefix(':'))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    LegacyFilter {
+        in_use: filter.lines().any(|l| {
+            l.starts_with("-A ")
+                || (l.starts_with(':') && !l.contains(" ACCEPT ") && !l.contains(" - "))
+        }),
+        runtime: chains
+            .iter()
+            .any(|c| super::RUNTIME_CHAINS.iter().any(|r| c.starts_with(r))),
+        docker_user: chains.contains(&"DOCKER-USER"),
+    }
+}
+
+/// What `iptables-legacy-save` prints for `family`, when the tool is there.
+fn legacy_save(nft: &Nft, family: &str) -> Option<String> {
+    nft.probe(&format!("{}-save", tool_of(Backend::Legacy, family)))
+}
+
+/// The legacy iptables saves of the families whose legacy rules are in force (a rule, or a
+/// policy other than ACCEPT): what adoption records.
+pub fn legacy_saves(nft: &Nft) -> std::collections::BTreeMap<String, String> {
+    FAMILIES
+        .into_iter()
+        .filter_map(|family| {
+            let save = legacy_save(nft, family)?;
+            let in_force =
+                save.lines().any(|l| l.starts_with("-A ")) || legacy_filter(&save).in_use;
+            in_force.then(|| (family.to_owned(), save))
+        })
+        .collect()
+}
+
+/// Converges legacy iptables (x_tables): where `want` removes a family's legacy firewall (the
+/// flip), its `filter` table emptied — all of it, or only INPUT where a container runtime
+/// keeps its chains there; elsewhere, where legacy rules are in force, the openings through
+/// its INPUT and FORWARD chains (Docker's `DOCKER-USER` for the forwarded path where Docker
+/// runs on it), in one `-restore --noflush` batch per family. With `apply` false, only works
+/// out what it would change. Returns (inserted, removed, tables emptied).
+pub fn converge_legacy(
+    nft: &Nft,
+    want: &Want<'_>,
+    apply: bool,
+) -> Result<(usize, usize, usize), FirewallError> {
+    let mut done = (0, 0, 0);
+    for family in FAMILIES {
+        let Some(save) = legacy_save(nft, family) else {
+            continue;
+        };
+        let filter = legacy_filter(&save);
+        let removing = want
+            .remove_tables
+            .iter()
+            .any(|(f, t)| f == family && t == LEGACY);
+        if removing {
+            let input_only = filter.runtime;
+            let batch = if input_only {
+                "*filter\n:INPUT ACCEPT [0:0]\n-F INPUT\nCOMMIT\n"
+            } else {
+                "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+            };
+            if filter.in_use {
+                if apply {
+                    nft.run_tool(
+                        &format!("{}-restore", tool_of(Backend::Legacy, family)),
+                        if input_only { &["--noflush"] } else { &[] },
+                        Some(batch.as_bytes()),
+                        "removing the found legacy iptables firewall",
+                    )?;
+                }
+                done.2 += 1;
+            }
+            if !input_only {
+                continue;
+            }
+        }
+        if !filter.in_use {
+            continue;
+        }
+        let forward = if filter.docker_user {
+            "DOCKER-USER"
+        } else {
+            "FORWARD"
+        };
+        let chains: Vec<&str> = if removing {
+            vec![forward]
+        } else {
+            vec!["INPUT", forward]
+        };
+        let (inserted, removed) = openings(nft, Backend::Legacy, family, &chains, want, apply)?;
+        done.0 += inserted;
+        done.1 += removed;
+    }
+    Ok(done)
+}
+
+/// Loads back what the flip emptied of legacy iptables, from the saves recorded at adoption:
+/// a family's whole save where no container runtime writes there, else its INPUT chain alone.
+/// Returns the families loaded back.
+pub fn restore_legacy(nft: &Nft, dump: &Dump) -> Result<Vec<String>, FirewallError> {
+    let mut restored = Vec::new();
+    for (family, saved) in &dump.legacy {
+        let now = legacy_save(nft, family).unwrap_or_default();
+        let live = legacy_filter(&now);
+        if live.in_use && !live.runtime {
+            // Not emptied: nothing to load back.
+            continue;
+        }
+        let restore = format!("{}-restore", tool_of(Backend::Legacy, family));
+        if legacy_filter(saved).runtime || live.runtime {
+            if let Some(batch) = super::dump::input_batch_of(saved) {
+                nft.run_tool(
+                    &restore,
+                    &["--noflush"],
+                    Some(batch.as_bytes()),
+                    "restoring the predecessor's legacy INPUT chain",
+                )?;
+            }
+        } else {
+            nft.run_tool(
+                &restore,
+                &[],
+                Some(saved.as_bytes()),
+                "restoring the found legacy iptables firewall",
+            )?;
+        }
+        restored.push(family.clone());
+    }
+    Ok(restored)
 }
 
 /// Loads back what the flip removed of iptables-nft's: each family's tables that are missing
@@ -267,4 +422,24 @@ pub fn restore(
         }
     }
     Ok(restored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A legacy filter table is in force when it has a rule or a policy other than ACCEPT;
+    /// Docker's chains there make it the runtime's too, its DOCKER-USER the forwarded path.
+    #[test]
+    fn a_legacy_filter_table_read_from_its_save() {
+        let empty = "# Generated by iptables-save\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n";
+        let f = legacy_filter(empty);
+        assert!(!f.in_use && !f.runtime && !f.docker_user);
+        let drop =
+            "*filter\n:INPUT DROP [3:4]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n";
+        assert!(legacy_filter(drop).in_use);
+        let docker = "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j DOCKER\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:DOCKER - [0:0]\n:DOCKER-USER - [0:0]\n-A FORWARD -j DOCKER-USER\nCOMMIT\n";
+        let f = legacy_filter(docker);
+        assert!(f.in_use && f.runtime && f.docker_user);
+    }
 }

@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::dump::{is_iptables_table, split_key};
 use super::nft::Nft;
 use super::{
-    iptables, is_runtime_table, netns_note, nftables, BaseChange, Converged, Dump, Firewall,
-    FirewallError, FoundChain, Want, MARK,
+    iptables, is_runtime_table, nftables, BaseChange, Converged, Dump, Firewall, FirewallError,
+    FoundChain, Want, MARK,
 };
 
 /// The kernel's firewall, in a network namespace or the machine's own.
@@ -145,21 +145,19 @@ impl Kernel {
 
 impl Firewall for Kernel {
     /// Every table besides the mesh's is dumped (`nft list table …`, which `nft -f` loads back;
-    /// for iptables-nft's tables also what `iptables-nft-save` prints). Legacy iptables rules
-    /// are refused.
+    /// for iptables-nft's tables also what `iptables-nft-save` prints), and legacy iptables
+    /// (x_tables, which nft does not see) as `iptables-legacy-save` prints it, where its rules
+    /// are in force.
     fn detect(&self) -> Result<Option<(mesh_lib::record::FirewallKind, String)>, FirewallError> {
-        if let Some(save) = iptables::legacy_rules(&self.nft) {
-            return Err(FirewallError::NotCovered(format!(
-                "legacy iptables rules are in force{} ({save} lists them)",
-                netns_note(&self.nft.netns().map(str::to_owned))
-            )));
-        }
+        let legacy = iptables::legacy_saves(&self.nft);
         let ruleset = self.nft.ruleset()?;
         let chains = nftables::found_chains(&ruleset);
-        if chains.is_empty() {
+        if chains.is_empty() && legacy.is_empty() {
             return Ok(None);
         }
-        let kind = if chains.iter().all(iptables::speaks) {
+        let kind = if !legacy.is_empty() {
+            mesh_lib::record::FirewallKind::IptablesLegacy
+        } else if chains.iter().all(iptables::speaks) {
             mesh_lib::record::FirewallKind::IptablesNft
         } else {
             mesh_lib::record::FirewallKind::Nftables
@@ -171,7 +169,10 @@ impl Firewall for Kernel {
             .filter(|(_, name)| !name.starts_with("mesh_"))
             .collect();
         tables.sort();
-        let mut dump = Dump::default();
+        let mut dump = Dump {
+            legacy,
+            ..Dump::default()
+        };
         for (family, name) in tables {
             let text = self.nft.list(&format!("table {family} {name}"), false)?;
             dump.tables.insert(format!("{family} {name}"), text);
@@ -222,7 +223,11 @@ impl Firewall for Kernel {
                 saved.insert(family.to_owned(), save);
             }
         }
-        Ok(super::Listing { ruleset, saved })
+        Ok(super::Listing {
+            ruleset,
+            saved,
+            legacy: iptables::legacy_saves(&self.nft),
+        })
     }
 }
 
@@ -249,11 +254,16 @@ impl Kernel {
             let restoring = missing(dump, &ruleset);
             if apply {
                 // Also the predecessor's INPUT chain in a table a container runtime shares,
-                // which the flip emptied.
+                // which the flip emptied, and legacy iptables.
                 done.restored.extend(
                     iptables::restore(&self.nft, dump, &restoring)?
                         .into_iter()
                         .map(|(f, t)| format!("{f} {t}")),
+                );
+                done.restored.extend(
+                    iptables::restore_legacy(&self.nft, dump)?
+                        .into_iter()
+                        .map(|f| format!("{f} {}", iptables::LEGACY)),
                 );
             }
             for (family, name) in restoring.iter().filter(|(f, n)| !is_iptables_table(f, n)) {
@@ -324,6 +334,11 @@ impl Kernel {
         done.inserted += inserted;
         done.removed += removed;
         done.emptied_inputs = emptied;
+        // Legacy iptables, beside: its openings, or (the flip) the predecessor's rules gone.
+        let (inserted, removed, emptied) = iptables::converge_legacy(&self.nft, want, apply)?;
+        done.inserted += inserted;
+        done.removed += removed;
+        done.removed_tables += emptied;
         Ok(done)
     }
 }

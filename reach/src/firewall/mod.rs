@@ -6,7 +6,7 @@
 //! never touch the machine's own ruleset. The found firewall's chains are spoken by one of two
 //! drivers: [`nftables`] (the predecessor's own nft tables, edited with nft) and [`iptables`]
 //! (tables made by `iptables` on its nft backend, edited only through iptables, which owns their
-//! layout).
+//! layout; and legacy iptables, x_tables nft does not see, through `iptables-legacy`).
 //!
 //! Invariants:
 //! - on an adopted node the mesh loads no table of its own that accepts or drops by default:
@@ -69,7 +69,7 @@ pub enum FirewallError {
         stderr: String,
     },
     /// A firewall kind neither driver speaks is in force.
-    #[error("{0}: the mesh speaks nftables tables and iptables-nft, not this; adoption needs the found firewall in one of those")]
+    #[error("{0}: the mesh speaks nftables tables, iptables-nft and legacy iptables, not this; adoption needs the found firewall in one of those")]
     NotCovered(String),
     /// `nft -j` printed something that is not its JSON.
     #[error("cannot read nft's listing: {0}")]
@@ -159,6 +159,9 @@ pub struct Listing {
     /// `iptables-nft-save` per family (`ip`, `ip6`) whose tables nft's JSON shows with `xt`
     /// matches or targets.
     pub saved: std::collections::BTreeMap<String, String>,
+    /// `iptables-legacy-save` per family whose legacy rules are in force (x_tables, which
+    /// nft's listing does not show).
+    pub legacy: std::collections::BTreeMap<String, String>,
 }
 
 /// What the activator needs of a node's firewall.

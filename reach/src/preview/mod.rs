@@ -39,6 +39,9 @@ pub struct Observed {
     pub ruleset: Vec<Value>,
     /// `iptables-nft-save` per family (`ip`, `ip6`), for the tables nft's JSON shows as `xt`.
     pub saved: BTreeMap<String, String>,
+    /// `iptables-legacy-save` per family whose legacy rules are in force: x_tables, beside
+    /// nft's, read as tables of their own ([`crate::firewall::iptables::LEGACY`]).
+    pub legacy: BTreeMap<String, String>,
     /// Every listening (TCP) or bound (UDP) socket, loopback ones too.
     pub sockets: Vec<Listening>,
     /// The node's addresses and routes.
@@ -399,7 +402,7 @@ fn own_rules(rules: &::nftables::schema::Nftables<'_>) -> Ruleset {
         .ok()
         .and_then(|v| v.get("nftables").and_then(Value::as_array).cloned())
         .unwrap_or_default();
-    parse::ruleset(&objects, &BTreeMap::new())
+    parse::ruleset(&objects, &BTreeMap::new(), &BTreeMap::new())
 }
 
 /// The ruleset in force after the flip: `now` with the flip's changes.
@@ -721,7 +724,7 @@ fn destination(action: &Action) -> String {
 
 /// The flip preview, from what was observed on the node.
 pub fn preview(observed: &Observed, flip: &Flip<'_>) -> Preview {
-    let now = parse::ruleset(&observed.ruleset, &observed.saved);
+    let now = parse::ruleset(&observed.ruleset, &observed.saved, &observed.legacy);
     let after = after_flip(&now, flip);
     let (ports, judge) = published(
         observed,
@@ -770,7 +773,7 @@ pub struct Found {
 /// Every port published on the node and who reaches it through the rules in force, from what
 /// was observed; `private` is the private network a client may come from.
 pub fn reachable_now(observed: &Observed, private: &mesh_lib::model::PrivateNetwork) -> Vec<Found> {
-    let now = parse::ruleset(&observed.ruleset, &observed.saved);
+    let now = parse::ruleset(&observed.ruleset, &observed.saved, &observed.legacy);
     let (ports, judge) = published(observed, &now, None, private);
     ports
         .into_iter()
@@ -1130,7 +1133,7 @@ mod tests {
     #[test]
     fn after_the_flip_is_the_ruleset_the_flip_leaves() {
         let target = managed();
-        let mut now = parse::ruleset(&predecessor(), &BTreeMap::new());
+        let mut now = parse::ruleset(&predecessor(), &BTreeMap::new(), &BTreeMap::new());
         let input = rules::Chain {
             family: Family::Ip,
             table: "filter".into(),

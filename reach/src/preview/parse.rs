@@ -10,6 +10,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::Value;
 
+use crate::firewall::iptables::LEGACY;
+
 use super::rules::{
     Action, Base, Chain, ChainType, Cond, Family, Hook, Ports, Rule, Ruleset, Test,
 };
@@ -22,7 +24,15 @@ type SavedTables = BTreeMap<(String, String), Vec<(String, Vec<String>)>>;
 
 /// Reads nft's JSON ruleset (its `nftables` array); the tables in `saved` (family ->
 /// `iptables-nft-save` output) whose JSON hides an `xt` match or target are read from the save.
-pub fn ruleset(objects: &[Value], saved: &BTreeMap<String, String>) -> Ruleset {
+///
+/// Legacy iptables (`legacy`: family -> `iptables-legacy-save` output) is read as tables of
+/// its own beside nft's: its `filter` table as [`LEGACY`] (what the flip empties), its `nat`
+/// table as `iptables-legacy-nat`, their built-in chains hooked at iptables' priorities.
+pub fn ruleset(
+    objects: &[Value],
+    saved: &BTreeMap<String, String>,
+    legacy: &BTreeMap<String, String>,
+) -> Ruleset {
     let mut sets: Sets<'_> = BTreeMap::new();
     for s in objects.iter().filter_map(|o| o.get("set")) {
         if let (Some(f), Some(t), Some(n)) = (
@@ -96,6 +106,9 @@ pub fn ruleset(objects: &[Value], saved: &BTreeMap<String, String>) -> Ruleset {
         if let Some(chain) = out.chain_mut(Family::from_word(f), t, n) {
             chain.rules.push(rule);
         }
+    }
+    for (family, save) in legacy {
+        legacy_tables(&mut out, family, save);
     }
     for ((f, t), chains) in &from_save {
         for (name, lines) in chains {
@@ -364,6 +377,54 @@ fn json_match(family: &str, table: &str, m: &Value, sets: &Sets<'_>) -> Cond {
 }
 
 /// The chains of `table` in an `iptables-save` output, each with its `-A` lines' arguments.
+/// Legacy iptables' `filter` and `nat` tables of `family`, from its save, into `out`.
+fn legacy_tables(out: &mut Ruleset, family: &str, save: &str) {
+    for (table, name, kind) in [
+        ("filter", LEGACY.to_owned(), ChainType::Filter),
+        ("nat", format!("{LEGACY}-nat"), ChainType::Nat),
+    ] {
+        let Some(chains) = save_table(save, table) else {
+            continue;
+        };
+        let policies: BTreeMap<&str, &str> = save
+            .lines()
+            .skip_while(|l| l.strip_prefix('*').map(str::trim) != Some(table))
+            .take_while(|l| !l.starts_with("COMMIT"))
+            .filter_map(|l| l.strip_prefix(':'))
+            .filter_map(|l| {
+                let mut words = l.split_whitespace();
+                Some((words.next()?, words.next()?))
+            })
+            .collect();
+        let names: Vec<&str> = chains.iter().map(|(n, _)| n.as_str()).collect();
+        for (chain, lines) in &chains {
+            // iptables' built-in chains and where x_tables hooks them.
+            let hooked = match (table, chain.as_str()) {
+                ("filter", "INPUT") => Some((Hook::Input, 0)),
+                ("filter", "FORWARD") => Some((Hook::Forward, 0)),
+                ("filter", "OUTPUT") => Some((Hook::Output, 0)),
+                ("nat", "PREROUTING") => Some((Hook::Prerouting, -100)),
+                ("nat", "INPUT") => Some((Hook::Input, 100)),
+                ("nat", "OUTPUT") => Some((Hook::Output, -100)),
+                ("nat", "POSTROUTING") => Some((Hook::Postrouting, 100)),
+                _ => None,
+            };
+            out.chains.push(Chain {
+                family: Family::from_word(family),
+                table: name.clone(),
+                name: chain.clone(),
+                base: hooked.map(|(hook, priority)| Base {
+                    kind,
+                    hook,
+                    priority,
+                    accepts: policies.get(chain.as_str()) != Some(&"DROP"),
+                }),
+                rules: lines.iter().map(|l| save_rule(l, &names)).collect(),
+            });
+        }
+    }
+}
+
 fn save_table(save: &str, table: &str) -> Option<Vec<(String, Vec<String>)>> {
     let mut chains: Vec<(String, Vec<String>)> = Vec::new();
     let mut inside = false;
