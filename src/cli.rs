@@ -1070,6 +1070,19 @@ pub fn command() -> clap::Command {
     cmd
 }
 
+/// The value of the option `id` as given on the command line after the deepest of the commands
+/// `chain` (the mesh's own first) that was given it; `None` when none was.
+fn given<T: Clone + Send + Sync + 'static>(chain: &[&ArgMatches], id: &str) -> Option<T> {
+    chain
+        .iter()
+        .rev()
+        .find(|m| {
+            m.ids().any(|i| i == id)
+                && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        })
+        .and_then(|m| m.get_one::<T>(id).cloned())
+}
+
 /// `cmd` with `args` added to its subcommand at `path`.
 fn with_args(cmd: clap::Command, path: &[&str], args: Vec<clap::Arg>) -> clap::Command {
     match path.split_first() {
@@ -1092,41 +1105,16 @@ impl Cli {
         while let Some((_, sub)) = chain.last().and_then(|m| m.subcommand()) {
             chain.push(sub);
         }
-        // The deepest command where the option was given on the command line.
-        let given = |id: &str| -> Option<&ArgMatches> {
-            chain.iter().rev().copied().find(|m| {
-                m.ids().any(|i| i == id)
-                    && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
-            })
-        };
         let g = &mut cli.global;
-        if let Some(m) = given("state_dir") {
-            g.state_dir = m.get_one::<PathBuf>("state_dir").cloned();
-        }
-        if let Some(v) = given("root").and_then(|m| m.get_one::<PathBuf>("root")) {
-            g.root = v.clone();
-        }
-        if let Some(m) = given("netns") {
-            g.netns = m.get_one::<String>("netns").cloned();
-        }
-        if let Some(v) = given("eval_timeout").and_then(|m| m.get_one::<u64>("eval_timeout")) {
-            g.eval_timeout = *v;
-        }
-        if let Some(v) = given("eval_memory").and_then(|m| m.get_one::<u64>("eval_memory")) {
-            g.eval_memory = *v;
-        }
-        if let Some(m) = given("fleet") {
-            g.fleet = m.get_one::<PathBuf>("fleet").cloned();
-        }
-        if let Some(m) = given("tree") {
-            g.tree = m.get_one::<PathBuf>("tree").cloned();
-        }
-        if let Some(v) = given("container_jobs").and_then(|m| m.get_one::<u64>("container_jobs")) {
-            g.container_jobs = *v;
-        }
-        if let Some(v) = given("settle").and_then(|m| m.get_one::<u64>("settle")) {
-            g.settle = *v;
-        }
+        g.state_dir = given(&chain, "state_dir").or(g.state_dir.take());
+        g.root = given(&chain, "root").unwrap_or(std::mem::take(&mut g.root));
+        g.netns = given(&chain, "netns").or(g.netns.take());
+        g.eval_timeout = given(&chain, "eval_timeout").unwrap_or(g.eval_timeout);
+        g.eval_memory = given(&chain, "eval_memory").unwrap_or(g.eval_memory);
+        g.fleet = given(&chain, "fleet").or(g.fleet.take());
+        g.tree = given(&chain, "tree").or(g.tree.take());
+        g.container_jobs = given(&chain, "container_jobs").unwrap_or(g.container_jobs);
+        g.settle = given(&chain, "settle").unwrap_or(g.settle);
         Ok(cli)
     }
 }
