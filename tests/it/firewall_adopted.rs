@@ -593,3 +593,59 @@ fn reconcile_watch_repairs_and_stops_on_sigterm() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("reconcile: stopped"));
 }
+
+/// Legacy iptables reloaded by its own tool (`iptables-legacy-restore`, as a predecessor's
+/// service does at boot or on a change) while adopted: `mesh reconcile --watch 1` puts the
+/// openings back into its chains within its round.
+#[test]
+fn reconcile_watch_repairs_a_legacy_iptables_reload() {
+    if !have_root_tools(&["ip", "nft", "iptables-legacy-restore"]) {
+        return;
+    }
+    let f = Fixture::new();
+    let restore = |tool: &str, text: &str| {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &f.netns, tool])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success(), "{tool}");
+    };
+    let reload = || {
+        restore("iptables-legacy-restore", IPTABLES_V4);
+        restore("ip6tables-legacy-restore", IPTABLES_V6);
+    };
+    reload();
+    f.write_decl("fw.ncl", &declaration(true));
+    let adopted = f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap(), "--json"]);
+    let adopted: serde_json::Value = serde_json::from_str(adopted.last_line()).unwrap();
+    assert_eq!(adopted["found_firewall"], "iptables-legacy", "{adopted}");
+    let ours = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &f.netns, "iptables-legacy", "-S", "INPUT"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .matches("mesh: foundation bus")
+            .count()
+    };
+    assert_eq!(ours(), 1);
+
+    let mut child = f
+        .command(&["reconcile", "--watch", "1", "--json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    reload();
+    let reloaded = std::time::Instant::now();
+    assert_eq!(ours(), 0, "the reload took the opening");
+    while ours() == 0 && reloaded.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(ours(), 1, "the watch put the opening back");
+}
