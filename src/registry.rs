@@ -28,10 +28,12 @@ fn registry(target: &str, options: &RegistryOptions) -> Result<Registry, Failure
             timeout: Duration::from_secs(options.registry_timeout),
         },
     )
-    .map_err(registry_failure)
+    .map_err(failure)
 }
 
-fn registry_failure(e: RegistryError) -> Failure {
+/// A registry's error as a failure: bad input (1); a refusal — what it holds does not check
+/// out, or it denied access — (2); otherwise a failure of the system (3).
+pub fn failure(e: RegistryError) -> Failure {
     match e {
         RegistryError::Reference(_) => Failure::user(e),
         RegistryError::Invalid { .. }
