@@ -951,11 +951,11 @@ fn a_refused_login_says_which_credentials_were_tried_and_where() {
     );
 }
 
-/// Issue 48: `mesh push` and `mesh pull` against a registry with basic auth say a refusal in
-/// the words a switch fetching an image says it with, and exit as it does (2, a refusal):
-/// no credentials in the docker config and a wrong password are two facts, each naming what
-/// was tried and where it was looked for, never the password. Nothing is published, nothing
-/// pulled.
+/// Issue 48: `mesh push`, `mesh rollout` and `mesh pull` against a registry with basic auth
+/// say a refusal in the words a switch fetching an image says it with, and exit as it does
+/// (2, a refusal): no credentials in the docker config and a wrong password are two facts,
+/// each naming what was tried and where it was looked for, never the password. Nothing is
+/// published, nothing pulled.
 #[test]
 fn push_and_pull_are_denied_in_the_words_of_a_switch() {
     if !have_root_tools(&["docker-registry", "htpasswd", "ssh-keygen", "ip"]) {
@@ -987,6 +987,22 @@ fn push_and_pull_are_denied_in_the_words_of_a_switch() {
             ],
         )
     };
+    let rollout = |config: &Path| {
+        mesh_with(
+            &f,
+            config,
+            &[
+                "--fleet",
+                fleet,
+                "rollout",
+                &target,
+                "--insecure",
+                "--sign",
+                "--key",
+                key,
+            ],
+        )
+    };
     let pull =
         |config: &Path| mesh_with(&f, config, &["pull", &target, "--node", "n1", "--insecure"]);
     let none = empty_config();
@@ -1001,6 +1017,16 @@ fn push_and_pull_are_denied_in_the_words_of_a_switch() {
             ran.stdout.contains("n1") && ran.stdout.contains(&words),
             "the node's line says it too: {}",
             ran.stdout
+        );
+        let ran = rollout(config);
+        assert_eq!(ran.code, 2, "rollout ({had}): {}{}", ran.stdout, ran.stderr);
+        assert_says(
+            &ran,
+            &[
+                "nothing rolled out: uploading n1's objects: ",
+                &words,
+                &tried,
+            ],
         );
         let ran = pull(config);
         assert_eq!(ran.code, 2, "pull ({had}): {}{}", ran.stdout, ran.stderr);
