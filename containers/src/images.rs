@@ -10,9 +10,12 @@
 //! How ([`fetch`]): the engine's own pull (`POST /images/create`, bollard's `create_image`)
 //! of `REPO@sha256:…` — the tag is not asked, so a tag that moved at the registry changes
 //! nothing — with the credentials the docker config keeps for the registry, found as `mesh
-//! push` finds them ([`mesh_registry::docker_credentials`]); at most [`FETCH_JOBS`] images at a
-//! time, each reported to the [`Progress`] as its bytes come. After the pull each image is
-//! checked: the engine's `RepoDigests` must list its repository at its digest.
+//! push` finds them ([`mesh_registry::docker_login`]); at most [`FETCH_JOBS`] images at a
+//! time, each reported to the [`Progress`] as its bytes come. One that makes no progress for
+//! the stall timeout ([`STALL`] by default) is given up then, not left to the engine's retries.
+//! After the pull each image is checked: the engine's `RepoDigests` must list its repository at
+//! its digest. A registry that denies access is said in [`mesh_registry::Denied`]'s words, as
+//! `mesh push` and `mesh pull` say it.
 //!
 //! Invariants: a fetch changes only the engine's image store, never a container, a file or
 //! the firewall, so a failed fetch leaves the node as it was; it can run on its own, before

@@ -8,11 +8,6 @@
 
 use base64::Engine;
 
-/// The user and password the docker config keeps for `host`, if any.
-pub fn docker_credentials(host: &str) -> Option<(String, String)> {
-    docker_login(host).login
-}
-
 /// A registry that refused access: the one way every path says it — `mesh push`, `mesh pull`,
 /// `mesh follow`, `mesh rollout`, `mesh prune`, `mesh images lock`, and a switch fetching a
 /// container image through the engine. Credentials that were sent and refused (a wrong

@@ -60,7 +60,7 @@ pub use client::{Options, Registry, Sent};
 pub fn object_tag(hash: &BlobHash) -> String {
     format!("b3-{}", hash.hex())
 }
-pub use credentials::{docker_credentials, docker_login, Denied, Lookup};
+pub use credentials::{docker_login, Denied, Lookup};
 
 /// The artifact's type.
 pub const ARTIFACT_TYPE: &str = "application/vnd.mesh.generation.v1";
