@@ -31,6 +31,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         netns: cli.global.netns,
         container_jobs: cli.global.container_jobs as usize,
         settle: std::time::Duration::from_secs(cli.global.settle),
+        fetch_stall: context::fetch_stall()?,
         served: crate::serve::served(),
     };
     // An import (its --check aside) reads no state of the mesh's: it opens the node over a

@@ -101,6 +101,8 @@ pub struct Machine {
     pub container_jobs: usize,
     /// How long a switch watches the units it started before it calls them up.
     pub settle: std::time::Duration,
+    /// How long an image's fetch may make no progress before a switch gives it up.
+    pub fetch_stall: std::time::Duration,
     /// Whether a deploy key asked for what runs (`mesh serve`): a generation from elsewhere
     /// then needs a signer trusted now, and a statement naming it.
     pub served: bool,
@@ -113,6 +115,7 @@ impl Machine {
             Activator::open(&self.state, &self.root, self.netns.clone())?
                 .with_container_jobs(self.container_jobs)
                 .with_settle(self.settle)
+                .with_fetch_stall(self.fetch_stall)
                 .with_progress(Box::new(crate::progress::Containers::new())),
         )
     }
@@ -125,6 +128,27 @@ impl Machine {
             self.netns.clone(),
         )?)
     }
+}
+
+/// How long an image's fetch may make no progress before a switch gives it up: the
+/// deploy's `--io-timeout`, read from the same `MESH_IO_TIMEOUT` (seconds, 1 to 3600), else
+/// [`mesh_containers::images::STALL`]. A switch on a node inherits it from the deploy or the
+/// pull that started it.
+pub fn fetch_stall() -> Result<std::time::Duration, Failure> {
+    let Some(value) = std::env::var_os("MESH_IO_TIMEOUT") else {
+        return Ok(mesh_containers::images::STALL);
+    };
+    value
+        .to_str()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| (1..=3600).contains(s))
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| {
+            Failure::user(format!(
+                "MESH_IO_TIMEOUT={}: not a number of seconds from 1 to 3600",
+                value.to_string_lossy()
+            ))
+        })
 }
 
 /// Where the fleet is, as the global options say.

@@ -319,6 +319,10 @@ pub fn status(state: &Path, place: &Place, status_args: FleetStatusArgs) -> Resu
                     l.withdrawn = true;
                     statement.as_deref().map(mesh_registry::parse_statement)
                 }
+                // Denied: in the words, and with the exit, of every other path.
+                Err(e @ mesh_registry::RegistryError::Denied { .. }) => {
+                    return Err(crate::registry::failure(e))
+                }
                 Err(e) => return Err(Failure::system(e)),
             };
             l.tag_statement = Some(match statement {

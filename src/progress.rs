@@ -134,16 +134,14 @@ impl mesh_containers::Progress for Containers {
         if self.terminal {
             let multi =
                 indicatif::MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
-            let style = ProgressStyle::with_template(
-                "image {prefix} [{bar:20}] {bytes}/{total_bytes} {wide_msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> ");
             let bars = images
                 .iter()
                 .map(|image| {
+                    // A spinner until the engine says how many bytes come: a bar of 0 B/0 B
+                    // would read full.
                     let bar = multi.add(ProgressBar::new(0));
-                    bar.set_style(style.clone());
+                    bar.set_style(spinner_style());
+                    bar.enable_steady_tick(Duration::from_millis(250));
                     bar.set_prefix(mesh_lib::text::escape(&short(image)).into_owned());
                     bar.set_message("waiting");
                     ((*image).to_owned(), bar)
@@ -172,16 +170,25 @@ impl mesh_containers::Progress for Containers {
             };
             match state {
                 Fetching::Waiting => bar.set_message("waiting"),
+                Fetching::Bytes { total: 0, .. } => {}
                 Fetching::Bytes { done, total } => {
+                    if bar.length() == Some(0) {
+                        bar.disable_steady_tick();
+                        bar.set_style(bytes_style());
+                    }
                     bar.set_length(total);
                     bar.set_position(done);
                     bar.set_message("");
                 }
                 Fetching::Done => {
+                    bar.disable_steady_tick();
                     bar.set_position(bar.length().unwrap_or(0));
                     bar.finish_with_message("fetched, digest checked");
                 }
-                Fetching::Failed => bar.abandon_with_message("failed"),
+                Fetching::Failed => {
+                    bar.disable_steady_tick();
+                    bar.abandon_with_message("failed");
+                }
             }
         } else {
             let elapsed = s.started.map_or(0, |t| t.elapsed().as_secs());
@@ -210,4 +217,17 @@ impl mesh_containers::Progress for Containers {
             }
         }
     }
+}
+
+/// An image whose size is not known yet: a spinner.
+fn spinner_style() -> ProgressStyle {
+    ProgressStyle::with_template("image {prefix} {spinner} {wide_msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
+
+/// An image whose layers said their sizes: a bar of bytes.
+fn bytes_style() -> ProgressStyle {
+    ProgressStyle::with_template("image {prefix} [{bar:20}] {bytes}/{total_bytes} {wide_msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
 }

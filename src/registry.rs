@@ -28,14 +28,18 @@ fn registry(target: &str, options: &RegistryOptions) -> Result<Registry, Failure
             timeout: Duration::from_secs(options.registry_timeout),
         },
     )
-    .map_err(registry_failure)
+    .map_err(failure)
 }
 
-fn registry_failure(e: RegistryError) -> Failure {
+/// A registry's error as a failure: bad input (1); a refusal — what it holds does not check
+/// out, or it denied access — (2); otherwise a failure of the system (3).
+pub fn failure(e: RegistryError) -> Failure {
     match e {
         RegistryError::Reference(_) => Failure::user(e),
-        RegistryError::Invalid { .. } | RegistryError::Mismatch { .. } => {
-            Failure::new(Exit::Refused, miette::miette!("{e}; nothing was changed"))
+        RegistryError::Invalid { .. }
+        | RegistryError::Mismatch { .. }
+        | RegistryError::Denied { .. } => {
+            Failure::text(Exit::Refused, format!("{e}; nothing was changed"))
         }
         _ => Failure::system(e),
     }
@@ -118,19 +122,28 @@ pub fn push(state: &Path, place: &Place, args: PushArgs) -> Result<(), Failure> 
         }
         say!("{} bytes sent to {}", total, registry.name());
     }
-    let failed: Vec<&str> = lines
-        .iter()
-        .filter(|l| l.error.is_some())
-        .map(|l| l.node.as_str())
-        .collect();
+    let failed: Vec<&mesh_fleet::publish::Pushed> =
+        lines.iter().filter(|l| l.error.is_some()).collect();
     if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(Failure::system(format!(
-            "not published: {}",
-            failed.join(", ")
-        )))
+        return Ok(());
     }
+    // A registry that denied access refuses the push, as it refuses a switch's image (exit 2).
+    let exit = if failed.iter().any(|l| l.refused) {
+        Exit::Refused
+    } else {
+        Exit::System
+    };
+    Err(Failure::text(
+        exit,
+        format!(
+            "not published: {}",
+            failed
+                .iter()
+                .map(|l| format!("{}: {}", l.node, l.error.as_deref().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    ))
 }
 
 /// `mesh prune`: the node tags' generations read into the publisher's store (it has most of
@@ -141,6 +154,9 @@ pub fn prune(state: &Path, args: &PruneArgs) -> Result<(), Failure> {
     let pruned =
         mesh_registry::prune::prune(&registry, &store, args.dry_run).map_err(|e| match e {
             RegistryError::Reference(_) => Failure::user(e),
+            RegistryError::Denied { .. } => {
+                Failure::text(Exit::Refused, format!("{e}; the prune stopped"))
+            }
             e => Failure::system(miette::miette!("{e}; the prune stopped")),
         })?;
     if args.json {
@@ -191,10 +207,15 @@ pub fn rollout(state: &Path, place: &Place, args: RolloutArgs) -> Result<(), Fai
     // Every object first, no tag moved: a wave then costs a manifest per node.
     for line in mesh_fleet::publish::publish(&registry, &prepared, false) {
         if let Some(e) = line.error {
-            return Err(Failure::system(format!(
-                "nothing rolled out: uploading {}'s objects: {e}",
-                line.node
-            )));
+            let exit = if line.refused {
+                Exit::Refused
+            } else {
+                Exit::System
+            };
+            return Err(Failure::text(
+                exit,
+                format!("nothing rolled out: uploading {}'s objects: {e}", line.node),
+            ));
         }
     }
     let nodes = crate::context::select(&fleet, &args.publish.fleet.nodes)?;

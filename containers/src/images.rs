@@ -10,9 +10,12 @@
 //! How ([`fetch`]): the engine's own pull (`POST /images/create`, bollard's `create_image`)
 //! of `REPO@sha256:…` — the tag is not asked, so a tag that moved at the registry changes
 //! nothing — with the credentials the docker config keeps for the registry, found as `mesh
-//! push` finds them ([`mesh_registry::docker_credentials`]); at most [`FETCH_JOBS`] images at a
-//! time, each reported to the [`Progress`] as its bytes come. After the pull each image is
-//! checked: the engine's `RepoDigests` must list its repository at its digest.
+//! push` finds them ([`mesh_registry::docker_login`]); at most [`FETCH_JOBS`] images at a
+//! time, each reported to the [`Progress`] as its bytes come. One that makes no progress for
+//! the stall timeout ([`STALL`] by default) is given up then, not left to the engine's retries.
+//! After the pull each image is checked: the engine's `RepoDigests` must list its repository at
+//! its digest. A registry that denies access is said in [`mesh_registry::Denied`]'s words, as
+//! `mesh push` and `mesh pull` say it.
 //!
 //! Invariants: a fetch changes only the engine's image store, never a container, a file or
 //! the firewall, so a failed fetch leaves the node as it was; it can run on its own, before
@@ -29,6 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bollard::auth::DockerCredentials;
 use bollard::query_parameters::CreateImageOptions;
@@ -82,13 +86,9 @@ pub enum Why {
         /// What the engine lists for the image.
         found: Vec<String>,
     },
-    /// The registry refused the credentials, or asked for some and none were given.
-    Denied {
-        /// The registry's message, through the engine.
-        message: String,
-        /// Whether the docker config gave credentials for the registry.
-        had_credentials: bool,
-    },
+    /// The registry refused the credentials, or asked for some and none were given: in the
+    /// words `mesh push` and `mesh pull` say it with.
+    Denied(mesh_registry::Denied),
     /// The registry does not answer.
     Unreachable(String),
     /// The engine's disk is full.
@@ -133,18 +133,7 @@ fn describe(digest: &ImageDigest, registry: &str, why: &Why) -> String {
                 found.join(", ")
             }
         ),
-        Why::Denied {
-            message,
-            had_credentials: true,
-        } => format!(
-            "the registry {registry} denied the docker config's credentials: {message}"
-        ),
-        Why::Denied {
-            message,
-            had_credentials: false,
-        } => format!(
-            "the registry {registry} denied access and the docker config has no credentials for it (docker login {registry}, or DOCKER_CONFIG): {message}"
-        ),
+        Why::Denied(denied) => denied.to_string(),
         Why::Unreachable(m) => format!("the registry {registry} is not reachable: {m}"),
         Why::NoSpace(m) => format!("the engine's disk is full: {m}"),
         Why::Engine(m) => format!("the engine failed to fetch it: {m}"),
@@ -157,7 +146,7 @@ impl FetchError {
     pub fn refused(&self) -> bool {
         matches!(
             self.why,
-            Why::NoSuchDigest { .. } | Why::Mismatch { .. } | Why::Denied { .. }
+            Why::NoSuchDigest { .. } | Why::Mismatch { .. } | Why::Denied(_)
         )
     }
 }
@@ -474,20 +463,35 @@ fn has_by_digest(engine: &Engine, image: &str) -> Result<bool, DockerError> {
         .is_some_and(|found| found.iter().any(|d| r.matches_repo_digest(d))))
 }
 
+/// How long an image's fetch may make no progress (no byte of a layer, no layer done) before
+/// it is given up, by default: the engine's own retries of a registry gone mid-layer take
+/// longer than a person waits (some 75 s), and a registry that stops sending is waited for
+/// for ever. The same as a deploy's `--io-timeout` (`MESH_IO_TIMEOUT`), which sets it.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// The docker config's credentials for a registry: where they were looked for, and what the
+/// engine is given.
+struct Login {
+    lookup: mesh_registry::Lookup,
+    engine: Option<DockerCredentials>,
+}
+
 /// Fetches every image of `wanted` through the engine, at most [`FETCH_JOBS`] at a time, each
-/// checked against its digest after; after a failure no other fetch starts, and those in flight
-/// are waited for. Returns the images fetched.
+/// checked against its digest after; one that makes no progress for `stall` is given up (see
+/// [`STALL`]); after a failure no other fetch starts, and those in flight are waited for.
+/// Returns the images fetched.
 pub fn fetch(
     engine: &Engine,
     wanted: &[Wanted],
     progress: &dyn Progress,
+    stall: Duration,
 ) -> Result<Vec<String>, FetchFailed> {
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
     // The credentials first, once per registry (a helper is a process to run, up to 10 s).
     let mut plans = Vec::new();
-    let mut logins: BTreeMap<String, Option<DockerCredentials>> = BTreeMap::new();
+    let mut logins: BTreeMap<String, std::sync::Arc<Login>> = BTreeMap::new();
     for w in wanted {
         let r = ImageRef::parse(&w.image).map_err(|e| FetchFailed {
             failed: vec![FetchError {
@@ -501,14 +505,17 @@ pub fn fetch(
         let login = logins
             .entry(r.credentials_host().to_owned())
             .or_insert_with(|| {
-                mesh_registry::docker_credentials(r.credentials_host()).map(|(user, password)| {
-                    DockerCredentials {
+                let lookup = mesh_registry::docker_login(r.credentials_host());
+                let engine = lookup
+                    .login
+                    .clone()
+                    .map(|(user, password)| DockerCredentials {
                         username: Some(user),
                         password: Some(password),
                         serveraddress: Some(r.registry().to_owned()),
                         ..Default::default()
-                    }
-                })
+                    });
+                std::sync::Arc::new(Login { lookup, engine })
             })
             .clone();
         plans.push((w, r, login));
@@ -525,7 +532,9 @@ pub fn fetch(
                 let Some((w, r, login)) = queue.next() else {
                     break;
                 };
-                running.push(async move { (w, fetch_one(engine, w, r, login, progress).await) });
+                running.push(
+                    async move { (w, fetch_one(engine, w, r, login, progress, stall).await) },
+                );
             }
             let Some((w, result)) = running.next().await else {
                 break;
@@ -556,8 +565,9 @@ async fn fetch_one(
     engine: &Engine,
     w: &Wanted,
     r: &ImageRef,
-    login: &Option<DockerCredentials>,
+    login: &Login,
     progress: &dyn Progress,
+    stall: Duration,
 ) -> Result<(), FetchError> {
     let fail = |why| FetchError {
         image: w.image.clone(),
@@ -573,18 +583,33 @@ async fn fetch_one(
     engine.counted();
     let mut stream = engine
         .api()
-        .create_image(Some(options), None, login.clone());
+        .create_image(Some(options), None, login.engine.clone());
     // Each layer's bytes, by the engine's id of it: a layer is counted once it says its size.
     let mut layers: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    while let Some(item) = stream.next().await {
+    // Given up when nothing moves for `stall`: the engine's "Retrying in N seconds" is no
+    // progress, a layer's bytes growing or a layer's step done is. Dropping the stream closes
+    // the request, and the engine cancels the pull: no part of the image stays.
+    let mut until = tokio::time::Instant::now() + stall;
+    loop {
+        let item = match tokio::time::timeout_at(until, stream.next()).await {
+            Ok(Some(item)) => item,
+            Ok(None) => break,
+            Err(_) => {
+                return Err(fail(Why::Unreachable(format!(
+                    "no byte of the image came for {} s, and the fetch was given up \
+                     (MESH_IO_TIMEOUT sets how long)",
+                    stall.as_secs()
+                ))))
+            }
+        };
         let info = match item {
             Ok(info) => info,
             Err(e) => {
-                let why = classify(&e, login.is_some());
+                let why = classify(&e, &login.lookup, r.registry());
                 let why = match why {
                     Why::NoSuchDigest { .. } => Why::NoSuchDigest {
                         repository: r.repository(),
-                        tagged: tagged_at_registry(engine, r, login).await,
+                        tagged: tagged_at_registry(engine, r, &login.engine).await,
                     },
                     other => other,
                 };
@@ -594,6 +619,10 @@ async fn fetch_one(
         let (Some(id), Some(status)) = (info.id, info.status) else {
             continue;
         };
+        let before = layers.get(&id).map(|l| l.0);
+        if moved(&status, before, &info.progress_detail) {
+            until = tokio::time::Instant::now() + stall;
+        }
         let detail = info.progress_detail.unwrap_or_default();
         let (current, total) = (
             detail.current.and_then(|c| u64::try_from(c).ok()),
@@ -630,6 +659,29 @@ async fn fetch_one(
     }
 }
 
+/// Whether the engine's line `status` about a layer that had `before` bytes (if counted) is
+/// progress: any step of it but a retry, and a download only when its bytes grew.
+fn moved(
+    status: &str,
+    before: Option<u64>,
+    detail: &Option<bollard::models::ProgressDetail>,
+) -> bool {
+    if status.starts_with("Retrying") {
+        return false;
+    }
+    if status != "Downloading" {
+        return true;
+    }
+    let current = detail
+        .as_ref()
+        .and_then(|d| d.current)
+        .and_then(|c| u64::try_from(c).ok());
+    match (before, current) {
+        (Some(b), Some(c)) => c > b,
+        _ => true,
+    }
+}
+
 /// What the declared tag names at the registry, asked through the engine without fetching
 /// anything: a digest that does not match is then named beside the pinned one.
 async fn tagged_at_registry(
@@ -650,7 +702,7 @@ async fn tagged_at_registry(
 
 /// Why a pull failed, from the engine's answer: its status and the registry's message it
 /// passes on.
-fn classify(e: &bollard::errors::Error, had_credentials: bool) -> Why {
+fn classify(e: &bollard::errors::Error, lookup: &mesh_registry::Lookup, registry: &str) -> Why {
     let (status, message) = match e {
         bollard::errors::Error::DockerResponseServerError {
             status_code,
@@ -670,10 +722,7 @@ fn classify(e: &bollard::errors::Error, had_credentials: bool) -> Why {
         "no basic auth credentials",
         "forbidden",
     ]) {
-        Why::Denied {
-            message,
-            had_credentials,
-        }
+        Why::Denied(mesh_registry::Denied::new(registry, lookup, message))
     } else if status == Some(404) || has(&["manifest unknown", "not found: manifest"]) {
         Why::NoSuchDigest {
             repository: String::new(),
@@ -704,6 +753,18 @@ fn classify(e: &bollard::errors::Error, had_credentials: bool) -> Why {
 mod tests {
     use super::*;
 
+    /// A docker config lookup that found nothing, or the user `ci`.
+    fn lookup(found: bool) -> mesh_registry::Lookup {
+        mesh_registry::Lookup {
+            login: found.then(|| ("ci".to_owned(), "s3cret".to_owned())),
+            said: if found {
+                "the user ci for r.example from /c/config.json".into()
+            } else {
+                "none (there is no docker config at /c/config.json)".into()
+            },
+        }
+    }
+
     fn server(status: u16, message: &str) -> bollard::errors::Error {
         bollard::errors::Error::DockerResponseServerError {
             status_code: status,
@@ -718,38 +779,67 @@ mod tests {
     fn the_engines_answers_are_read_as_what_they_are() {
         let unknown = server(404, "manifest for 127.0.0.1:5391/t/busy@sha256:00 not found: manifest unknown: manifest unknown");
         assert!(matches!(
-            classify(&unknown, false),
+            classify(&unknown, &lookup(false), "r.example"),
             Why::NoSuchDigest { .. }
         ));
         let none = server(500, "Get \"http://127.0.0.1:5392/v2/t/busy/manifests/sha256:a7\": no basic auth credentials");
         assert_eq!(
-            classify(&none, false),
-            Why::Denied {
+            classify(&none, &lookup(false), "127.0.0.1:5392"),
+            Why::Denied(mesh_registry::Denied {
+                registry: "127.0.0.1:5392".into(),
+                had_credentials: false,
+                tried: "none (there is no docker config at /c/config.json)".into(),
                 message: "Get \"http://127.0.0.1:5392/v2/t/busy/manifests/sha256:a7\": no basic auth credentials".into(),
-                had_credentials: false
-            }
+            })
         );
         let wrong = server(500, "unauthorized: authentication required");
         assert!(matches!(
-            classify(&wrong, true),
-            Why::Denied {
+            classify(&wrong, &lookup(true), "r.example"),
+            Why::Denied(mesh_registry::Denied {
                 had_credentials: true,
                 ..
-            }
+            })
         ));
         let down = server(
             500,
             "Get \"http://127.0.0.1:5399/v2/\": dial tcp 127.0.0.1:5399: connect: connection refused",
         );
-        assert!(matches!(classify(&down, false), Why::Unreachable(_)));
+        assert!(matches!(
+            classify(&down, &lookup(false), "r.example"),
+            Why::Unreachable(_)
+        ));
         let mid = bollard::errors::Error::DockerStreamError {
             error: "unexpected EOF".into(),
         };
-        assert!(matches!(classify(&mid, false), Why::Unreachable(_)));
+        assert!(matches!(
+            classify(&mid, &lookup(false), "r.example"),
+            Why::Unreachable(_)
+        ));
         let full = bollard::errors::Error::DockerStreamError {
             error: "write /var/lib/docker/tmp/x: no space left on device".into(),
         };
-        assert!(matches!(classify(&full, false), Why::NoSpace(_)));
+        assert!(matches!(
+            classify(&full, &lookup(false), "r.example"),
+            Why::NoSpace(_)
+        ));
+    }
+
+    /// A fetch's time without progress runs on through the engine's retries and a layer's
+    /// bytes that stay where they were; it starts again with a byte more or a step done.
+    #[test]
+    fn only_bytes_or_a_step_are_progress() {
+        let at = |current| {
+            Some(bollard::models::ProgressDetail {
+                current: Some(current),
+                total: Some(100),
+            })
+        };
+        assert!(!moved("Retrying in 5 seconds", Some(10), &None));
+        assert!(!moved("Downloading", Some(10), &at(10)));
+        assert!(moved("Downloading", Some(10), &at(11)));
+        assert!(moved("Downloading", None, &at(0)));
+        assert!(moved("Download complete", Some(10), &None));
+        assert!(moved("Extracting", None, &at(5)));
     }
 
     /// A digest mismatch and a denial refuse (another try cannot help); an unreachable
@@ -777,10 +867,11 @@ mod tests {
                 && text.contains("r.example/app:1"),
             "{text}"
         );
-        assert!(e(Why::Denied {
-            message: "denied".into(),
-            had_credentials: true
-        })
+        assert!(e(Why::Denied(mesh_registry::Denied::new(
+            "r.example",
+            &lookup(true),
+            "denied"
+        )))
         .refused());
         assert!(!e(Why::Unreachable("refused".into())).refused());
         assert!(!e(Why::NoSpace("full".into())).refused());

@@ -37,7 +37,8 @@ pub enum Fetching {
     Bytes {
         /// Downloaded.
         done: u64,
-        /// Known to come (grows as the engine learns each layer's size).
+        /// Known to come (grows as the engine learns each layer's size); 0 while no layer
+        /// said its size: not known yet (a spinner), not done.
         total: u64,
     },
     /// Fetched and checked.

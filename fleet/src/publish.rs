@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use mesh_compiler::Evaluator;
 use mesh_lib::{BlobHash, GenerationId, Store};
-use mesh_registry::{Piece, Publication, Registry, Sent};
+use mesh_registry::{Piece, Publication, Registry, RegistryError, Sent};
 use serde::Serialize;
 
 use crate::file::{Fleet, Node};
@@ -53,6 +53,26 @@ pub struct Pushed {
     /// Why it was not published.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Whether that is a refusal another try as it is cannot help: the registry denied the
+    /// docker config's credentials, or asked for some and it has none.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
+}
+
+/// Why something went wrong at the registry, in words, and whether it refused access.
+#[derive(Debug, Clone)]
+struct NotSent {
+    why: String,
+    refused: bool,
+}
+
+impl From<RegistryError> for NotSent {
+    fn from(e: RegistryError) -> Self {
+        Self {
+            refused: matches!(e, RegistryError::Denied { .. }),
+            why: e.to_string(),
+        }
+    }
 }
 
 /// The revision of the checkout the fleet file is in (`git rev-parse HEAD`), if it is one.
@@ -187,11 +207,9 @@ pub fn publish(registry: &Registry, prepared: &[Prepared], tag: bool) -> Vec<Pus
     }
     let objects: Vec<(&BlobHash, &(usize, &Piece))> = first.iter().collect();
     let sent = crate::each(&objects, AT_ONCE, |(hash, (_, piece))| {
-        registry
-            .upload_object(hash, piece)
-            .map_err(|e| e.to_string())
+        registry.upload_object(hash, piece).map_err(NotSent::from)
     });
-    let uploaded: BTreeMap<BlobHash, (usize, Result<Sent, String>)> = objects
+    let uploaded: BTreeMap<BlobHash, (usize, Result<Sent, NotSent>)> = objects
         .iter()
         .zip(sent)
         .map(|((hash, (owner, _)), sent)| (**hash, (*owner, sent)))
@@ -204,6 +222,7 @@ pub fn publish(registry: &Registry, prepared: &[Prepared], tag: bool) -> Vec<Pus
             sent: Sent::default(),
             tag_moved: false,
             error: None,
+            refused: false,
         };
         let (id, publication) = match &p.result {
             Err(e) => {
@@ -213,7 +232,7 @@ pub fn publish(registry: &Registry, prepared: &[Prepared], tag: bool) -> Vec<Pus
             Ok(ready) => ready,
         };
         line.generation = Some(*id);
-        let done = (|| {
+        let done: Result<(), NotSent> = (|| {
             let mut sent = Sent::default();
             for (hash, _) in &publication.objects {
                 match &uploaded[hash] {
@@ -222,21 +241,18 @@ pub fn publish(registry: &Registry, prepared: &[Prepared], tag: bool) -> Vec<Pus
                     (_, Err(e)) => return Err(e.clone()),
                 }
             }
-            sent += registry
-                .upload_node(publication)
-                .map_err(|e| e.to_string())?;
+            sent += registry.upload_node(publication)?;
             line.sent = sent;
             if tag {
-                let bytes = registry
-                    .tag(&p.node, publication)
-                    .map_err(|e| e.to_string())?;
+                let bytes = registry.tag(&p.node, publication)?;
                 line.tag_moved = bytes > 0;
                 line.sent.bytes += bytes;
             }
             Ok(())
         })();
         if let Err(e) = done {
-            line.error = Some(e);
+            line.error = Some(e.why);
+            line.refused = e.refused;
         }
         line
     })

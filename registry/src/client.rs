@@ -65,7 +65,7 @@ pub struct Registry {
     auth: RegistryAuth,
     /// Which credentials were tried, from where (or where none were found): said when the
     /// registry refuses them.
-    credentials: String,
+    lookup: crate::credentials::Lookup,
     /// Plain HTTP.
     insecure: bool,
     /// For those requests.
@@ -145,8 +145,8 @@ impl Registry {
             .enable_all()
             .build()?;
         let lookup = crate::credentials::docker_login(host);
-        let auth = match lookup.login {
-            Some((user, password)) => RegistryAuth::Basic(user, password),
+        let auth = match &lookup.login {
+            Some((user, password)) => RegistryAuth::Basic(user.clone(), password.clone()),
             None => RegistryAuth::Anonymous,
         };
         // reqwest's client sets its timers up in the runtime it is built in.
@@ -167,7 +167,7 @@ impl Registry {
             repository: repository.to_owned(),
             runtime,
             auth: auth.clone(),
-            credentials: lookup.said,
+            lookup,
             insecure: options.insecure,
             http,
             delete_token: Mutex::new(None),
@@ -198,15 +198,25 @@ impl Registry {
     ) -> impl FnOnce(oci_client::errors::OciDistributionError) -> RegistryError + '_ {
         let what = what.into();
         move |e| {
-            let mut why = mesh_lib::text::chain(&e);
-            if refuses_credentials(&why) {
-                why = format!("{why}; credentials tried: {}", self.credentials);
+            let why = mesh_lib::text::chain(&e);
+            if denies(&e) || refuses_credentials(&why) {
+                return self.denied(what, why);
             }
             RegistryError::Registry {
                 registry: self.name(),
                 what,
                 why,
             }
+        }
+    }
+
+    /// The registry refused access while doing `what`, answering `message`: in the words
+    /// every path says it with ([`crate::Denied`]).
+    fn denied(&self, what: impl Into<String>, message: String) -> RegistryError {
+        RegistryError::Denied {
+            repository: self.name(),
+            what: what.into(),
+            denied: Box::new(crate::Denied::new(&self.host, &self.lookup, message)),
         }
     }
 
@@ -322,6 +332,7 @@ impl Registry {
                 .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
         }) {
             Ok(_) => Ok(true),
+            Err(e) if denies(&e) => Err(self.failed(format!("asking for {tag}"))(e)),
             Err(
                 oci_client::errors::OciDistributionError::ImageManifestNotFoundError(_)
                 | oci_client::errors::OciDistributionError::RegistryError { .. },
@@ -404,11 +415,7 @@ impl Registry {
                 {
                     RegistryError::NoTag(format!("{}:{tag}", self.name()))
                 }
-                _ => RegistryError::Registry {
-                    registry: self.name(),
-                    what: format!("reading tag {tag}"),
-                    why: mesh_lib::text::chain(&e),
-                },
+                _ => self.failed(format!("reading tag {tag}"))(e),
             })?;
         if crate::sha256(&bytes) != digest && !digest.is_empty() {
             return Err(RegistryError::Invalid {
@@ -443,12 +450,13 @@ impl Registry {
             .block_on(self.client.pull_blob(&reference, &oci, &mut out))
             .map_err(|e| match e {
                 // The bytes the registry sent are not the ones the manifest names.
-                oci_client::errors::OciDistributionError::DigestError(d) => {
-                    RegistryError::Mismatch {
-                        object: what.clone(),
-                        actual: d.to_string(),
-                    }
-                }
+                oci_client::errors::OciDistributionError::DigestError(
+                    oci_client::errors::DigestError::VerificationError { expected, actual },
+                ) => RegistryError::Mismatch {
+                    object: what.clone(),
+                    expected,
+                    actual,
+                },
                 e => self.failed(format!("fetching {what}"))(e),
             })?;
         Ok(out.bytes)
@@ -650,6 +658,13 @@ impl Registry {
                  storage.delete.enabled)"
                     .into(),
             )),
+            code @ (401 | 403) => {
+                let said = self.runtime.block_on(answer.text()).unwrap_or_default();
+                Err(self.denied(
+                    format!("deleting {tag}"),
+                    format!("HTTP {code}: {}", mesh_lib::text::escape(said.trim())),
+                ))
+            }
             code => {
                 let said = self.runtime.block_on(answer.text()).unwrap_or_default();
                 Err(failed(format!(
@@ -692,8 +707,24 @@ impl tokio::io::AsyncWrite for Bounded {
     }
 }
 
-/// Whether a registry's answer refuses the credentials (or their absence): 401, 403, or its
+/// Whether the OCI client's error is the registry refusing access: 401 or 403, or its
 /// `UNAUTHORIZED` / `DENIED` codes.
+fn denies(e: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::{OciDistributionError as E, OciErrorCode};
+    match e {
+        E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => true,
+        E::ServerError { code, .. } => matches!(code, 401 | 403),
+        E::RequestError(r) => r.status().is_some_and(|s| matches!(s.as_u16(), 401 | 403)),
+        E::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)),
+        _ => false,
+    }
+}
+
+/// Whether a registry's answer, in words, refuses the credentials (or their absence): 401,
+/// 403, or its `UNAUTHORIZED` / `DENIED` codes.
 pub(crate) fn refuses_credentials(why: &str) -> bool {
     let lower = why.to_ascii_lowercase();
     // A status code as a number of its own: never the digits of a port or a digest

@@ -8,9 +8,52 @@
 
 use base64::Engine;
 
-/// The user and password the docker config keeps for `host`, if any.
-pub fn docker_credentials(host: &str) -> Option<(String, String)> {
-    docker_login(host).login
+/// A registry that refused access: the one way every path says it — `mesh push`, `mesh pull`,
+/// `mesh follow`, `mesh rollout`, `mesh prune`, `mesh images lock`, and a switch fetching a
+/// container image through the engine. Credentials that were sent and refused (a wrong
+/// password) and none to send are two facts, each named with what was tried and where it was
+/// looked for. Either is a refusal another try as it is cannot help (exit 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.sentence())]
+pub struct Denied {
+    /// The registry's host, as the docker config keys it.
+    pub registry: String,
+    /// Whether the docker config gave credentials for it (they were sent, and refused).
+    pub had_credentials: bool,
+    /// Which credentials were tried, from where — or where none were found ([`Lookup::said`]).
+    pub tried: String,
+    /// The registry's answer, as it came (through the engine, or to the mesh's own client).
+    pub message: String,
+}
+
+impl Denied {
+    /// The registry `registry` refused access with `message`, after the docker config was
+    /// looked up as `lookup` says.
+    pub fn new(registry: &str, lookup: &Lookup, message: impl Into<String>) -> Self {
+        Self {
+            registry: registry.to_owned(),
+            had_credentials: lookup.login.is_some(),
+            tried: lookup.said.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn sentence(&self) -> String {
+        let registry = &self.registry;
+        let fact = if self.had_credentials {
+            format!("the registry {registry} denied the docker config's credentials")
+        } else {
+            format!(
+                "the registry {registry} denied access and the docker config has no credentials \
+                 for it (docker login {registry}, or DOCKER_CONFIG)"
+            )
+        };
+        format!(
+            "{fact}: {}; credentials tried: {}",
+            self.message.trim(),
+            self.tried
+        )
+    }
 }
 
 /// What the docker config gives for a host, and where it was looked for, in words.
@@ -180,6 +223,37 @@ mod tests {
         assert!(
             none.contains("has no credentials for other.example"),
             "{none}"
+        );
+    }
+
+    /// A wrong password and no credentials are two facts, each said in its own words with
+    /// what was tried and where; the password never.
+    #[test]
+    fn a_denial_names_the_fact_and_what_was_tried() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = super::login_in(Some(dir.path()), "reg.example:5000");
+        let said = super::Denied::new("reg.example:5000", &none, "Not authorized").to_string();
+        assert!(
+            said.starts_with(
+                "the registry reg.example:5000 denied access and the docker config has no \
+                 credentials for it (docker login reg.example:5000, or DOCKER_CONFIG): Not \
+                 authorized; credentials tried: none (there is no docker config at"
+            ),
+            "{said}"
+        );
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"auths":{"reg.example:5000":{"auth":"dXNlcjpwYXNz"}}}"#,
+        )
+        .unwrap();
+        let found = super::login_in(Some(dir.path()), "reg.example:5000");
+        let said = super::Denied::new("reg.example:5000", &found, "Not authorized").to_string();
+        assert!(
+            said.starts_with(
+                "the registry reg.example:5000 denied the docker config's credentials: Not \
+                 authorized; credentials tried: the user user for reg.example:5000 from"
+            ) && !said.contains("pass"),
+            "{said}"
         );
     }
 

@@ -60,7 +60,7 @@ pub use client::{Options, Registry, Sent};
 pub fn object_tag(hash: &BlobHash) -> String {
     format!("b3-{}", hash.hex())
 }
-pub use credentials::docker_credentials;
+pub use credentials::{docker_login, Denied, Lookup};
 
 /// The artifact's type.
 pub const ARTIFACT_TYPE: &str = "application/vnd.mesh.generation.v1";
@@ -121,6 +121,17 @@ pub enum RegistryError {
         /// Its answer.
         why: String,
     },
+    /// The registry refused access: the docker config's credentials, or their absence
+    /// ([`Denied`], in the words a switch fetching an image says it with).
+    #[error("{what} in {repository}: {denied}")]
+    Denied {
+        /// The repository (`HOST/REPOSITORY`).
+        repository: String,
+        /// What was being done.
+        what: String,
+        /// The refusal.
+        denied: Box<Denied>,
+    },
     /// The registry has no artifact under that tag.
     #[error("{0}: no such tag")]
     NoTag(String),
@@ -143,12 +154,15 @@ pub enum RegistryError {
         /// What is wrong with it.
         why: String,
     },
-    /// An object whose bytes do not hash to its name: not stored.
-    #[error("the registry's {object} does not match its name (its bytes hash to {actual}), so it was not stored")]
+    /// An object whose bytes do not hash to what names it (its name, or the digest its
+    /// manifest gives): not stored.
+    #[error("the registry's {object} does not match what names it: expected {expected}, got {actual}; it was not stored")]
     Mismatch {
         /// The object, as the manifest names it.
         object: String,
-        /// What its bytes hash to.
+        /// What its bytes should hash to: its name, or the manifest's digest of them.
+        expected: String,
+        /// What they hash to.
         actual: String,
     },
     /// The local store.
@@ -625,10 +639,11 @@ fn keep_generation(
         }
         _ => Err(RegistryError::Mismatch {
             object: format!("generation {id}"),
+            expected: id.to_string(),
             actual: if canonical {
                 actual.to_string()
             } else {
-                "(not a generation's canonical encoding)".into()
+                format!("{actual} (bytes that are not a generation's canonical encoding)")
             },
         }),
     }
@@ -646,6 +661,7 @@ fn keyframe(
     if actual != *id {
         return Err(RegistryError::Mismatch {
             object: format!("generation {id} (the keyframe)"),
+            expected: id.to_string(),
             actual: actual.to_string(),
         });
     }
@@ -664,6 +680,7 @@ fn keep_blob(
     if actual != *hash {
         return Err(RegistryError::Mismatch {
             object: format!("blob {hash}"),
+            expected: hash.to_string(),
             actual: actual.to_string(),
         });
     }

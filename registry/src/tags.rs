@@ -115,10 +115,7 @@ async fn resolve_one(
             }
             if crate::client::refuses_credentials(&why) {
                 return Err(fail(
-                    format!(
-                        "the registry {registry} refused: {why}; credentials tried: {}",
-                        lookup.said
-                    ),
+                    crate::Denied::new(registry, &lookup, why).to_string(),
                     true,
                 ));
             }

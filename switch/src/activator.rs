@@ -28,6 +28,8 @@ pub struct Activator {
     pub(crate) progress: Box<dyn mesh_containers::Progress>,
     /// How long a switch watches the units it started before it calls them up.
     pub(crate) settle: std::time::Duration,
+    /// How long an image's fetch may make no progress before it is given up.
+    pub(crate) fetch_stall: std::time::Duration,
     /// The gaps the command line accepts losing (`--accept-gap`: `CONTAINER`,
     /// `CONTAINER:GAP`, `*`): see [`crate::gaps`].
     pub(crate) accepted_gaps: Vec<String>,
@@ -78,6 +80,7 @@ impl Activator {
             container_jobs: mesh_containers::DEFAULT_JOBS,
             progress: Box::new(mesh_containers::Quiet),
             settle: crate::units::SETTLE,
+            fetch_stall: mesh_containers::images::STALL,
             accepted_gaps: Vec::new(),
         }
     }
@@ -111,6 +114,13 @@ impl Activator {
     /// up (zero: not at all).
     pub fn with_settle(mut self, settle: std::time::Duration) -> Self {
         self.settle = settle;
+        self
+    }
+
+    /// The same node, giving up an image's fetch that makes no progress for `stall` (see
+    /// [`mesh_containers::images::STALL`]).
+    pub fn with_fetch_stall(mut self, stall: std::time::Duration) -> Self {
+        self.fetch_stall = stall;
         self
     }
 

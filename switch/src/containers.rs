@@ -174,7 +174,12 @@ impl Activator {
         wanted: &[mesh_containers::images::Wanted],
         generation: &GenerationId,
     ) -> Result<(), ActivateError> {
-        let fetched = mesh_containers::images::fetch(engine, wanted, self.progress.as_ref());
+        let fetched = mesh_containers::images::fetch(
+            engine,
+            wanted,
+            self.progress.as_ref(),
+            self.fetch_stall,
+        );
         let images = match &fetched {
             Ok(images) => images,
             Err(failed) => &failed.fetched,

@@ -131,23 +131,39 @@ impl Drop for Registry {
 
 /// A registry's address that goes away mid-fetch: a TCP relay on 127.0.0.1 to the registry
 /// that, once `cut_after` bytes of answers have passed, closes every connection and stops
-/// listening (as a registry that stops, or a link that drops, looks to the engine).
+/// listening (as a registry that stops, or a link that drops, looks to the engine) — or, made
+/// with [`Relay::stalling`], stops sending and keeps every connection open (a link that goes
+/// quiet: nothing tells the engine it is gone).
 struct Relay {
     port: u16,
     gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Answers stopped with the connections kept open.
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Relay {
     fn start(port: u16, to: u16, cut_after: Option<u64>) -> Self {
+        Self::between(port, to, cut_after, false)
+    }
+
+    /// A relay to `to` that stops sending answers once `after` bytes of them passed, every
+    /// connection left open until it is stopped.
+    fn stalling(to: u16, after: u64) -> Self {
+        Self::between(0, to, Some(after), true)
+    }
+
+    fn between(port: u16, to: u16, cut_after: Option<u64>, hold: bool) -> Self {
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         use std::sync::Arc;
         let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let gone = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(AtomicBool::new(false));
         let passed = Arc::new(AtomicU64::new(0));
         let flag = gone.clone();
+        let quiet = stalled.clone();
         let thread = std::thread::spawn(move || {
             let mut open: Vec<std::net::TcpStream> = Vec::new();
             while !flag.load(Ordering::SeqCst) {
@@ -168,19 +184,31 @@ impl Relay {
                     let _ = u_out.shutdown(std::net::Shutdown::Write);
                 });
                 let (mut u_in, mut c_out) = (upstream, client);
-                let (passed, flag) = (passed.clone(), flag.clone());
+                let (passed, flag, quiet) = (passed.clone(), flag.clone(), quiet.clone());
                 std::thread::spawn(move || {
                     use std::io::Read;
                     let mut buf = [0u8; 16 * 1024];
                     while let Ok(n) = u_in.read(&mut buf) {
+                        if quiet.load(Ordering::SeqCst) {
+                            break;
+                        }
                         if n == 0 || c_out.write_all(&buf[..n]).is_err() {
                             break;
                         }
                         let total = passed.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
                         if cut_after.is_some_and(|cut| total >= cut) {
-                            flag.store(true, Ordering::SeqCst);
+                            if hold {
+                                quiet.store(true, Ordering::SeqCst);
+                            } else {
+                                flag.store(true, Ordering::SeqCst);
+                            }
                             break;
                         }
+                    }
+                    // Quiet: the connection stays open, nothing more sent, until the relay
+                    // stops.
+                    while quiet.load(Ordering::SeqCst) && !flag.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(20));
                     }
                     let _ = c_out.shutdown(std::net::Shutdown::Both);
                 });
@@ -193,12 +221,17 @@ impl Relay {
         Self {
             port,
             gone,
+            stalled,
             thread: Some(thread),
         }
     }
 
     fn is_gone(&self) -> bool {
         self.gone.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn is_stalled(&self) -> bool {
+        self.stalled.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn stop(&mut self) {
@@ -432,6 +465,49 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
+/// The words every path (a switch's image fetch, push, pull, prune, images lock) says a
+/// registry's refusal with, up to the registry's own answer: the credentials sent and denied
+/// (`had`), or none in the docker config.
+pub(crate) fn denial(host: &str, had: bool) -> String {
+    if had {
+        format!("the registry {host} denied the docker config's credentials: ")
+    } else {
+        format!(
+            "the registry {host} denied access and the docker config has no credentials for it \
+             (docker login {host}, or DOCKER_CONFIG): "
+        )
+    }
+}
+
+/// What the words say was tried, after the registry's answer: no docker config at `config`,
+/// or the user `ci` from it.
+pub(crate) fn tried(host: &str, config: &Path, had: bool) -> String {
+    let file = config.join("config.json");
+    if had {
+        format!(
+            "; credentials tried: the user ci for {host} from {}",
+            file.display()
+        )
+    } else {
+        format!(
+            "; credentials tried: none (there is no docker config at {}",
+            file.display()
+        )
+    }
+}
+
+/// A docker config (its folder) whose `auths` give `user:password` for `host`.
+pub(crate) fn config_with(host: &str, user: &str, password: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let auth = base64(format!("{user}:{password}").as_bytes());
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::json!({ "auths": { host: { "auth": auth } } }).to_string(),
+    )
+    .unwrap();
+    dir
+}
+
 fn empty_config() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
@@ -623,18 +699,7 @@ fn a_registry_gone_mid_fetch_refuses_and_the_next_switch_finishes() {
     let registry = Registry::start(None);
     let mut made = Made::new("im");
     // A layer of 16 MiB that does not compress, cut after 4 MiB of it.
-    let noise: String = {
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        (0..16 * 1024 * 1024 / 16)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                format!("{x:016x}")
-            })
-            .collect()
-    };
-    let (repository, digest) = made.pushed(&registry, "big", "1", &noise);
+    let (repository, digest) = made.pushed(&registry, "big", "1", &noise());
     let mut relay = Relay::start(0, registry.port, Some(4 * 1024 * 1024));
     let relayed = format!("127.0.0.1:{}", relay.port);
     made.hosts.push(relayed.clone());
@@ -671,6 +736,72 @@ fn a_registry_gone_mid_fetch_refuses_and_the_next_switch_finishes() {
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     assert_eq!(container(&name).map(|c| c.0), Some(true));
     assert_eq!(f.read("/etc/motd").as_deref(), Some("one\n"));
+}
+
+/// 16 MiB of hex that does not compress: an image layer big enough to be cut in the middle.
+fn noise() -> String {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..16 * 1024 * 1024 / 16)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{x:016x}")
+        })
+        .collect()
+}
+
+/// Issue 48: a registry that goes quiet in the middle of a layer (the connection open,
+/// nothing more sent: the engine would wait for ever) is given up once no byte came for the
+/// I/O timeout — at the default, 30 s, well within 45 — refusing the switch (exit 3) with the
+/// image named and nothing changed: no file, no container, no generation, no image.
+#[test]
+fn a_registry_that_stops_sending_is_given_up_at_the_io_timeout() {
+    if !lab_here(false) {
+        return;
+    }
+    let _turn = take_turn();
+    let registry = Registry::start(None);
+    let mut made = Made::new("is");
+    let (repository, digest) = made.pushed(&registry, "big", "1", &noise());
+    let mut relay = Relay::stalling(registry.port, 4 * 1024 * 1024);
+    let relayed = format!("127.0.0.1:{}", relay.port);
+    made.hosts.push(relayed.clone());
+    let image = format!(
+        "{}@{digest}",
+        repository.replacen(&registry.host(), &relayed, 1)
+    );
+    let name = format!("{}-app", made.prefix);
+    let f = Fixture::new();
+    let config = empty_config();
+    f.write_decl("n.ncl", &declaration("one\\n", &[(&name, &image)]));
+    let decl = f.decl("n.ncl");
+    let before = f.snapshot();
+
+    let mut c = f.command(&["switch", decl.to_str().unwrap()]);
+    c.env("DOCKER_CONFIG", config.path())
+        .env_remove("MESH_IO_TIMEOUT");
+    let started = Instant::now();
+    let ran = run(c);
+    let took = started.elapsed();
+    assert!(relay.is_stalled(), "the registry went quiet mid-fetch");
+    assert_eq!(ran.code, 3, "{}{}", ran.stdout, ran.stderr);
+    assert_says(
+        &ran,
+        &[
+            &format!("image {image}"),
+            &format!("the registry {relayed} is not reachable"),
+            "no byte of the image came for 30 s, and the fetch was given up",
+            "nothing was changed",
+        ],
+    );
+    assert!(
+        took >= Duration::from_secs(30) && took < Duration::from_secs(45),
+        "given up after {took:?}, not at the I/O timeout"
+    );
+    nothing_changed(&f, &before, &[&name], "registry quiet mid-fetch");
+    assert!(!has_image(&image), "a part of an image is not an image");
+    relay.stop();
 }
 
 /// A digest the registry does not have refuses the switch (exit 2) naming both the pinned
@@ -733,16 +864,7 @@ fn credentials_come_from_the_docker_config() {
     let decl = f.decl("n.ncl");
     let decl = decl.to_str().unwrap();
     let before = f.snapshot();
-    let config_with = |user: &str, password: &str| -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        let auth = base64(format!("{user}:{password}").as_bytes());
-        std::fs::write(
-            dir.path().join("config.json"),
-            serde_json::json!({ "auths": { registry.host(): { "auth": auth } } }).to_string(),
-        )
-        .unwrap();
-        dir
-    };
+    let host = registry.host();
 
     let none = empty_config();
     let ran = mesh_with(&f, none.path(), &["switch", decl]);
@@ -750,29 +872,27 @@ fn credentials_come_from_the_docker_config() {
     assert_says(
         &ran,
         &[
-            &format!("image {image}"),
-            "denied access and the docker config has no credentials for it",
+            &format!("image {image}: {}", denial(&host, false)),
+            &tried(&host, none.path(), false),
             "nothing was changed",
         ],
     );
     nothing_changed(&f, &before, &[&name], "no credentials");
 
-    let wrong = config_with("ci", "wrong");
+    let wrong = config_with(&host, "ci", "n0t-it");
     let ran = mesh_with(&f, wrong.path(), &["switch", decl]);
     assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
     assert_says(
         &ran,
         &[
-            &format!("image {image}"),
-            &format!(
-                "the registry {} denied the docker config's credentials",
-                registry.host()
-            ),
+            &format!("image {image}: {}", denial(&host, true)),
+            &tried(&host, wrong.path(), true),
         ],
     );
+    assert!(!ran.stderr.contains("n0t-it"), "never the password");
     nothing_changed(&f, &before, &[&name], "wrong password");
 
-    let right = config_with("ci", "s3cret");
+    let right = config_with(&host, "ci", "s3cret");
     let ran = mesh_with(&f, right.path(), &["switch", decl]);
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     assert_eq!(container(&name).map(|c| c.0), Some(true));
@@ -799,7 +919,7 @@ fn a_refused_login_says_which_credentials_were_tried_and_where() {
     };
     let none = empty_config();
     let ran = prune(none.path());
-    assert_ne!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
     assert_says(
         &ran,
         &[
@@ -815,7 +935,7 @@ fn a_refused_login_says_which_credentials_were_tried_and_where() {
     )
     .unwrap();
     let ran = prune(wrong.path());
-    assert_ne!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
     assert_says(
         &ran,
         &[&format!(
@@ -829,6 +949,100 @@ fn a_refused_login_says_which_credentials_were_tried_and_where() {
         "never the password: {}",
         ran.stderr
     );
+}
+
+/// Issue 48: `mesh push`, `mesh rollout` and `mesh pull` against a registry with basic auth
+/// say a refusal in the words a switch fetching an image says it with, and exit as it does
+/// (2, a refusal): no credentials in the docker config and a wrong password are two facts,
+/// each naming what was tried and where it was looked for, never the password. Nothing is
+/// published, nothing pulled.
+#[test]
+fn push_and_pull_are_denied_in_the_words_of_a_switch() {
+    if !have_root_tools(&["docker-registry", "htpasswd", "ssh-keygen", "ip"]) {
+        return;
+    }
+    let registry = Registry::start(Some(("ci", "s3cret")));
+    let host = registry.host();
+    let target = format!("{host}/fleet/prod");
+    let f = Fixture::new();
+    let fleet = fleet_file(&f);
+    let fleet = fleet.to_str().unwrap();
+    f.write_decl("n.ncl", &declaration("one\\n", &[]));
+    let keys = tempfile::tempdir().unwrap();
+    let key = crate::trust::keygen(keys.path(), "ci");
+    let key = key.to_str().unwrap();
+    let push = |config: &Path| {
+        mesh_with(
+            &f,
+            config,
+            &[
+                "--fleet",
+                fleet,
+                "push",
+                &target,
+                "--insecure",
+                "--sign",
+                "--key",
+                key,
+            ],
+        )
+    };
+    let rollout = |config: &Path| {
+        mesh_with(
+            &f,
+            config,
+            &[
+                "--fleet",
+                fleet,
+                "rollout",
+                &target,
+                "--insecure",
+                "--sign",
+                "--key",
+                key,
+            ],
+        )
+    };
+    let pull =
+        |config: &Path| mesh_with(&f, config, &["pull", &target, "--node", "n1", "--insecure"]);
+    let none = empty_config();
+    let wrong = config_with(&host, "ci", "n0t-it");
+    for (config, had) in [(none.path(), false), (wrong.path(), true)] {
+        let words = denial(&host, had);
+        let tried = tried(&host, config, had);
+        let ran = push(config);
+        assert_eq!(ran.code, 2, "push ({had}): {}{}", ran.stdout, ran.stderr);
+        assert_says(&ran, &["not published: n1: ", &words, &tried]);
+        assert!(
+            ran.stdout.contains("n1") && ran.stdout.contains(&words),
+            "the node's line says it too: {}",
+            ran.stdout
+        );
+        let ran = rollout(config);
+        assert_eq!(ran.code, 2, "rollout ({had}): {}{}", ran.stdout, ran.stderr);
+        assert_says(
+            &ran,
+            &[
+                "nothing rolled out: uploading n1's objects: ",
+                &words,
+                &tried,
+            ],
+        );
+        let ran = pull(config);
+        assert_eq!(ran.code, 2, "pull ({had}): {}{}", ran.stdout, ran.stderr);
+        assert_says(
+            &ran,
+            &[&format!("refused from {target}:n1: "), &words, &tried],
+        );
+        for out in [&ran.stdout, &ran.stderr] {
+            assert!(!out.contains("n0t-it"), "never the password: {out}");
+        }
+        assert_eq!(generations(&f), 0, "nothing was pulled ({had})");
+    }
+    // The right credentials publish: the words above were the registry's refusal, nothing else.
+    let right = config_with(&host, "ci", "s3cret");
+    let ran = push(right.path());
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
 }
 
 /// `mesh build` names the images not pinned by digest: a warning on stderr, and in `--json` a
@@ -1238,9 +1452,8 @@ fn the_lock_asks_with_the_docker_configs_credentials() {
     assert_says(
         &ran,
         &[
-            &format!("image {tagged}"),
-            &format!("the registry {} refused", registry.host()),
-            "credentials tried: none",
+            &format!("image {tagged}: {}", denial(&registry.host(), false)),
+            &tried(&registry.host(), none.path(), false),
             "no lock was written",
         ],
     );

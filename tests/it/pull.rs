@@ -342,10 +342,28 @@ fn a_tampered_blob_and_an_unsigned_tag_are_refused() {
     let stored = registry.blobs_holding(b"v2, tampered on the way\n");
     assert_eq!(stored.len(), 1, "the file is one blob, stored as it is");
     let mut bytes = std::fs::read(&stored[0]).unwrap();
+    // The registry keeps a blob under its digest: `blobs/sha256/AB/ABCD…/data`.
+    let named = stored[0]
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
     bytes[0] ^= 0x20;
-    std::fs::write(&stored[0], bytes).unwrap();
+    std::fs::write(&stored[0], &bytes).unwrap();
     let root = snapshot(&n.root());
-    refused(n, "does not match its name", &v1, &root);
+    // One sentence, naming what was expected and what came.
+    refused(
+        n,
+        &format!(
+            "does not match what names it: expected sha256:{named}, got {}; it was not stored",
+            mesh_registry::sha256(&bytes)
+        ),
+        &v1,
+        &root,
+    );
 
     // The artifact without its signature, under the node's tag.
     let mut manifest = registry.manifest("node0");

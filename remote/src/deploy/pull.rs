@@ -40,7 +40,8 @@ pub enum PullResult {
     Confirmed,
     /// Switched, then back: a unit failed, or a health check did (see the reason).
     Reverted,
-    /// Not trusted, not what it claims, or the node is busy: nothing changed.
+    /// Not trusted, not what it claims, the registry denied access (the docker config's
+    /// credentials, or their absence), or the node is busy: nothing changed.
     Refused,
     /// The registry, the store or the switch failed: the node is in its old generation.
     Failed,
@@ -362,9 +363,11 @@ pub fn pull(
             let statement = statement.as_deref().map(mesh_registry::parse_statement);
             (Err(said.to_string()), statement)
         }
-        Err(e @ (RegistryError::Invalid { .. } | RegistryError::NoTag(_))) => {
-            return ended(record, PullResult::Refused, e.to_string())
-        }
+        Err(
+            e @ (RegistryError::Invalid { .. }
+            | RegistryError::NoTag(_)
+            | RegistryError::Denied { .. }),
+        ) => return ended(record, PullResult::Refused, e.to_string()),
         Err(e) => return ended(record, PullResult::Failed, e.to_string()),
     };
     // The statement first, judged before anything else is fetched — and a refusal writes
@@ -433,6 +436,9 @@ pub fn pull(
     // The signatures first, judged before anything else is fetched.
     let (signatures, bytes) = match registry.signatures(&artifact) {
         Ok(s) => s,
+        Err(e @ RegistryError::Denied { .. }) => {
+            return ended(record, PullResult::Refused, e.to_string())
+        }
         Err(e) => return ended(record, PullResult::Failed, e.to_string()),
     };
     record.bytes += bytes;
@@ -441,7 +447,11 @@ pub fn pull(
     }
     let fetched = match registry.fetch(&node.store, &artifact) {
         Ok(f) => f,
-        Err(e @ (RegistryError::Mismatch { .. } | RegistryError::Invalid { .. })) => {
+        Err(
+            e @ (RegistryError::Mismatch { .. }
+            | RegistryError::Invalid { .. }
+            | RegistryError::Denied { .. }),
+        ) => {
             return ended(
                 record,
                 PullResult::Refused,
