@@ -194,3 +194,44 @@ pub fn signer(
         .map(Some)
         .map_err(Failure::user)
 }
+
+/// The fleet checked as a whole (see [`mesh_fleet::check`]) before anything is sent: every node
+/// built with its recorded record (the builds are cached), and two nodes on one private
+/// address, more than one hub, a node outside the fleet's range or two nodes of one name
+/// refused (exit 2), naming both nodes and where each says it. A node that does not build is
+/// left to its own build's error.
+pub(crate) fn consistent(fleet: &mesh_fleet::Fleet, state: &Path) -> Result<(), Failure> {
+    let all: Vec<&mesh_fleet::Node> = fleet.nodes.values().collect();
+    let parallel = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let built = mesh_fleet::build::all(fleet, &all, state, crate::context::evaluator(), parallel);
+    let mut generations = Vec::new();
+    for (node, b) in all.iter().zip(&built) {
+        if let Ok(b) = &b.result {
+            generations.push((*node, b.generation()?.clone()));
+        }
+    }
+    let members: Vec<mesh_fleet::check::Member<'_>> = generations
+        .iter()
+        .map(|(node, generation)| mesh_fleet::check::Member {
+            name: node.name.as_str(),
+            declaration: &node.declaration,
+            generation,
+        })
+        .collect();
+    let conflicts = mesh_fleet::check::check(&members);
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::new(
+        crate::failure::Exit::Refused,
+        miette::miette!(
+            help = "give each node its own private address, one hub, one range; nothing was sent",
+            "the fleet is not one private network:\n  {}",
+            conflicts
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        ),
+    ))
+}

@@ -62,7 +62,7 @@ fn prepare(
     let registry = registry(&args.target, &args.registry)?;
     let fleet = crate::context::load(state, place)?;
     let nodes = crate::context::select(&fleet, &args.fleet.nodes)?;
-    crate::fleet::consistent(&fleet, state)?;
+    crate::context::consistent(&fleet, state)?;
     let options = mesh_fleet::publish::Options {
         parallel: args.fleet.at_once.parallel as usize,
         state_dir: state.to_owned(),

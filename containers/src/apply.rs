@@ -125,7 +125,7 @@ pub fn stopping(
                 .and_then(|(_, e)| e.stop_timeout);
             let seconds = match (ours, declared) {
                 (true, Some(s)) => s,
-                (true, None) => DEFAULT_STOP_SECONDS,
+                (true, None) => crate::engine::DEFAULT_STOP_SECONDS,
                 (false, _) => engine.stop_timeout(name)?,
             };
             out.insert(name.clone(), seconds);
@@ -133,9 +133,6 @@ pub fn stopping(
     }
     Ok(out)
 }
-
-/// The engine's own stop timeout, for a container created without one.
-pub const DEFAULT_STOP_SECONDS: u32 = 10;
 
 /// The mesh's container goes: stopped first, within the stop timeout its declaration gives (a
 /// database flushes its files on SIGTERM; a removal alone would kill it), then removed.

@@ -86,6 +86,9 @@ impl Present {
     }
 }
 
+/// The engine's own stop timeout, for a container created without one.
+pub const DEFAULT_STOP_SECONDS: u32 = 10;
+
 /// The engine, and a runtime to call it from synchronous code.
 pub struct Engine {
     pub(crate) docker: Docker,
@@ -480,7 +483,7 @@ impl Engine {
             .config
             .and_then(|c| c.stop_timeout)
             .and_then(|s| u32::try_from(s).ok())
-            .unwrap_or(crate::apply::DEFAULT_STOP_SECONDS))
+            .unwrap_or(DEFAULT_STOP_SECONDS))
     }
 
     /// Starts a container.

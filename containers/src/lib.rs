@@ -34,9 +34,9 @@ pub mod progress;
 
 use std::collections::BTreeMap;
 
-pub use apply::{stopping, StepsFailed, DEFAULT_JOBS, DEFAULT_STOP_SECONDS};
+pub use apply::{stopping, StepsFailed, DEFAULT_JOBS};
 pub use create::spec_digest;
-pub use engine::{DockerError, Engine, Present};
+pub use engine::{DockerError, Engine, Present, DEFAULT_STOP_SECONDS};
 pub use plan::{plan, Step};
 pub use progress::{Fetching, Progress, Quiet};
 

@@ -399,19 +399,7 @@ pub fn check_setting_name(s: &str) -> Result<(), String> {
     }
 }
 
-/// A free-form string of a container (image, volume source or target, command argument,
-/// environment or label key) that `mesh show` prints: no control or bidirectional formatting
-/// character. An environment or label value may hold a newline; it is escaped when printed.
-pub fn check_printable(what: &str, s: &str) -> Result<(), String> {
-    match s.chars().find(|c| crate::text::is_hazard(*c)) {
-        Some(c) => Err(format!(
-            "{what} `{}` holds the control character U+{:04X}",
-            crate::text::escape(s),
-            c as u32
-        )),
-        None => Ok(()),
-    }
-}
+pub use crate::text::check_printable;
 
 impl TryFrom<String> for FileMode {
     type Error = ModeError;

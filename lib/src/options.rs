@@ -320,12 +320,12 @@ impl ContainerOptions {
 
 fn check_printable_value(name: &str, v: &Value) -> Result<(), String> {
     match v {
-        Value::String(s) => crate::model::check_printable(name, s),
+        Value::String(s) => crate::text::check_printable(name, s),
         Value::Array(items) => items
             .iter()
             .try_for_each(|i| check_printable_value(name, i)),
         Value::Object(map) => map.iter().try_for_each(|(k, v)| {
-            crate::model::check_printable(name, k)?;
+            crate::text::check_printable(name, k)?;
             check_printable_value(name, v)
         }),
         _ => Ok(()),

@@ -65,6 +65,20 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// A free-form string of a container (image, volume source or target, command argument,
+/// environment or label key) that `mesh show` prints: no control or bidirectional formatting
+/// character. An environment or label value may hold a newline; it is escaped when printed.
+pub fn check_printable(what: &str, s: &str) -> Result<(), String> {
+    match s.chars().find(|c| is_hazard(*c)) {
+        Some(c) => Err(format!(
+            "{what} `{}` holds the control character U+{:04X}",
+            escape(s),
+            c as u32
+        )),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

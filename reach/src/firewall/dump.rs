@@ -40,7 +40,7 @@ impl Dump {
             .chain(
                 self.legacy
                     .keys()
-                    .map(|family| (family.clone(), super::iptables::LEGACY.to_owned())),
+                    .map(|family| (family.clone(), LEGACY.to_owned())),
             )
             .collect()
     }
@@ -87,6 +87,10 @@ pub(super) fn input_batch_of(save: &str) -> Option<String> {
         "*filter\n:INPUT {policy} [0:0]\n-F INPUT\n{rules}COMMIT\n"
     ))
 }
+
+/// The name a family's legacy iptables rules go by among the found firewall's tables (as
+/// (family, name)): what the flip removes of them and a rollback loads back.
+pub const LEGACY: &str = "iptables-legacy";
 
 /// The chains a container runtime writes into iptables' tables: Docker's (`DOCKER`,
 /// `DOCKER-USER`, `DOCKER-ISOLATION-STAGE-1`, …), Podman's (netavark's `NETAVARK_*`, CNI's

@@ -40,9 +40,7 @@ fn tool_of(backend: Backend, family: &str) -> &'static str {
     }
 }
 
-/// The name a family's legacy iptables rules go by among the found firewall's tables (as
-/// (family, name)): what the flip removes of them and a rollback loads back.
-pub const LEGACY: &str = "iptables-legacy";
+pub use super::dump::LEGACY;
 
 /// The comment of an `iptables -S` line, unquoted.
 fn comment_of(line: &str) -> Option<String> {
