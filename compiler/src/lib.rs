@@ -384,12 +384,16 @@ pub(crate) fn keep(
     let assembled = evaluated.assembled;
     // What is not to be kept is written nowhere: not the store, not the caches.
     let unpinned = unpinned(&assembled.generation);
+    // Encoded here only when the id decides whether it is kept; else while the blobs are written.
+    let mut encoded = None;
     if request.keep_if != KeepIf::default() {
-        let encoded = assembled
-            .generation
-            .canonical_bytes()
-            .map_err(StoreError::Encode)?;
-        let id = GenerationId::of(&encoded);
+        let bytes = encoded.insert(
+            assembled
+                .generation
+                .canonical_bytes()
+                .map_err(StoreError::Encode)?,
+        );
+        let id = GenerationId::of(bytes);
         if !request.keep_if.allows(&id, &unpinned) {
             return Ok(Kept {
                 id,
@@ -427,11 +431,17 @@ pub(crate) fn keep(
                     .map(|b| (b.bytes.as_slice(), b.private)),
             )
         });
-        let encoded = assembled.generation.canonical_bytes();
+        let encoded = match encoded {
+            Some(bytes) => bytes,
+            None => assembled
+                .generation
+                .canonical_bytes()
+                .map_err(StoreError::Encode)?,
+        };
         blobs
             .join()
             .map_err(|_| BuildError::NotKept("writing the blobs panicked".into()))??;
-        Ok::<_, BuildError>(store.put_generation_canonical(&encoded.map_err(StoreError::Encode)?)?)
+        Ok::<_, BuildError>(store.put_generation_canonical(&encoded)?)
     })?;
     let summary = assembled.generation.summary();
     if let Some(key) = &request.cache_key {

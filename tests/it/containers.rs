@@ -563,18 +563,6 @@ fn with_motd(made: &Made, port: u16, motd: &str, store: bool) -> String {
     }
 }
 
-fn current(f: &Fixture) -> String {
-    let g: serde_json::Value =
-        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
-    g["generations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["current"] == true)
-        .map(|r| r["id"].as_str().unwrap().to_owned())
-        .expect("a current generation")
-}
-
 /// An image the engine does not have is refused before anything changes: the mesh does not
 /// pull, and a create would fail only after the files were switched.
 #[test]
@@ -623,7 +611,7 @@ fn container_failure_after_the_files_names_the_way_back() {
     f.write_decl("one.ncl", &with_motd(&made, port, "one", false));
     f.write_decl("two.ncl", &with_motd(&made, port, "two", true));
     f.ok(&["switch", f.decl("one.ncl").to_str().unwrap()]);
-    let one = current(&f);
+    let one = f.current_id();
 
     let ran = f.mesh(&["switch", f.decl("two.ncl").to_str().unwrap()]);
     assert_eq!(ran.code, 3, "{}", ran.stderr);
@@ -640,7 +628,7 @@ fn container_failure_after_the_files_names_the_way_back() {
         "{}",
         ran.stderr
     );
-    assert_eq!(current(&f), one);
+    assert_eq!(f.current_id(), one);
     assert_eq!(std::fs::read_to_string(f.at("/etc/motd")).unwrap(), "two");
 
     f.ok(&["switch", "--generation", short]);
@@ -905,7 +893,7 @@ mesh.node {{
         serde_json::from_str(&f.ok(&["status", "--json"]).stdout).unwrap();
     assert_eq!(staged_count(&status["containers"]), 1, "{status}");
     // Nothing more to do: the next switch to it leaves it as it is.
-    let again = f.ok(&["switch", "--generation", &current(&f)]);
+    let again = f.ok(&["switch", "--generation", &f.current_id()]);
     assert!(
         !again.stdout.contains(&format!("container {name}")),
         "{}",

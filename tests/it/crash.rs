@@ -49,7 +49,11 @@ impl Scenario {
     /// not have what it does (a take or a flip again also when the record already says so);
     /// once it does, a switch of the declaration, which changes nothing.
     fn again(self, f: &Fixture) -> Vec<String> {
-        let shown = f.ok(&["show", &current(f).to_string(), "--json"]);
+        let shown = f.ok(&[
+            "show",
+            &f.current_id().parse::<GenerationId>().unwrap().to_string(),
+            "--json",
+        ]);
         let in_force: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
         let unfinished = match self {
             Scenario::Take => in_force["modules"]["ssh"] != "taken",
@@ -62,19 +66,6 @@ impl Scenario {
             vec!["switch".into(), f.decl("a.ncl").display().to_string()]
         }
     }
-}
-
-fn current(f: &Fixture) -> GenerationId {
-    let g: serde_json::Value =
-        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
-    let row = g["generations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["current"] == true)
-        .cloned()
-        .expect("a current generation");
-    row["id"].as_str().unwrap().parse().unwrap()
 }
 
 /// The machine is exactly generation `id`: held files hold their originals, the others their
@@ -179,10 +170,10 @@ fn crash_at_every_point_leaves_old_or_new() {
         // The ids a run without a crash goes from and to.
         let clean = Fixture::new();
         scenario.setup(&clean);
-        let old = current(&clean);
+        let old = clean.current_id().parse::<GenerationId>().unwrap();
         let args = scenario.act(&clean);
         clean.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        let new = current(&clean);
+        let new = clean.current_id().parse::<GenerationId>().unwrap();
         assert_ne!(old, new);
 
         for point in points {
@@ -203,7 +194,7 @@ fn crash_at_every_point_leaves_old_or_new() {
                 ran.stderr
             );
             let store = Store::open(&f.state()).unwrap();
-            let now = current(&f);
+            let now = f.current_id().parse::<GenerationId>().unwrap();
             assert!(
                 now == old || now == new,
                 "{context}: current is neither the old nor the new generation"
@@ -252,7 +243,7 @@ fn gc_crashed_anywhere_loses_nothing_in_use() {
         for k in 1.. {
             let f = Fixture::new();
             setup(&f);
-            let now = current(&f);
+            let now = f.current_id().parse::<GenerationId>().unwrap();
             let context = format!("gc crashed at {point}:{k}");
             let stopped = crashes_at(
                 f.command(&["gc", "--keep", "1"]),
@@ -261,7 +252,11 @@ fn gc_crashed_anywhere_loses_nothing_in_use() {
             );
             f.ok(&["gc", "--keep", "1"]);
             f.ok(&["verify"]);
-            assert_eq!(current(&f), now, "{context}: current changed");
+            assert_eq!(
+                f.current_id().parse::<GenerationId>().unwrap(),
+                now,
+                "{context}: current changed"
+            );
             let store = Store::open(&f.state()).unwrap();
             assert_machine_is(&f, &store, &now, &now, &context);
             assert_originals_kept(&f, &store, &context);

@@ -109,23 +109,8 @@ fn adopted_with_app0_taken(made: &Made) -> (Fixture, Vec<String>, String) {
     f.write_decl("apps.ncl", &apps_declaration(made));
     f.ok(&["adopt", f.decl("apps.ncl").to_str().unwrap()]);
     f.ok(&["take", "app0"]);
-    let before = current(&f);
+    let before = f.current_id();
     (f, found, before)
-}
-
-/// The id of the generation in force.
-fn current(f: &Fixture) -> String {
-    let g: serde_json::Value =
-        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
-    g["generations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["current"] == true)
-        .expect("a current generation")["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 /// The node is exactly the generation with app0 taken and the others held: app0 the mesh's,
@@ -213,7 +198,7 @@ fn a_take_killed_anywhere_then_rollback_is_back_before_the_take() {
         }
         f.ok(&["rollback"]);
         assert_eq!(
-            current(&f),
+            f.current_id(),
             before,
             "{context}: back to the generation before"
         );
@@ -241,7 +226,7 @@ fn a_rollback_killed_anywhere_then_forward_runs_each_service_once() {
     for k in 1.. {
         let (f, found, before) = adopted_with_app0_taken(&made);
         f.ok(&["take", "app1", "app2", "app3"]);
-        let taken = current(&f);
+        let taken = f.current_id();
         let context = format!("rollback to {before} killed after engine change {k}");
         let first = f.ok(&["generations", "--json"]);
         let first: serde_json::Value = serde_json::from_str(&first.stdout).unwrap();
@@ -258,7 +243,7 @@ fn a_rollback_killed_anywhere_then_forward_runs_each_service_once() {
             &context,
         );
         f.ok(&["switch", "--generation", &taken]);
-        assert_eq!(current(&f), taken, "{context}");
+        assert_eq!(f.current_id(), taken, "{context}");
         for (i, id) in found.iter().enumerate() {
             let name = format!("{}-app{i}", made.prefix);
             let (_, running, ours) = seen(&name).unwrap();
@@ -406,7 +391,7 @@ fn a_flip_killed_anywhere_then_rollback_closes_nothing_on_the_way() {
         f.write_decl("fw.ncl", &declaration(true));
         f.ok(&["adopt", f.decl("fw.ncl").to_str().unwrap()]);
         f.ok(&["take", "store"]);
-        let before = current(&f);
+        let before = f.current_id();
         let before_flip = open_in(&matrix(&lab));
         let context = format!("flip killed at {point}");
         if crashes_at(f.command(&["flip", "--force"]), point, &context) {
@@ -438,7 +423,7 @@ fn a_flip_killed_anywhere_then_rollback_closes_nothing_on_the_way() {
             closed.is_empty(),
             "{context}: ports open before and after the rollback were refused during it: {closed:?}"
         );
-        assert_eq!(current(&f), before, "{context}: the store still taken");
+        assert_eq!(f.current_id(), before, "{context}: the store still taken");
         assert_eq!(f.record()["mode"], "adopted", "{context}");
         let ruleset = lab.node.exec(&["nft", "list", "ruleset"]).output().unwrap();
         let ruleset = String::from_utf8_lossy(&ruleset.stdout);

@@ -107,6 +107,21 @@ impl Fixture {
         c
     }
 
+    /// The id of the generation in force, as `mesh generations --json` says it.
+    pub fn current_id(&self) -> String {
+        let g: serde_json::Value =
+            serde_json::from_str(&self.ok(&["generations", "--json"]).stdout).unwrap();
+        g["generations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["current"] == true)
+            .expect("a current generation")["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     /// `mesh ARGS`, which must succeed.
     pub fn ok(&self, args: &[&str]) -> Ran {
         let ran = self.mesh(args);

@@ -371,10 +371,10 @@ fn a_switch_by_id_across_the_flip_leaves_the_record_saying_what_is_in_force() {
     let f = Fixture::new();
     let a = f.decl("a.ncl").display().to_string();
     f.ok(&["adopt", &a]);
-    let adopted = generation_id(&f);
+    let adopted = f.current_id();
     f.ok(&["take", "ssh"]);
     f.ok(&["flip", "--force"]);
-    let flipped = generation_id(&f);
+    let flipped = f.current_id();
     f.ok(&["rollback", "--to", "1"]);
     assert_eq!(f.record()["mode"], "adopted");
     assert_eq!(f.record()["taken"], serde_json::json!([]));
@@ -395,19 +395,4 @@ fn a_switch_by_id_across_the_flip_leaves_the_record_saying_what_is_in_force() {
     let status: serde_json::Value =
         serde_json::from_str(f.ok(&["status", "--json"]).last_line()).unwrap();
     assert_eq!(status["mode"], "adopted", "{status}");
-}
-
-/// The id of the generation in force.
-fn generation_id(f: &Fixture) -> String {
-    let g: serde_json::Value =
-        serde_json::from_str(&f.ok(&["generations", "--json"]).stdout).unwrap();
-    g["generations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["current"] == true)
-        .expect("a current generation")["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
