@@ -222,7 +222,8 @@ pub enum Command {
     /// `mesh completions bash > /etc/bash_completion.d/mesh`.
     Completions(CompletionsArgs),
     /// Man pages for the mesh and each of its commands (the --help text, as roff): the page of
-    /// COMMAND printed (`mesh man fleet build | man -l -`), or every page written to DIR.
+    /// COMMAND printed (`mesh man fleet build | man -l -`), or every page written to DIR; or
+    /// every command's --help as one Markdown page (--markdown).
     Man(ManArgs),
     /// Sign generations with an SSH key (sshsig, namespace mesh-generation): a key file, or a
     /// key of the ssh-agent (--key naming its public key, or none: the agent's first). The
@@ -288,6 +289,10 @@ pub struct ManArgs {
     /// Write every page (mesh.1, mesh-build.1, mesh-fleet-build.1, …) into DIR instead.
     #[arg(long, value_name = "DIR")]
     pub write: Option<PathBuf>,
+    /// Print every command's --help as one Markdown page instead: the manual's commands page
+    /// (docs/src/commands.md), the same whatever the environment holds.
+    #[arg(long, conflicts_with_all = ["write", "command"])]
+    pub markdown: bool,
 }
 
 #[derive(Subcommand, Debug)]
