@@ -39,9 +39,23 @@
           '';
           meta.mainProgram = "mesh";
         };
+        # The manual (docs/): the guide and the reference, as scripts/test.sh builds it.
+        docs = pkgs.stdenvNoCC.mkDerivation {
+          pname = "mesh-docs";
+          version = "0.1.0";
+          src = ./docs;
+          nativeBuildInputs = [ pkgs.mdbook ];
+          buildPhase = ''
+            runHook preBuild
+            mdbook build --dest-dir "$out" .
+            runHook postBuild
+          '';
+          dontInstall = true;
+        };
       in
       {
         packages.default = mesh;
+        packages.docs = docs;
 
         devShells.default = pkgs.mkShell {
           inputsFrom = [ mesh ];

@@ -4,8 +4,9 @@
 # tests, openssh-server and -client for the fleet's, zsh, fish and groff for the completions and
 # man pages, docker-registry for the pull and images tests, apache2-utils (htpasswd) for
 # a registry with basic auth, docker-compose for a real compose project to import, and nix-bin
-# to parse flake.nix), starts dockerd if none runs, then runs every test. A test that needs
-# root, namespaces or nft fails — never skips — when CI=true and they are missing.
+# to parse flake.nix), and mdbook (with cargo, pinned) to build the manual, starts dockerd if none
+# runs, builds the manual, then runs every test (the manual's links and its guide among them). A
+# test that needs root, namespaces or nft fails — never skips — when CI=true and they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +56,19 @@ fi
 
 echo "checking flake.nix parses"
 nix-instantiate --parse flake.nix >/dev/null
+
+# The manual (docs/). When no mdbook is on PATH, cargo installs the pinned version, its HTML
+# renderer and search only (no server, no file watcher: less to compile). mdBook does not fail on
+# a broken link; the test `book::every_link_in_the_book_resolves` does.
+mdbook_version=0.5.4
+mdbook=$(command -v mdbook || echo "${CARGO_HOME:-$HOME/.cargo}/bin/mdbook")
+if [ ! -x "$mdbook" ]; then
+  echo "installing mdbook $mdbook_version"
+  cargo install mdbook --locked --version "$mdbook_version" --no-default-features --features search
+  mdbook="${CARGO_HOME:-$HOME/.cargo}/bin/mdbook"
+fi
+echo "building the manual"
+"$mdbook" build docs
 
 cargo fmt --check
 cargo clippy --workspace --all-targets --locked --features crash-points -- -D warnings

@@ -112,7 +112,7 @@ fn wrapper_text(fleet: &Fleet) -> Option<String> {
         (!p.contains(['"', '\n', '%'])).then(|| format!("\"{p}\""))
     };
     let mut text = String::from(
-        "# Written by mesh for its own ssh connections (see the README's fleet section).\n",
+        "# Written by mesh for its own ssh connections (see the manual's docs/src/fleets.md).\n",
     );
     match &fleet.ssh_config {
         Some(c) => text.push_str(&format!("Include {}\n", quoted(c)?)),

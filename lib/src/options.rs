@@ -351,7 +351,7 @@ pub struct Field {
     pub name: &'static str,
     /// Where `docker inspect` shows it.
     pub inspect: &'static str,
-    /// Its family (`limits`, `security`, …), as the README lists them.
+    /// Its family (`limits`, `security`, …), as the manual lists them (docs/src/containers.md).
     pub family: &'static str,
     /// How its value is written.
     pub shape: Shape,

@@ -13,7 +13,7 @@ use mesh_switch::Activator;
 use mesh_switch::{ActivateError, Counts};
 
 /// What `mesh status` reports. Serialized with named fields only (`mesh status --json`, see
-/// the README): scripts read `containers.held`, never a position in an array.
+/// the manual's commands pages): scripts read `containers.held`, never a position in an array.
 #[derive(Debug, Serialize)]
 pub struct Status {
     /// Adopted or managed.

@@ -2,7 +2,7 @@
 //! function of the target generation, the file plan, the host store, the node record and the
 //! units' states as systemd has them.
 //!
-//! The rules (README, "Services follow their configuration"):
+//! The rules (the manual, docs/src/services.md, "Services follow their configuration"):
 //! - a file the switch writes, takes, restores or removes reloads or restarts the units it says
 //!   it configures (`reloads`, `restarts`) — when they run; one that does not run reads the file
 //!   when it starts. A file of a module not taken (staged) triggers nothing. A drop-in

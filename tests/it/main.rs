@@ -1,6 +1,7 @@
 //! The mesh's integration tests: one binary, a module per capability. Each test gets its own
 //! state directory and works only in folders and namespaces it creates.
 
+mod book;
 mod build;
 mod cache;
 mod container_options;

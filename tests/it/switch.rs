@@ -138,7 +138,7 @@ fn removal_keeps_what_the_mesh_did_not_write() {
     std::fs::write(f.at(EXTRA), "changed by hand\n").unwrap();
     let status = f.ok(&["status", "--json"]);
     let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
-    // Named fields, never positions (the README documents them).
+    // Named fields, never positions (the manual documents them).
     assert_eq!(s["drift"][0]["path"], EXTRA, "{}", status.stdout);
     let changed = mesh_lib::BlobHash::of(b"changed by hand\n");
     assert_eq!(
