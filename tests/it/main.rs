@@ -16,6 +16,7 @@ mod firewall_runtime;
 mod fleet;
 mod flip_preview;
 mod genesis;
+mod guide;
 mod hardening;
 mod held;
 mod images;

@@ -232,15 +232,26 @@ impl Lab {
     /// `count` nodes, each with the declaration `decl(name)`. Their root's shell reads no
     /// start-up file of this machine's (see [`LabNode::start_sshd`]).
     pub fn new(tag: &str, count: usize, decl: impl Fn(&str) -> String) -> Self {
-        Self::build(tag, count, decl, false)
+        Self::build(tag, &Self::numbered(count), decl, false)
+    }
+
+    /// [`Lab::new`] with nodes of the given names (the guide's `web-1`, `web-2`), in order.
+    pub fn named(tag: &str, names: &[&str], decl: impl Fn(&str) -> String) -> Self {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        Self::build(tag, &names, decl, false)
     }
 
     /// [`Lab::new`], the nodes' root shell reading this machine's `/root/.bashrc` as it is.
     pub fn with_machine_rc(tag: &str, count: usize, decl: impl Fn(&str) -> String) -> Self {
-        Self::build(tag, count, decl, true)
+        Self::build(tag, &Self::numbered(count), decl, true)
     }
 
-    fn build(tag: &str, count: usize, decl: impl Fn(&str) -> String, machine_rc: bool) -> Self {
+    /// `node0`, `node1`, …: the names of `count` nodes.
+    fn numbered(count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("node{i}")).collect()
+    }
+
+    fn build(tag: &str, names: &[String], decl: impl Fn(&str) -> String, machine_rc: bool) -> Self {
         static SERIAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let id = format!("{:x}{serial}", std::process::id() % 0xfff);
@@ -264,8 +275,8 @@ impl Lab {
             nodes: Vec::new(),
         };
         std::fs::create_dir_all(lab.dir.path().join("nodes")).unwrap();
-        for i in 0..count {
-            let name = format!("node{i}");
+        for (i, name) in names.iter().enumerate() {
+            let name = name.clone();
             let netns = format!("mesh-{tag}-{i}-{id}");
             let ndir = lab.dir.path().join(&name);
             std::fs::create_dir_all(ndir.join("root")).unwrap();
