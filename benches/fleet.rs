@@ -23,8 +23,8 @@
 //!    a changed node ~20 ms: the two connections a node needs (the deploy's, and the new one
 //!    its confirmation must come over) are most of either side's CPU. The confirmation's
 //!    connection prefers curve25519-sha256 (~16 ms: it carries a one-time token, see the
-//!    README); the loop's two connections keep the default. On 2 cores, 10 nodes cost at least
-//!    10 × that / 2 of wall time, which bounds row 1's ratio from below.
+//!    manual, docs/src/fleets.md); the loop's two connections keep the default. On 2 cores, 10
+//!    nodes cost at least 10 × that / 2 of wall time, which bounds row 1's ratio from below.
 //!
 //! The lab's nodes are fresh: their root's shell reads none of this machine's start-up files.
 //! Two rows measure 1 and 10 nodes whose root shell does (on the machines this was written on,
