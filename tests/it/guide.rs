@@ -385,7 +385,6 @@ fn the_guide_runs() {
         .output()
         .unwrap();
     assert!(loaded.status.success(), "{loaded:?}");
-    std::fs::write(web1.root().join("etc/hostname"), "web-1\n").ok();
     let project_dir = web1.root().join("srv/shop");
     std::fs::create_dir_all(&project_dir).unwrap();
     std::fs::write(project_dir.join("docker-compose.yml"), &compose).unwrap();
