@@ -29,6 +29,10 @@
 //!
 //! Everything the test makes (namespaces, sshd, the compose project's containers, volumes and
 //! networks, the image, the folders) is removed when it ends, also when it fails.
+//!
+//! To write a step, run `MESH_GUIDE_SHOW=1 cargo test --features crash-points --test it --
+//! guide::the_guide_runs --nocapture`: every command's output and exit code is printed and
+//! nothing is checked (never under `CI=true`), to copy from, masking what differs by run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
