@@ -259,6 +259,11 @@ fn adopted_node_through_ufw() {
         status,
         "ufw's rules and files are not rewritten"
     );
+    let raw = node.ok_sh("ufw show raw");
+    assert!(
+        raw.contains("/* mesh: foundation bus 4222/tcp from anywhere */"),
+        "ufw's own listing of what is in force shows the opening: {raw}"
+    );
 
     // ufw's own reload, and a restart of its unit: the opening stays.
     node.ok_sh("ufw reload >/dev/null");
