@@ -97,6 +97,36 @@ fn without_mesh(listing: &str) -> String {
         .join("\n")
 }
 
+/// The flip (every module taken): the base ruleset alone, the daemon's `unit` stopped and
+/// disabled; then a rollback across it: the unit running and enabled again, the predecessor's
+/// port and the opening answering.
+fn flip_and_back(node: &SystemdNode, unit: &str, address: &str) {
+    let flipped = node.ok(&["flip", "--force"]);
+    assert!(
+        flipped.stdout.contains(&format!("{unit} stopped")),
+        "{}",
+        flipped.stdout
+    );
+    assert_eq!(node.property(unit, "ActiveState"), "inactive");
+    let enabled = || node.sh(&format!("systemctl is-enabled {unit}")).stdout;
+    assert_eq!(enabled().trim(), "disabled");
+    assert_eq!(reachable(address), [4222], "the base ruleset alone");
+    if unit == "firewalld.service" {
+        assert!(!node.ok_sh("nft list tables").contains("firewalld"));
+    }
+
+    let back = node.ok(&["rollback"]);
+    assert!(
+        back.stdout.contains(&format!("{unit} started")),
+        "{}",
+        back.stdout
+    );
+    assert_eq!(node.property(unit, "ActiveState"), "active");
+    assert_eq!(enabled().trim(), "enabled");
+    assert_eq!(reachable(address), [8081, 4222]);
+    assert!(!node.ok_sh("nft list tables").contains("mesh_base"));
+}
+
 fn needs() -> bool {
     have_root_tools(&["docker", "firewalld", "ufw"])
 }
@@ -187,43 +217,10 @@ fn adopted_node_through_firewalld() {
         .collect();
     assert!(closes.contains(&8081), "{preview}");
 
-    // The flip: the base ruleset, firewalld stopped and disabled, its table gone.
-    let flipped = node.ok(&["flip", "--force"]);
-    assert!(
-        flipped.stdout.contains("firewalld.service stopped"),
-        "{}",
-        flipped.stdout
-    );
-    assert_eq!(
-        node.property("firewalld.service", "ActiveState"),
-        "inactive"
-    );
-    assert_eq!(
-        node.sh("systemctl is-enabled firewalld.service")
-            .stdout
-            .trim(),
-        "disabled"
-    );
-    assert!(!node.ok_sh("nft list tables").contains("firewalld"));
-    assert_eq!(reachable(&address), [4222], "the base ruleset alone");
-
-    // Back across the flip: firewalld running and enabled again, as it was found.
-    let back = node.ok(&["rollback"]);
-    assert!(
-        back.stdout.contains("firewalld.service started"),
-        "{}",
-        back.stdout
-    );
-    assert_eq!(node.property("firewalld.service", "ActiveState"), "active");
-    assert_eq!(
-        node.sh("systemctl is-enabled firewalld.service")
-            .stdout
-            .trim(),
-        "enabled"
-    );
-    assert_eq!(reachable(&address), [8081, 4222]);
+    // The flip: the base ruleset, firewalld stopped and disabled, its table gone; back across
+    // it, firewalld running and enabled again, as it was found.
+    flip_and_back(&node, "firewalld.service", &address);
     assert_eq!(without_mesh(&zones()), without_mesh(&found_zones));
-    assert!(!node.ok_sh("nft list tables").contains("mesh_base"));
 }
 
 /// The same story with ufw: the openings at the top of INPUT, outside ufw's own chains, which
@@ -274,27 +271,7 @@ fn adopted_node_through_ufw() {
     assert_eq!(again["converged"]["inserted"], 0, "{again}");
 
     node.ok(&["take", "store"]);
-    let flipped = node.ok(&["flip", "--force"]);
-    assert!(
-        flipped.stdout.contains("ufw.service stopped"),
-        "{}",
-        flipped.stdout
-    );
-    assert_eq!(node.property("ufw.service", "ActiveState"), "inactive");
-    assert_eq!(
-        node.sh("systemctl is-enabled ufw.service").stdout.trim(),
-        "disabled"
-    );
-    assert_eq!(reachable(&address), [4222], "the base ruleset alone");
-
-    let back = node.ok(&["rollback"]);
-    assert!(
-        back.stdout.contains("ufw.service started"),
-        "{}",
-        back.stdout
-    );
-    assert_eq!(node.property("ufw.service", "ActiveState"), "active");
-    assert_eq!(reachable(&address), [8081, 4222]);
+    flip_and_back(&node, "ufw.service", &address);
     assert_eq!(without_mesh(&saves()), without_mesh(&found));
     assert_eq!(node.ok_sh("ufw status verbose"), status);
 }
