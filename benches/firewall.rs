@@ -115,6 +115,7 @@ fn main() {
         remove_tables: &[],
         empty_inputs: &[],
         restore: None,
+        daemon: None,
     };
     let runs = 9;
 

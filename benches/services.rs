@@ -8,6 +8,12 @@
 //!    the same 100 files as plain files. Target: zero systemd jobs (checked, and every unit's
 //!    last start checked unchanged), under 10 ms more.
 //!
+//! 3. firewalld's own reload on an adopted node: how long the mesh's opening (a rich rule of its
+//!    runtime configuration, which a reload drops) stays closed until `mesh reconcile --watch`
+//!    puts it back on firewalld's `Reloaded` signal, probed from outside the node every
+//!    millisecond, against how long `firewall-cmd --reload` itself takes. Target (issue 49):
+//!    back within a second.
+//!
 //! Prints one table with the ratios of one run.
 
 mod common;
@@ -167,6 +173,9 @@ fn main() {
     assert_eq!(starts(), before, "a no-op switch restarted a unit");
     let (units, plain) = (median(units), median(plain));
 
+    drop(node);
+    let (reload, closed) = firewalld_reload();
+
     println!("services (systemd as PID 1 in a container; medians of {RUNS}, timed inside)");
     println!("| | time | ratio |");
     println!("|---|---|---|");
@@ -195,4 +204,71 @@ fn main() {
         units.as_secs_f64() / plain.as_secs_f64(),
         ms(units.saturating_sub(plain))
     );
+    println!(
+        "| firewall-cmd --reload on an adopted node (reference) | {} | 1.00x |",
+        ms(reload)
+    );
+    println!(
+        "| the mesh's opening closed by that reload, until reconcile --watch puts it back | {} | {:.2}x (target <= 1 s) |",
+        ms(closed),
+        closed.as_secs_f64() / reload.as_secs_f64()
+    );
+}
+
+/// Section 3: a node adopted with firewalld running, the bus port opened through it and
+/// `mesh reconcile --watch` running; per run, `firewall-cmd --reload` timed inside while the
+/// port is probed from outside. Medians of (the reload, how long the port was closed).
+fn firewalld_reload() -> (Duration, Duration) {
+    use std::net::{SocketAddr, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    let node = SystemdNode::boot("benchfw");
+    node.ok_sh("systemctl start firewalld.service");
+    node.ok_sh("nohup /usr/bin/python3 -m http.server 4222 --bind 0.0.0.0 >/dev/null 2>&1 &");
+    node.declare(
+        "fw.ncl",
+        &decl(
+            "fw",
+            "    { name = \"web\", config = fun s => { openings = [{ port = s.ports.bus, from = \"anywhere\", paths = ['incoming] }] } },",
+        ),
+    );
+    node.ok_sh(&mesh("state-fw", "adopt /srv/t/fw.ncl"));
+    node.ok_sh(&format!(
+        "nohup sh -c '{}' >/dev/null 2>&1 &",
+        mesh("state-fw", "reconcile --watch 3600")
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    let at: SocketAddr = format!("{}:4222", node.address()).parse().unwrap();
+    let reaches = || TcpStream::connect_timeout(&at, Duration::from_millis(50)).is_ok();
+    assert!(reaches(), "the opening answers before the reloads");
+    let (mut reloads, mut closed) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let stop = AtomicBool::new(false);
+        let window = std::thread::scope(|s| {
+            let probe = s.spawn(|| {
+                let mut first_closed: Option<Instant> = None;
+                let mut window = Duration::ZERO;
+                while !stop.load(Ordering::SeqCst) || first_closed.is_some() {
+                    let now = Instant::now();
+                    match (reaches(), first_closed) {
+                        (false, None) => first_closed = Some(now),
+                        (true, Some(at)) => {
+                            window += now.duration_since(at);
+                            first_closed = None;
+                        }
+                        _ => {}
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                window
+            });
+            reloads.push(timed(&node, "firewall-cmd --reload"));
+            // The probe goes on until the port answers again.
+            std::thread::sleep(Duration::from_millis(200));
+            stop.store(true, Ordering::SeqCst);
+            probe.join().unwrap()
+        });
+        closed.push(window);
+    }
+    (median(reloads), median(closed))
 }

@@ -38,11 +38,25 @@ command -v docker-compose >/dev/null || need+=(docker-compose)
 # htpasswd, for the images' tests of a registry with basic auth.
 command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v curl >/dev/null || need+=(curl)
+# firewalld and ufw, run only inside the systemd test node (its /usr is this machine's): the
+# found firewalls of Fedora's and Ubuntu's kind.
+[ -x /usr/sbin/firewalld ] || need+=(firewalld)
+[ -x /usr/sbin/ufw ] || need+=(ufw)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing: ${need[*]}"
     apt-get update -qq
+    # Nothing installed starts here (firewalld would take this machine's ruleset over): a
+    # policy-rc.d that refuses every start while installing, and no unit left enabled after.
+    had_policy=0
+    [ -e /usr/sbin/policy-rc.d ] && had_policy=1
+    [ $had_policy = 1 ] || printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    [ $had_policy = 1 ] || rm -f /usr/sbin/policy-rc.d
+    rm -f /etc/systemd/system/multi-user.target.wants/firewalld.service \
+      /etc/systemd/system/multi-user.target.wants/ufw.service \
+      /etc/systemd/system/dbus-org.fedoraproject.FirewallD1.service
   else
     echo "missing (install as root): ${need[*]}" >&2
   fi

@@ -265,6 +265,18 @@ pub fn firewall(done: &mesh_reach::firewall::Converged, would: bool) -> String {
         Some(BaseChange::Removed) => parts.push(format!("base ruleset {}", verb("removed"))),
         None => {}
     }
+    if let Some(unit) = &done.daemon_started {
+        parts.push(format!(
+            "{unit} {} (the found firewall's daemon, with its configuration as found)",
+            verb("started")
+        ));
+    }
+    if let Some(unit) = &done.daemon_stopped {
+        parts.push(format!(
+            "{unit} {} and disabled (the found firewall's daemon)",
+            verb("stopped")
+        ));
+    }
     if done.removed_tables > 0 {
         parts.push(format!(
             "{} table(s) of the found firewall {}",

@@ -223,6 +223,11 @@ pub const COMMENT_MAX: usize = 128;
 /// of 63 characters each, a source range) keeps its head and ends with `~` and 16 hex digits
 /// of the whole text's digest: still its own, still the same on every build.
 pub fn opening_comment(opening: &Opening) -> String {
+    opening_mark(opening, COMMENT_MAX)
+}
+
+/// [`opening_comment`] in at most `max` bytes (a log prefix, where a comment cannot be).
+pub fn opening_mark(opening: &Opening, max: usize) -> String {
     let from = match opening.from {
         Source::Anywhere => "anywhere".to_string(),
         Source::Private => "private".to_string(),
@@ -232,12 +237,12 @@ pub fn opening_comment(opening: &Opening) -> String {
         "mesh: {} {} {}/{} from {from}",
         opening.module, opening.setting, opening.port, opening.protocol
     );
-    if full.len() <= COMMENT_MAX {
+    if full.len() <= max {
         return full;
     }
     let digest = blake3::hash(full.as_bytes()).to_hex();
     let tail = format!("~{}", &digest[..16]);
-    let mut head = COMMENT_MAX - tail.len();
+    let mut head = max - tail.len();
     while !full.is_char_boundary(head) {
         head -= 1;
     }

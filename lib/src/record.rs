@@ -82,6 +82,12 @@ pub enum FirewallKind {
     IptablesNft,
     /// Legacy iptables (x_tables, which nft does not see), as `iptables-legacy` writes them.
     IptablesLegacy,
+    /// firewalld: a daemon that owns its nftables table and rewrites it on every reload; the
+    /// mesh speaks to it over D-Bus.
+    Firewalld,
+    /// ufw: its own chains in iptables, hooked from INPUT, OUTPUT and FORWARD, rewritten by
+    /// `ufw reload`.
+    Ufw,
 }
 
 /// The firewall found in force at adoption.

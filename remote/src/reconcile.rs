@@ -99,8 +99,9 @@ pub fn round(
 }
 
 /// `mesh reconcile --watch`: [`round`] every `every`, on a tokio runtime, until SIGTERM or
-/// SIGINT; each round takes the state directory's lock for its own length only (a round that
-/// finds it held by a switch waits for the next), and reads the current generation afresh.
+/// SIGINT, and at once when firewalld reloads or restarts; each round takes the state
+/// directory's lock for its own length only (a round that finds it held by a switch waits for
+/// the next), and reads the current generation afresh.
 /// Returns after a clean shutdown.
 pub fn watch(
     place: crate::deploy::agent::Place,
@@ -112,21 +113,34 @@ pub fn watch(
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut interval = tokio::time::interval(every);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // firewalld drops the openings (runtime rules) on every reload and restart: a round at
+        // once when it says so, not at the next tick. Only the machine's own firewall has one.
+        let mut reloads = match place.netns {
+            None => mesh_reach::firewall::daemon::Reloads::subscribe().await,
+            Some(_) => None,
+        };
         loop {
-            tokio::select! {
-                _ = interval.tick() => {
-                    let (place, spawner) = (place.clone(), spawner.clone());
-                    let done = tokio::task::spawn_blocking(move || round(&place, spawner.as_ref(), false))
-                        .await
-                        .map_err(std::io::Error::other)?;
-                    report(done);
+            let reloaded = async {
+                match reloads.as_mut() {
+                    Some(r) => r.next().await,
+                    None => std::future::pending().await,
                 }
+            };
+            tokio::select! {
+                _ = reloaded => {}
+                _ = interval.tick() => {}
                 _ = terminate.recv() => return Ok(()),
                 _ = tokio::signal::ctrl_c() => return Ok(()),
             }
+            let (place, spawner) = (place.clone(), spawner.clone());
+            let done = tokio::task::spawn_blocking(move || round(&place, spawner.as_ref(), false))
+                .await
+                .map_err(std::io::Error::other)?;
+            report(done);
         }
     })
 }

@@ -51,8 +51,10 @@ impl Activator {
         let (remove_tables, empty_inputs) = self.found_firewall_goes(generation.mode)?;
         // On an adopted node, the found firewall the flip removed comes back with the
         // generation's openings in it, in the transaction that removes the base ruleset.
+        let dump = self.found_firewall_dump()?;
+        let daemon = dump.as_ref().and_then(|d| d.daemon);
         let found = match generation.mode {
-            Mode::Adopted => self.found_firewall_dump()?,
+            Mode::Adopted => dump,
             Mode::Managed => None,
         };
         // The openings go through every foreign base chain that stays in force: on an adopted
@@ -66,6 +68,7 @@ impl Activator {
             remove_tables: &remove_tables,
             empty_inputs: &empty_inputs,
             restore: found.as_ref(),
+            daemon,
         };
         Ok(if apply {
             self.firewall.converge(&want)?
@@ -252,6 +255,7 @@ mod tests {
             .into(),
             iptables: BTreeMap::new(),
             legacy: BTreeMap::new(),
+            daemon: None,
         };
         let mut record = NodeRecord::managed(NodeName::new("n1").unwrap());
         record.mode = Mode::Adopted;

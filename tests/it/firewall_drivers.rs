@@ -80,6 +80,7 @@ fn adopted_restoring<T>(found: Option<&Dump>, with: impl FnOnce(&Want<'_>) -> T)
         remove_tables: &[],
         empty_inputs: &[],
         restore: found,
+        daemon: None,
     })
 }
 
@@ -96,6 +97,7 @@ fn managed<T>(with: impl FnOnce(&Want<'_>) -> T) -> T {
         remove_tables: &[],
         empty_inputs: &[],
         restore: None,
+        daemon: None,
     })
 }
 
@@ -154,6 +156,7 @@ fn library_and_command_put_the_same_ruleset_in_force() {
         .into(),
         iptables: Default::default(),
         legacy: Default::default(),
+        daemon: None,
     };
     for driver in [&library, &command] {
         managed(|want| driver.converge(want).unwrap());

@@ -10,6 +10,7 @@ mod crash;
 mod deploy_edges;
 mod faults;
 mod firewall_adopted;
+mod firewall_daemons;
 mod firewall_drivers;
 mod firewall_rules;
 mod firewall_runtime;

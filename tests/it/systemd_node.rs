@@ -71,7 +71,17 @@ fn rootfs(at: &Path) {
     }
     std::fs::write(etc.join("hostname"), "node\n").unwrap();
     std::fs::write(etc.join("machine-id"), "").unwrap();
-    for tree in ["systemd", "dbus-1"] {
+    // systemd's and D-Bus's configuration; firewalld's and ufw's, as the packages install them
+    // (the found firewalls of tests/it/firewall_daemons.rs), with the alternatives that name
+    // which iptables ufw runs.
+    for tree in [
+        "systemd",
+        "dbus-1",
+        "firewalld",
+        "ufw",
+        "default",
+        "alternatives",
+    ] {
         let from = Path::new("/etc").join(tree);
         if !from.exists() {
             continue;
@@ -90,6 +100,10 @@ fn rootfs(at: &Path) {
                 std::fs::create_dir_all(&dest).unwrap();
             } else if kind.is_file() {
                 std::fs::copy(entry.path(), &dest).unwrap();
+            } else if kind.is_symlink() && tree != "systemd" {
+                // An enabled unit's link under systemd/ would start it inside.
+                let to = std::fs::read_link(entry.path()).unwrap();
+                std::os::unix::fs::symlink(to, &dest).unwrap();
             }
         }
     }
@@ -252,6 +266,16 @@ impl SystemdNode {
         std::fs::read_to_string(self.here(name))
             .map(|s| s.lines().count())
             .unwrap_or(0)
+    }
+
+    /// Its address on Docker's bridge: where packets from outside its namespace reach it.
+    pub fn address(&self) -> String {
+        must(&[
+            "inspect",
+            "-f",
+            "{{.NetworkSettings.IPAddress}}",
+            &self.name,
+        ])
     }
 
     /// A unit's property, as systemctl shows it.

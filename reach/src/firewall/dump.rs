@@ -16,6 +16,10 @@ pub struct Dump {
     /// family whose legacy tables held rules.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub legacy: std::collections::BTreeMap<String, String>,
+    /// The daemon that keeps it (firewalld, ufw), when one does: the flip stops it, a rollback
+    /// across the flip starts it again, and its own tables come from it, never from this dump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<super::daemon::Daemon>,
 }
 
 impl Dump {
@@ -148,6 +152,7 @@ mod tests {
             )]
             .into(),
             legacy: Default::default(),
+            daemon: None,
         };
         assert!(is_runtime_table("ip filter", shared));
         assert!(is_runtime_table("ip docker-bridges", ""));

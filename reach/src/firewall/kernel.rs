@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::dump::{is_iptables_table, split_key};
 use super::nft::Nft;
 use super::{
-    iptables, is_runtime_table, nftables, BaseChange, Converged, Dump, Firewall, FirewallError,
-    FoundChain, Want, MARK,
+    daemon, iptables, is_runtime_table, nftables, BaseChange, Converged, Dump, Firewall,
+    FirewallError, FoundChain, Want, MARK,
 };
 
 /// The kernel's firewall, in a network namespace or the machine's own.
@@ -132,6 +132,15 @@ impl Kernel {
         }
     }
 
+    /// The system bus, where the found firewall's daemon is spoken to: only for the machine's
+    /// own firewall (no `--netns`), and only when a bus answers.
+    fn bus(&self) -> Option<daemon::Bus> {
+        match self.nft.netns() {
+            None => daemon::Bus::connect(),
+            Some(_) => None,
+        }
+    }
+
     /// Whether nft is spoken to in process (libnftables).
     pub fn in_process(&self) -> bool {
         self.nft.in_process()
@@ -152,10 +161,18 @@ impl Firewall for Kernel {
         let legacy = iptables::legacy_saves(&self.nft);
         let ruleset = self.nft.ruleset()?;
         let chains = nftables::found_chains(&ruleset);
-        if chains.is_empty() && legacy.is_empty() {
+        let bus = self.bus();
+        let which = match &bus {
+            Some(bus) if bus.firewalld_runs() => Some(daemon::Which::Firewalld),
+            Some(_) if has_ufw_chains(&ruleset, &legacy) => Some(daemon::Which::Ufw),
+            _ => None,
+        };
+        if chains.is_empty() && legacy.is_empty() && which.is_none() {
             return Ok(None);
         }
-        let kind = if !legacy.is_empty() {
+        let kind = if let Some(which) = which {
+            which.kind()
+        } else if !legacy.is_empty() {
             mesh_lib::record::FirewallKind::IptablesLegacy
         } else if chains.iter().all(iptables::speaks) {
             mesh_lib::record::FirewallKind::IptablesNft
@@ -169,8 +186,16 @@ impl Firewall for Kernel {
             .filter(|(_, name)| !name.starts_with("mesh_"))
             .collect();
         tables.sort();
+        let daemon = match (which, &bus) {
+            (Some(which), Some(bus)) => Some(daemon::Daemon {
+                which,
+                enabled: bus.unit_state(which.unit())?.1,
+            }),
+            _ => None,
+        };
         let mut dump = Dump {
             legacy,
+            daemon,
             ..Dump::default()
         };
         for (family, name) in tables {
@@ -235,7 +260,53 @@ impl Kernel {
     /// What [`Firewall::converge`] does, or with `apply` false only works out what it would
     /// change.
     fn converge_or_check(&self, want: &Want<'_>, apply: bool) -> Result<Converged, FirewallError> {
-        let ruleset = self.nft.ruleset()?;
+        let bus = match want.daemon {
+            Some(_) => self.bus(),
+            None => None,
+        }
+        .or_else(|| self.bus().filter(|b| b.firewalld_runs()));
+        // The flip on a node whose found firewall a daemon keeps: the base ruleset first,
+        // beside the daemon's rules (what both open stays open); then the daemon stopped and
+        // disabled (it takes its own rules away); then what is left of them goes.
+        if let (Some(_), Some(found), Some(bus)) = (want.base, want.daemon, &bus) {
+            let unit = found.which.unit();
+            let (active, enabled) = bus.unit_state(unit)?;
+            if active || enabled {
+                if !apply {
+                    let mut done = self.converge_or_check(
+                        &Want {
+                            daemon: None,
+                            ..*want
+                        },
+                        false,
+                    )?;
+                    done.daemon_stopped = Some(unit.to_owned());
+                    return Ok(done);
+                }
+                let beside = Want {
+                    remove_tables: &[],
+                    empty_inputs: &[],
+                    daemon: None,
+                    ..*want
+                };
+                let first = self.converge_or_check(&beside, true)?;
+                bus.stop_and_disable(unit)?;
+                let mut done = self.converge_or_check(
+                    &Want {
+                        daemon: None,
+                        ..*want
+                    },
+                    true,
+                )?;
+                done.base = done.base.or(first.base);
+                done.guard |= first.guard;
+                done.inserted += first.inserted;
+                done.removed += first.removed;
+                done.daemon_stopped = Some(unit.to_owned());
+                return Ok(done);
+            }
+        }
+        let mut ruleset = self.nft.ruleset()?;
         let mut done = Converged::default();
         // One transaction, written in nft's text syntax (nft reads it faster than its JSON).
         let mut commands = String::new();
@@ -250,9 +321,35 @@ impl Kernel {
             _ => None,
         };
         let mut restored_chains = Vec::new();
+        // Back across the flip, a daemon that kept the found firewall is started again first
+        // (enabled as found): it loads its own configuration beside the base ruleset.
+        let daemon = want.daemon.filter(|_| across_flip.is_some());
+        if let (Some(found), Some(bus)) = (daemon, &bus) {
+            let unit = found.which.unit();
+            if apply && !bus.unit_state(unit)?.0 {
+                bus.enable_and_start(unit, found.enabled)?;
+                ruleset = self.nft.ruleset()?;
+            }
+            done.daemon_started = Some(unit.to_owned());
+        }
+        let firewalld = bus.as_ref().is_some_and(|b| b.firewalld_runs());
+        // firewalld's openings: rich rules in its runtime configuration, in before the base
+        // ruleset goes (back across the flip).
+        if firewalld && want.base.is_none() {
+            if let Some(bus) = &bus {
+                let (added, removed) =
+                    bus.converge_rich_rules(want.openings, want.settings, apply)?;
+                done.inserted += added;
+                done.removed += removed;
+            }
+        }
         if let Some(dump) = across_flip {
-            let restoring = missing(dump, &ruleset);
-            if apply {
+            let mut restoring = missing(dump, &ruleset);
+            if let Some(found) = daemon {
+                restoring.retain(|(f, n)| !found.which.owns(f, n));
+            }
+            let ufw = daemon.is_some_and(|d| d.which == daemon::Which::Ufw);
+            if apply && !ufw {
                 // Also the predecessor's INPUT chain in a table a container runtime shares,
                 // which the flip emptied, and legacy iptables.
                 done.restored.extend(
@@ -303,6 +400,8 @@ impl Kernel {
             .into_iter()
             .chain(restored_chains)
             .filter(|c| !iptables::speaks(c))
+            // firewalld rewrites its table on every reload: its openings go through it.
+            .filter(|c| !(firewalld && daemon::Which::Firewalld.owns(&c.family, &c.table)))
             .filter(|c| {
                 !want
                     .remove_tables
@@ -341,6 +440,15 @@ impl Kernel {
         done.removed_tables += emptied;
         Ok(done)
     }
+}
+
+/// Whether ufw's chains are in force (iptables-nft's, or legacy iptables').
+fn has_ufw_chains(ruleset: &[Value], legacy: &std::collections::BTreeMap<String, String>) -> bool {
+    ruleset
+        .iter()
+        .filter_map(|o| o.get("chain"))
+        .any(|c| c["name"].as_str().is_some_and(|n| n.starts_with("ufw-")))
+        || legacy.values().any(|save| save.contains("\n:ufw-"))
 }
 
 /// The tables of `dump` that are not in `ruleset`, as (family, name): a container runtime's

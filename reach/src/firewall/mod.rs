@@ -20,6 +20,7 @@
 //! - a container runtime's tables are never removed nor loaded back from an old copy
 //!   ([`is_runtime_table`]).
 
+pub mod daemon;
 mod dump;
 pub mod iptables;
 mod kernel;
@@ -69,8 +70,16 @@ pub enum FirewallError {
         stderr: String,
     },
     /// A firewall kind neither driver speaks is in force.
-    #[error("{0}: the mesh speaks nftables tables, iptables-nft and legacy iptables, not this; adoption needs the found firewall in one of those")]
+    #[error("{0}: the mesh speaks nftables tables, iptables-nft, legacy iptables, firewalld and ufw, not this; adoption needs the found firewall in one of those")]
     NotCovered(String),
+    /// The found firewall's daemon (firewalld, or systemd for its unit) refused or failed.
+    #[error("{what}: {message}")]
+    Daemon {
+        /// Who was asked (firewalld, or the daemon's unit).
+        what: String,
+        /// What it said.
+        message: String,
+    },
     /// `nft -j` printed something that is not its JSON.
     #[error("cannot read nft's listing: {0}")]
     Listing(String),
@@ -117,6 +126,9 @@ pub struct Want<'a> {
     /// removes the base ruleset, with the openings in their chains — no port the found firewall
     /// and the generation both open is closed on the way back across the flip.
     pub restore: Option<&'a Dump>,
+    /// The daemon that kept the found firewall, as recorded at adoption (in either mode): the
+    /// flip stops it, a rollback across the flip starts it again.
+    pub daemon: Option<daemon::Daemon>,
 }
 
 /// What a converge did to the base ruleset.
@@ -149,6 +161,12 @@ pub struct Converged {
     /// flip.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub restored: Vec<String>,
+    /// The unit of the found firewall's daemon, stopped and disabled (the flip).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon_stopped: Option<String>,
+    /// The unit of the found firewall's daemon, started again (back across the flip).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon_started: Option<String>,
 }
 
 /// The ruleset in force, as read for the flip preview.

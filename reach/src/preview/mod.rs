@@ -407,11 +407,31 @@ fn own_rules(rules: &::nftables::schema::Nftables<'_>) -> Ruleset {
 
 /// The ruleset in force after the flip: `now` with the flip's changes.
 pub fn after_flip(now: &Ruleset, flip: &Flip<'_>) -> Ruleset {
+    use crate::firewall::iptables::LEGACY;
+    // Legacy iptables' filter table where a container runtime keeps its chains: the flip
+    // empties only its INPUT (the runtime's chains and FORWARD stay), as it does in force.
+    let runtime_keeps = |family: Family| {
+        now.chains.iter().any(|c| {
+            c.family == family
+                && c.table == LEGACY
+                && crate::firewall::RUNTIME_CHAINS
+                    .iter()
+                    .any(|r| c.name.starts_with(r))
+        })
+    };
     let removed = |c: &rules::Chain| {
         flip.remove_tables
             .iter()
             .any(|(f, t)| *f == c.family.word() && *t == c.table)
+            && !(c.table == LEGACY && runtime_keeps(c.family))
     };
+    let legacy_inputs: Vec<Family> = flip
+        .remove_tables
+        .iter()
+        .filter(|(_, t)| t == LEGACY)
+        .map(|(f, _)| Family::from_word(f))
+        .filter(|f| runtime_keeps(*f))
+        .collect();
     let mut out = Ruleset {
         chains: now
             .chains
@@ -420,8 +440,13 @@ pub fn after_flip(now: &Ruleset, flip: &Flip<'_>) -> Ruleset {
             .cloned()
             .collect(),
     };
-    for family in flip.empty_inputs {
-        if let Some(input) = out.chain_mut(Family::from_word(family), "filter", "INPUT") {
+    let emptied = flip
+        .empty_inputs
+        .iter()
+        .map(|f| (Family::from_word(f), "filter"))
+        .chain(legacy_inputs.iter().map(|f| (*f, LEGACY)));
+    for (family, table) in emptied {
+        if let Some(input) = out.chain_mut(family, table, "INPUT") {
             input.rules.clear();
             if let Some(base) = input.base.as_mut() {
                 base.accepts = true;
@@ -1039,6 +1064,53 @@ mod tests {
                 json!([dport("tcp", json!(15432)), {"dnat": {"addr": "172.30.0.2", "port": 5432}}]),
             ),
         ]
+    }
+
+    /// Legacy iptables whose filter table Docker shares: the flip empties only its INPUT, as
+    /// it does in force; Docker's chains and FORWARD stay.
+    #[test]
+    fn the_flip_of_a_legacy_table_docker_shares_empties_only_its_input() {
+        let save = "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:DOCKER-USER - [0:0]\n-A INPUT -p tcp -m tcp --dport 80 -j ACCEPT\n-A FORWARD -j DOCKER-USER\nCOMMIT\n";
+        let now = parse::ruleset(
+            &[],
+            &BTreeMap::new(),
+            &[("ip".to_owned(), save.to_owned())].into(),
+        );
+        let target = managed();
+        let remove = [(
+            "ip".to_owned(),
+            crate::firewall::iptables::LEGACY.to_owned(),
+        )];
+        let flip = Flip {
+            target: &target,
+            remove_tables: &remove,
+            empty_inputs: &[],
+        };
+        let mut after = after_flip(&now, &flip);
+        let legacy = crate::firewall::iptables::LEGACY;
+        let forward = after.chain_mut(Family::Ip, legacy, "FORWARD").cloned();
+        assert!(
+            forward.is_some_and(|f| f.base.is_some_and(|b| !b.accepts)),
+            "FORWARD stays, its policy DROP"
+        );
+        assert!(after.chain_mut(Family::Ip, legacy, "DOCKER-USER").is_some());
+        let input = after.chain_mut(Family::Ip, legacy, "INPUT").unwrap();
+        assert!(input.base.is_some_and(|b| b.accepts), "INPUT accepts");
+        assert!(
+            input.rules.iter().all(|r| r
+                .comment
+                .as_deref()
+                .is_some_and(|c| c.starts_with(crate::firewall::MARK))),
+            "none of the predecessor's rules stay in INPUT"
+        );
+
+        // Without Docker's chains the whole filter table goes.
+        let alone = save
+            .replace(":DOCKER-USER - [0:0]\n", "")
+            .replace("-A FORWARD -j DOCKER-USER\n", "");
+        let now = parse::ruleset(&[], &BTreeMap::new(), &[("ip".to_owned(), alone)].into());
+        let mut after = after_flip(&now, &flip);
+        assert!(after.chain_mut(Family::Ip, legacy, "INPUT").is_none());
     }
 
     fn find(p: &Preview, port: u16) -> &Port {
