@@ -3,7 +3,8 @@
 # missing (nftables, iptables, docker.io, busybox-static, iproute2, systemd and dbus for the units'
 # tests, openssh-server and -client for the fleet's, zsh, fish and groff for the completions and
 # man pages, docker-registry for the pull and images tests, apache2-utils (htpasswd) for
-# a registry with basic auth, docker-compose for a real compose project to import, and nix-bin
+# a registry with basic auth, docker-compose for a real compose project to import, firewalld and
+# ufw for the found firewalls on the systemd node (never started on this machine), and nix-bin
 # to parse flake.nix), and mdbook (with cargo, pinned) to build the manual, starts dockerd if none
 # runs, builds the manual, then runs every test (the manual's links and its guide among them). A
 # test that needs root, namespaces or nft fails — never skips — when CI=true and they are missing.
