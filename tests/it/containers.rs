@@ -51,24 +51,7 @@ impl Made {
     pub(crate) fn new(tag: &str) -> Self {
         let prefix = format!("meshtest{}{tag}", std::process::id());
         let image = format!("{prefix}-busybox:1");
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(root.path().join("bin")).unwrap();
-        std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-        let tar = Command::new("tar")
-            .args(["-C"])
-            .arg(root.path())
-            .args(["-c", "."])
-            .output()
-            .unwrap();
-        assert!(tar.status.success());
-        let mut import = Command::new("docker")
-            .args(["import", "-", &image])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
-        assert!(import.wait().unwrap().success(), "docker import");
+        crate::support::import_busybox(&image, None);
         Self { prefix, image }
     }
 }

@@ -267,24 +267,7 @@ impl Engine {
             "the image {IMAGE} is on the engine already: remove it first"
         );
         let engine = Self { project_dir };
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(root.path().join("bin")).unwrap();
-        std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-        let tar = Command::new("tar")
-            .arg("-C")
-            .arg(root.path())
-            .args(["-c", "."])
-            .output()
-            .unwrap();
-        assert!(tar.status.success());
-        let mut import = Command::new("docker")
-            .args(["import", "-", IMAGE])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut import.stdin.take().unwrap(), &tar.stdout).unwrap();
-        assert!(import.wait().unwrap().success(), "docker import");
+        crate::support::import_busybox(IMAGE, None);
         engine
     }
 }

@@ -276,25 +276,7 @@ impl Made {
         self.hosts.push(registry.host());
         let repository = format!("{}/{}/{repo}", registry.host(), self.prefix);
         let reference = format!("{repository}:{tag}");
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(root.path().join("bin")).unwrap();
-        std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-        std::fs::write(root.path().join("extra"), extra).unwrap();
-        let tar = Command::new("tar")
-            .arg("-C")
-            .arg(root.path())
-            .args(["-c", "."])
-            .output()
-            .unwrap();
-        assert!(tar.status.success());
-        let mut import = Command::new("docker")
-            .args(["import", "-", &reference])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
-        assert!(import.wait().unwrap().success(), "docker import");
+        crate::support::import_busybox(&reference, Some(("extra", extra)));
         docker(&["push", &reference]);
         let repo_digest = docker(&[
             "image",

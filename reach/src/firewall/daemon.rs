@@ -26,7 +26,6 @@ use mesh_lib::firewall::opening_mark;
 use mesh_lib::model::{Opening, Settings, Source, TrafficPath};
 use zbus_systemd::systemd1::{ManagerProxy, UnitProxy};
 
-use super::dump::is_iptables_table;
 use super::FirewallError;
 
 /// firewalld's name on the system bus.
@@ -56,15 +55,6 @@ impl Which {
         match self {
             Which::Firewalld => "firewalld.service",
             Which::Ufw => "ufw.service",
-        }
-    }
-
-    /// Whether a table is the daemon's to make: never loaded back from the dump (the daemon
-    /// loads its own), never deleted by the mesh while the daemon runs.
-    pub fn owns(self, family: &str, name: &str) -> bool {
-        match self {
-            Which::Firewalld => name == "firewalld",
-            Which::Ufw => is_iptables_table(family, name),
         }
     }
 

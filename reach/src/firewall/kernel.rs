@@ -346,7 +346,7 @@ impl Kernel {
         if let Some(dump) = across_flip {
             let mut restoring = missing(dump, &ruleset);
             if let Some(found) = daemon {
-                restoring.retain(|(f, n)| !found.which.owns(f, n));
+                restoring.retain(|(f, n)| !owned_by(found.which, f, n));
             }
             let ufw = daemon.is_some_and(|d| d.which == daemon::Which::Ufw);
             if apply && !ufw {
@@ -401,7 +401,7 @@ impl Kernel {
             .chain(restored_chains)
             .filter(|c| !iptables::speaks(c))
             // firewalld rewrites its table on every reload: its openings go through it.
-            .filter(|c| !(firewalld && daemon::Which::Firewalld.owns(&c.family, &c.table)))
+            .filter(|c| !(firewalld && owned_by(daemon::Which::Firewalld, &c.family, &c.table)))
             .filter(|c| {
                 !want
                     .remove_tables
@@ -439,6 +439,15 @@ impl Kernel {
         done.removed += removed;
         done.removed_tables += emptied;
         Ok(done)
+    }
+}
+
+/// Whether a table is the found firewall's daemon's to make: never loaded back from the dump
+/// (the daemon loads its own), never written with nft behind the daemon's back.
+fn owned_by(which: daemon::Which, family: &str, name: &str) -> bool {
+    match which {
+        daemon::Which::Firewalld => name == "firewalld",
+        daemon::Which::Ufw => is_iptables_table(family, name),
     }
 }
 

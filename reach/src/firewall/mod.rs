@@ -6,7 +6,10 @@
 //! never touch the machine's own ruleset. The found firewall's chains are spoken by one of two
 //! drivers: [`nftables`] (the predecessor's own nft tables, edited with nft) and [`iptables`]
 //! (tables made by `iptables` on its nft backend, edited only through iptables, which owns their
-//! layout; and legacy iptables, x_tables nft does not see, through `iptables-legacy`).
+//! layout; and legacy iptables, x_tables nft does not see, through `iptables-legacy`). Where a
+//! daemon keeps the found firewall ([`daemon`]), it is spoken to as well: firewalld over its
+//! D-Bus API (the openings are rich rules of its runtime configuration), ufw through its unit
+//! (the flip stops it, a rollback across the flip starts it again).
 //!
 //! Invariants:
 //! - on an adopted node the mesh loads no table of its own that accepts or drops by default:
