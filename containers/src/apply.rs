@@ -105,6 +105,77 @@ pub(crate) fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> V
     out
 }
 
+/// The containers a declared container needs before it is created and started: the one whose
+/// network, process or IPC namespace it joins (`container:NAME`), those it links to, those
+/// whose volumes it mounts. The engine refuses to start it while they do not run.
+fn needs(entry: &ContainerEntry) -> Vec<&str> {
+    let o = &entry.options;
+    let joined = [&o.network_mode, &o.pid, &o.ipc]
+        .into_iter()
+        .flatten()
+        .filter_map(|mode| mode.strip_prefix("container:"));
+    let named = o
+        .links
+        .iter()
+        .chain(&o.volumes_from)
+        .map(|v| v.split(':').next().unwrap_or(v));
+    joined.chain(named).collect()
+}
+
+/// `acquire` in levels: first the containers that need none of the others (see [`needs`]),
+/// then those that need only the first, and so on, each level in the order given. A circle
+/// (which the engine could not start either) ends in the last level.
+fn in_order<'w>(
+    acquire: Vec<(&'w str, &'w [Call])>,
+    containers: &BTreeMap<ContainerName, ContainerEntry>,
+) -> Vec<Vec<(&'w str, &'w [Call])>> {
+    let names: Vec<&str> = acquire.iter().map(|(n, _)| *n).collect();
+    let waits_on: BTreeMap<&str, Vec<&str>> = names
+        .iter()
+        .map(|name| {
+            let on = containers
+                .iter()
+                .find(|(n, _)| n.as_str() == *name)
+                .map(|(_, e)| needs(e))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|d| d != name && names.contains(d))
+                .collect();
+            (*name, on)
+        })
+        .collect();
+    let mut level: BTreeMap<&str, usize> = names.iter().map(|n| (*n, 0)).collect();
+    for _ in 0..names.len() {
+        let mut changed = false;
+        for name in &names {
+            let l = waits_on[name]
+                .iter()
+                .map(|d| level[d] + 1)
+                .max()
+                .unwrap_or(0)
+                .min(names.len());
+            if level[name] != l {
+                level.insert(name, l);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let deepest = level.values().copied().max().unwrap_or(0);
+    (0..=deepest)
+        .map(|l| {
+            acquire
+                .iter()
+                .filter(|(n, _)| level[n] == l)
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .filter(|wave| !wave.is_empty())
+        .collect()
+}
+
 /// The containers `steps` ask the engine to stop, by engine name, with the seconds each is given
 /// to stop: a declared one's `stop_timeout`, or the engine's default; a found one's, as it was
 /// created (asked of the engine).
@@ -169,7 +240,8 @@ impl Engine {
     /// containers labelled for `owner` whose path volumes are under `root`: each container's
     /// calls in order, every container's letting go before any container's taking; the letting
     /// go of every container at once (a rollback of sixty containers waits for one stop
-    /// timeout, not for one per wave of `jobs`), the taking at most `jobs` containers at a time.
+    /// timeout, not for one per wave of `jobs`), the taking at most `jobs` containers at a time,
+    /// a container after those whose namespaces, links or volumes it needs.
     /// When a call fails, no other container's calls start; those in flight are waited for, and
     /// every failure is returned, naming its container and the engine's message.
     #[allow(clippy::too_many_arguments)]
@@ -224,7 +296,15 @@ impl Engine {
                 .filter(|c| !c.acquire.is_empty())
                 .map(|c| (c.name.as_str(), c.acquire.as_slice()))
                 .collect();
-            self.wave(acquire, jobs, &ctx, &tally, progress).await
+            // A container that joins another's namespaces, links to it or mounts its volumes
+            // is created and started once that one is: a wave per level of what waits on what.
+            for level in in_order(acquire, containers) {
+                let failed = self.wave(level, jobs, &ctx, &tally, progress).await;
+                if !failed.is_empty() {
+                    return failed;
+                }
+            }
+            Vec::new()
         });
         progress.end();
         if failed.is_empty() {
@@ -315,6 +395,48 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::LABEL_MODULE;
+
+    /// A container that joins another's network, links to one or mounts one's volumes starts
+    /// in a later wave than that one; the others in the first, in their order; a circle in
+    /// the last.
+    #[test]
+    fn what_waits_on_another_starts_after_it() {
+        use mesh_lib::model::{ContainerState, ModuleName};
+        let mut containers = BTreeMap::new();
+        let mut add = |name: &str, set: &dyn Fn(&mut ContainerEntry)| {
+            let mut e = ContainerEntry::new(
+                ModuleName::new("m").unwrap(),
+                "busybox",
+                ContainerState::Managed,
+            );
+            set(&mut e);
+            containers.insert(ContainerName::new(name).unwrap(), e);
+        };
+        add("db", &|_| {});
+        add("app", &|e| {
+            e.options.network_mode = Some("container:db".into())
+        });
+        add("side", &|e| e.options.pid = Some("container:app".into()));
+        add("web", &|e| e.options.links = vec!["app:api".into()]);
+        add("copy", &|e| e.options.volumes_from = vec!["db:ro".into()]);
+        add("alone", &|e| {
+            e.options.network_mode = Some("container:gone".into())
+        });
+        add("x", &|e| e.options.ipc = Some("container:y".into()));
+        add("y", &|e| e.options.ipc = Some("container:x".into()));
+        let calls: Vec<Call> = vec![Call::Start("n".into())];
+        let names = ["side", "web", "app", "copy", "db", "alone", "x", "y"];
+        let acquire: Vec<(&str, &[Call])> = names.iter().map(|n| (*n, calls.as_slice())).collect();
+        let waves: Vec<Vec<&str>> = in_order(acquire, &containers)
+            .into_iter()
+            .map(|w| w.into_iter().map(|(n, _)| n).collect())
+            .collect();
+        assert_eq!(waves[0], ["db", "alone"]);
+        assert_eq!(waves[1], ["app", "copy"]);
+        assert_eq!(waves[2], ["side", "web"]);
+        assert_eq!(waves.last().unwrap(), &["x", "y"]);
+        assert_eq!(waves.concat().len(), names.len(), "each once");
+    }
 
     /// Each container's calls keep their order; every letting go (stop, removal, rename away)
     /// is in the first wave, every taking (create, start, rename back) in the second; a
