@@ -260,25 +260,33 @@ impl Kernel {
     /// What [`Firewall::converge`] does, or with `apply` false only works out what it would
     /// change.
     fn converge_or_check(&self, want: &Want<'_>, apply: bool) -> Result<Converged, FirewallError> {
-        let bus = match want.daemon {
-            Some(_) => self.bus(),
-            None => None,
-        }
-        .or_else(|| self.bus().filter(|b| b.firewalld_runs()));
+        // Connected once for the whole converge (the flip's passes too).
+        let bus = self.bus();
+        self.converge_on(want, apply, bus.as_ref())
+    }
+
+    /// [`Kernel::converge_or_check`] with the system bus, when there is one.
+    fn converge_on(
+        &self,
+        want: &Want<'_>,
+        apply: bool,
+        bus: Option<&daemon::Bus>,
+    ) -> Result<Converged, FirewallError> {
         // The flip on a node whose found firewall a daemon keeps: the base ruleset first,
         // beside the daemon's rules (what both open stays open); then the daemon stopped and
         // disabled (it takes its own rules away); then what is left of them goes.
-        if let (Some(_), Some(found), Some(bus)) = (want.base, want.daemon, &bus) {
+        if let (Some(_), Some(found), Some(bus)) = (want.base, want.daemon, bus) {
             let unit = found.which.unit();
             let (active, enabled) = bus.unit_state(unit)?;
             if active || enabled {
                 if !apply {
-                    let mut done = self.converge_or_check(
+                    let mut done = self.converge_on(
                         &Want {
                             daemon: None,
                             ..*want
                         },
                         false,
+                        Some(bus),
                     )?;
                     done.daemon_stopped = Some(unit.to_owned());
                     return Ok(done);
@@ -289,14 +297,15 @@ impl Kernel {
                     daemon: None,
                     ..*want
                 };
-                let first = self.converge_or_check(&beside, true)?;
+                let first = self.converge_on(&beside, true, Some(bus))?;
                 bus.stop_and_disable(unit)?;
-                let mut done = self.converge_or_check(
+                let mut done = self.converge_on(
                     &Want {
                         daemon: None,
                         ..*want
                     },
                     true,
+                    Some(bus),
                 )?;
                 done.base = done.base.or(first.base);
                 done.guard |= first.guard;
@@ -324,7 +333,7 @@ impl Kernel {
         // Back across the flip, a daemon that kept the found firewall is started again first
         // (enabled as found): it loads its own configuration beside the base ruleset.
         let daemon = want.daemon.filter(|_| across_flip.is_some());
-        if let (Some(found), Some(bus)) = (daemon, &bus) {
+        if let (Some(found), Some(bus)) = (daemon, bus) {
             let unit = found.which.unit();
             if apply && !bus.unit_state(unit)?.0 {
                 bus.enable_and_start(unit, found.enabled)?;
@@ -332,17 +341,15 @@ impl Kernel {
             }
             done.daemon_started = Some(unit.to_owned());
         }
-        let firewalld = bus.as_ref().is_some_and(|b| b.firewalld_runs());
+        let firewalld = bus.filter(|b| b.firewalld_runs());
         // firewalld's openings: rich rules in its runtime configuration, in before the base
         // ruleset goes (back across the flip).
-        if firewalld && want.base.is_none() {
-            if let Some(bus) = &bus {
-                let (added, removed) =
-                    bus.converge_rich_rules(want.openings, want.settings, apply)?;
-                done.inserted += added;
-                done.removed += removed;
-            }
+        if let (Some(bus), None) = (firewalld, want.base) {
+            let (added, removed) = bus.converge_rich_rules(want.openings, want.settings, apply)?;
+            done.inserted += added;
+            done.removed += removed;
         }
+        let firewalld = firewalld.is_some();
         if let Some(dump) = across_flip {
             let mut restoring = missing(dump, &ruleset);
             if let Some(found) = daemon {
