@@ -122,23 +122,38 @@ fn needs(entry: &ContainerEntry) -> Vec<&str> {
     joined.chain(named).collect()
 }
 
-/// `acquire` in levels: first the containers that need none of the others (see [`needs`]),
-/// then those that need only the first, and so on, each level in the order given. A circle
-/// (which the engine could not start either) ends in the last level.
+/// The container a reference the engine recorded names (a name, with or without its
+/// `.found`, or an id or a prefix of one, as `docker run --network container:X` takes), by the
+/// name its calls go under; `None` when it is not on the engine.
+fn named<'p>(reference: &str, present: &'p BTreeMap<String, Present>) -> Option<&'p str> {
+    let name = match present.get_key_value(reference) {
+        Some((name, _)) => name.as_str(),
+        None if reference.len() >= 12 => present
+            .iter()
+            .find(|(_, p)| p.id.starts_with(reference))
+            .map(|(name, _)| name.as_str())?,
+        None => return None,
+    };
+    Some(name.strip_suffix(FOUND_SUFFIX).unwrap_or(name))
+}
+
+/// `acquire` in levels: first the containers that need none of the others (`waits_on`: for a
+/// declared container see [`needs`]; a found one, what the engine recorded), then those that
+/// need only the first, and so on, each level in the order given. A circle (which the engine
+/// could not start either) ends in the last level.
 fn in_order<'w>(
     acquire: Vec<(&'w str, &'w [Call])>,
-    containers: &BTreeMap<ContainerName, ContainerEntry>,
+    waits_on: &BTreeMap<&str, Vec<String>>,
 ) -> Vec<Vec<(&'w str, &'w [Call])>> {
     let names: Vec<&str> = acquire.iter().map(|(n, _)| *n).collect();
     let waits_on: BTreeMap<&str, Vec<&str>> = names
         .iter()
         .map(|name| {
-            let on = containers
-                .iter()
-                .find(|(n, _)| n.as_str() == *name)
-                .map(|(_, e)| needs(e))
-                .unwrap_or_default()
+            let on = waits_on
+                .get(name)
                 .into_iter()
+                .flatten()
+                .map(String::as_str)
                 .filter(|d| d != name && names.contains(d))
                 .collect();
             (*name, on)
@@ -298,7 +313,11 @@ impl Engine {
                 .collect();
             // A container that joins another's namespaces, links to it or mounts its volumes
             // is created and started once that one is: a wave per level of what waits on what.
-            for level in in_order(acquire, containers) {
+            let waits_on = match self.waits_on(&acquire, containers, present).await {
+                Ok(w) => w,
+                Err(e) => return vec![e],
+            };
+            for level in in_order(acquire, &waits_on) {
                 let failed = self.wave(level, jobs, &ctx, &tally, progress).await;
                 if !failed.is_empty() {
                     return failed;
@@ -312,6 +331,52 @@ impl Engine {
         } else {
             Err(StepsFailed(failed))
         }
+    }
+
+    /// What each container of `acquire` needs running first, by the names calls go under: a
+    /// declared container what it declares ([`needs`]); a found one started again (a rollback
+    /// across its take) what the engine recorded when it was created, which the declaration
+    /// need not say — asked of the engine for those alone, all at once.
+    async fn waits_on<'w>(
+        &self,
+        acquire: &[(&'w str, &'w [Call])],
+        containers: &BTreeMap<ContainerName, ContainerEntry>,
+        present: &BTreeMap<String, Present>,
+    ) -> Result<BTreeMap<&'w str, Vec<String>>, DockerError> {
+        use futures_util::future::try_join_all;
+        let found =
+            acquire.iter().filter_map(|(name, calls)| {
+                calls.iter().find_map(|call| match call {
+                    Call::Start(started) if started.ends_with(FOUND_SUFFIX) => Some(async move {
+                        Ok::<_, DockerError>((*name, self.joined_async(started).await?))
+                    }),
+                    _ => None,
+                })
+            });
+        let mut out: BTreeMap<&str, Vec<String>> = try_join_all(found)
+            .await?
+            .into_iter()
+            .map(|(name, joined)| {
+                let on = joined
+                    .iter()
+                    .filter_map(|r| named(r, present))
+                    .map(str::to_owned)
+                    .collect();
+                (name, on)
+            })
+            .collect();
+        for (name, _) in acquire {
+            if out.contains_key(name) {
+                continue;
+            }
+            let declared = containers
+                .iter()
+                .find(|(n, _)| n.as_str() == *name)
+                .map(|(_, e)| needs(e).into_iter().map(str::to_owned).collect())
+                .unwrap_or_default();
+            out.insert(name, declared);
+        }
+        Ok(out)
     }
 
     /// Runs each container's `calls`, at most `jobs` containers at once; after a failure starts
@@ -427,7 +492,16 @@ mod tests {
         let calls: Vec<Call> = vec![Call::Start("n".into())];
         let names = ["side", "web", "app", "copy", "db", "alone", "x", "y"];
         let acquire: Vec<(&str, &[Call])> = names.iter().map(|n| (*n, calls.as_slice())).collect();
-        let waves: Vec<Vec<&str>> = in_order(acquire, &containers)
+        let waits_on: BTreeMap<&str, Vec<String>> = containers
+            .iter()
+            .map(|(n, e)| {
+                (
+                    n.as_str(),
+                    needs(e).into_iter().map(str::to_owned).collect(),
+                )
+            })
+            .collect();
+        let waves: Vec<Vec<&str>> = in_order(acquire, &waits_on)
             .into_iter()
             .map(|w| w.into_iter().map(|(n, _)| n).collect())
             .collect();
@@ -436,6 +510,57 @@ mod tests {
         assert_eq!(waves[2], ["side", "web"]);
         assert_eq!(waves.last().unwrap(), &["x", "y"]);
         assert_eq!(waves.concat().len(), names.len(), "each once");
+    }
+
+    /// A reference the engine recorded in a found container (a name, that name since kept as
+    /// `.found`, an id or a prefix of one) is the name that container's calls go under; one
+    /// not on the engine, or too short a prefix to be sure, is none.
+    #[test]
+    fn an_engine_reference_names_the_container_its_calls_go_under() {
+        let id = "4f1c2a9d8e7b6a5f4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b";
+        let present = BTreeMap::from([
+            (
+                "db.found".to_string(),
+                Present {
+                    id: id.into(),
+                    labels: BTreeMap::new(),
+                    running: false,
+                },
+            ),
+            (
+                "web".to_string(),
+                Present {
+                    id: "0123456789ab0123".into(),
+                    labels: BTreeMap::new(),
+                    running: true,
+                },
+            ),
+        ]);
+        assert_eq!(named(id, &present), Some("db"));
+        assert_eq!(named(&id[..12], &present), Some("db"));
+        assert_eq!(named("db.found", &present), Some("db"));
+        assert_eq!(named("web", &present), Some("web"));
+        assert_eq!(named("4f1c", &present), None, "a short prefix is no one");
+        assert_eq!(named("gone", &present), None);
+    }
+
+    /// What the engine records of a container's namespaces, links and volumes is what it
+    /// needs running: `container:X` of each namespace, a link's target, a volume's source.
+    #[test]
+    fn what_the_engine_recorded_is_what_a_found_container_needs() {
+        let host = bollard::models::HostConfig {
+            network_mode: Some("container:4f1c2a9d8e7b".into()),
+            pid_mode: Some("host".into()),
+            ipc_mode: Some("container:db".into()),
+            links: Some(vec!["/cache:/web/redis".into()]),
+            volumes_from: Some(vec!["files:ro".into(), "logs".into()]),
+            ..Default::default()
+        };
+        assert_eq!(
+            crate::engine::joined(&host),
+            ["4f1c2a9d8e7b", "db", "cache", "files", "logs"]
+        );
+        assert!(crate::engine::joined(&bollard::models::HostConfig::default()).is_empty());
     }
 
     /// Each container's calls keep their order; every letting go (stop, removal, rename away)

@@ -486,6 +486,16 @@ impl Engine {
             .unwrap_or(DEFAULT_STOP_SECONDS))
     }
 
+    /// The containers container `name` needs running before it starts, as the engine recorded
+    /// them when it was created (see [`joined`]): for a found container, which the declaration
+    /// does not describe.
+    pub(crate) async fn joined_async(&self, name: &str) -> Result<Vec<String>, DockerError> {
+        let inspect = self
+            .call_async("inspect", name, self.docker.inspect_container(name, None))
+            .await?;
+        Ok(inspect.host_config.as_ref().map(joined).unwrap_or_default())
+    }
+
     /// Starts a container.
     pub fn start(&self, name: &str) -> Result<(), DockerError> {
         self.runtime.block_on(self.start_async(name))
@@ -621,4 +631,30 @@ pub(crate) fn not_modified(e: DockerError) -> Result<(), DockerError> {
         } => Ok(()),
         other => Err(other),
     }
+}
+
+/// The containers a container created with `host` needs running before it starts, as the engine
+/// names them (a name or an id): the one whose network, process or IPC namespace it joins
+/// (`container:X`), those it links to (`/X:/it/alias`), those whose volumes it mounts (`X:ro`).
+pub(crate) fn joined(host: &bollard::models::HostConfig) -> Vec<String> {
+    let modes = [&host.network_mode, &host.pid_mode, &host.ipc_mode]
+        .into_iter()
+        .flatten()
+        .filter_map(|mode| mode.strip_prefix("container:"));
+    let links = host.links.iter().flatten().filter_map(|link| {
+        link.split(':')
+            .next()
+            .map(|target| target.trim_start_matches('/'))
+    });
+    let volumes = host
+        .volumes_from
+        .iter()
+        .flatten()
+        .filter_map(|from| from.split(':').next());
+    modes
+        .chain(links)
+        .chain(volumes)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

@@ -951,6 +951,73 @@ fn a_rollback_stops_the_mesh_container_before_it_goes() {
     );
 }
 
+/// Found containers that share a namespace come back in the order the engine needs: `app` was
+/// found in `net`'s network namespace (`--network container:`, which the engine records by id)
+/// and is declared on its own network, so only the engine says what it joins. A rollback across
+/// the take of both starts `net`'s found container before `app`'s — one container job at a
+/// time, `app` first by name: started first, the engine would refuse it.
+#[test]
+fn a_rollback_starts_a_found_container_after_the_one_whose_network_it_joins() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("j");
+    let (net, app) = (
+        format!("{}-net", made.prefix),
+        format!("{}-app", made.prefix),
+    );
+    let sleep = ["/bin/busybox", "sleep", "100000"];
+    let run = |name: &str, options: &[&str]| {
+        let mut args = vec!["run", "-d", "--name", name, "--stop-timeout", "1"];
+        args.extend(options);
+        args.push(&made.image);
+        args.extend(sleep);
+        docker(&args)
+    };
+    let net_id = run(&net, &[]);
+    let app_id = run(&app, &["--network", &format!("container:{net}")]);
+    let container = |name: &str| {
+        format!(
+            r#"{{ name = "{name}", image = "{}", command = ["/bin/busybox", "sleep", "100000"], stop_timeout = 1, labels = {{ taken = "yes" }} }}"#,
+            made.image
+        )
+    };
+    let decl = crate::rejections::node(
+        "store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820",
+        &crate::rejections::module(
+            "pair",
+            &format!("containers = [{}, {}]", container(&app), container(&net)),
+        ),
+    );
+    let f = Fixture::new();
+    f.write_decl("n.ncl", &decl);
+    let one_job = |args: &[&str]| {
+        let mut c = f.command(args);
+        c.env("MESH_CONTAINER_JOBS", "1");
+        let ran = crate::support::run(c);
+        assert_eq!(ran.code, 0, "{args:?}: {}{}", ran.stdout, ran.stderr);
+    };
+    one_job(&["adopt", f.decl("n.ncl").to_str().unwrap()]);
+    one_job(&["take", "pair"]);
+    for (name, id) in [(&net, &net_id), (&app, &app_id)] {
+        assert_ne!(docker(&["inspect", "-f", "{{.Id}}", name]), *id, "{name} taken");
+    }
+    one_job(&["rollback", "--to", "1"]);
+    for (name, id) in [(&net, &net_id), (&app, &app_id)] {
+        assert_eq!(
+            docker(&["inspect", "-f", "{{.Id}} {{.State.Running}}", name]),
+            format!("{id} true"),
+            "{name}: the found container is back and runs"
+        );
+    }
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.HostConfig.NetworkMode}}", &app]),
+        docker(&["inspect", "-f", "container:{{.Id}}", &net]),
+        "in the network namespace of the found one it joined"
+    );
+}
+
 /// The number of staged containers in `mesh status --json` (as `[held, staged, managed]` or,
 /// named, `{ held, staged, managed }`).
 fn staged_count(containers: &serde_json::Value) -> u64 {
