@@ -344,15 +344,13 @@ impl Engine {
         present: &BTreeMap<String, Present>,
     ) -> Result<BTreeMap<&'w str, Vec<String>>, DockerError> {
         use futures_util::future::try_join_all;
-        let found =
-            acquire.iter().filter_map(|(name, calls)| {
-                calls.iter().find_map(|call| match call {
-                    Call::Start(started) if started.ends_with(FOUND_SUFFIX) => Some(async move {
-                        Ok::<_, DockerError>((*name, self.joined_async(started).await?))
-                    }),
-                    _ => None,
-                })
-            });
+        let found = acquire.iter().filter_map(|(name, calls)| {
+            let started = calls.iter().find_map(|call| match call {
+                Call::Start(s) if s.ends_with(FOUND_SUFFIX) => Some(s.as_str()),
+                _ => None,
+            })?;
+            Some(async move { Ok::<_, DockerError>((*name, self.joined_async(started).await?)) })
+        });
         let mut out: BTreeMap<&str, Vec<String>> = try_join_all(found)
             .await?
             .into_iter()

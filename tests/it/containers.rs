@@ -1001,7 +1001,11 @@ fn a_rollback_starts_a_found_container_after_the_one_whose_network_it_joins() {
     one_job(&["adopt", f.decl("n.ncl").to_str().unwrap()]);
     one_job(&["take", "pair"]);
     for (name, id) in [(&net, &net_id), (&app, &app_id)] {
-        assert_ne!(docker(&["inspect", "-f", "{{.Id}}", name]), *id, "{name} taken");
+        assert_ne!(
+            docker(&["inspect", "-f", "{{.Id}}", name]),
+            *id,
+            "{name} taken"
+        );
     }
     one_job(&["rollback", "--to", "1"]);
     for (name, id) in [(&net, &net_id), (&app, &app_id)] {
