@@ -253,9 +253,7 @@ mod tests {
                 ("ip nat".to_owned(), "table ip nat {\n\tchain DOCKER {\n\t}\n}\n".to_owned()),
             ]
             .into(),
-            iptables: BTreeMap::new(),
-            legacy: BTreeMap::new(),
-            daemon: None,
+            ..Dump::default()
         };
         let mut record = NodeRecord::managed(NodeName::new("n1").unwrap());
         record.mode = Mode::Adopted;

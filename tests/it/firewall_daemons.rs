@@ -138,15 +138,17 @@ fn adopted_node_through_firewalld() {
         return;
     }
     let node = SystemdNode::boot("fwd");
-    // The predecessor: firewalld, its default zone allowing 8081 and 5432, permanently.
+    // The predecessor: firewalld, its default zone allowing 8081 and 5432, permanently, and
+    // 8083 in its runtime configuration alone (`firewall-cmd` without `--permanent`).
     node.ok_sh(
-        "systemctl enable --now firewalld.service >/dev/null 2>&1; firewall-cmd --state && firewall-cmd --permanent --add-port=8081/tcp --add-port=5432/tcp && firewall-cmd --reload",
+        "systemctl enable --now firewalld.service >/dev/null 2>&1; firewall-cmd --state && firewall-cmd --permanent --add-port=8081/tcp --add-port=5432/tcp && firewall-cmd --reload && firewall-cmd --add-port=8083/tcp",
     );
     serve(&node);
     let address = node.address();
     assert_eq!(reachable(&address), [8081, 5432], "firewalld alone");
     let zones = || node.ok_sh("firewall-cmd --list-all-zones");
     let found_zones = zones();
+    assert!(found_zones.contains("8083/tcp"), "{found_zones}");
     let permanent = node.ok_sh("cat /etc/firewalld/zones/public.xml");
 
     let decl = node.declare("n1.ncl", DECLARATION);
@@ -218,7 +220,8 @@ fn adopted_node_through_firewalld() {
     assert!(closes.contains(&8081), "{preview}");
 
     // The flip: the base ruleset, firewalld stopped and disabled, its table gone; back across
-    // it, firewalld running and enabled again, as it was found.
+    // it, firewalld running and enabled again, as it was found — its runtime configuration too
+    // (8083, which its files do not hold and its reload above dropped).
     flip_and_back(&node, "firewalld.service", &address);
     assert_eq!(without_mesh(&zones()), without_mesh(&found_zones));
 }

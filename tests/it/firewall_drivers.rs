@@ -154,9 +154,7 @@ fn library_and_command_put_the_same_ruleset_in_force() {
             "table inet broken { chain c { type filter hook nowhere priority 0; } }\n".to_owned(),
         )]
         .into(),
-        iptables: Default::default(),
-        legacy: Default::default(),
-        daemon: None,
+        ..Dump::default()
     };
     for driver in [&library, &command] {
         managed(|want| driver.converge(want).unwrap());

@@ -14,7 +14,10 @@
 //!
 //! For both, the flip stops and disables the daemon's unit once the base ruleset is in force,
 //! and a rollback across the flip starts it again (enabled as it was found) before the base
-//! ruleset goes: the daemon loads its own configuration, as found.
+//! ruleset goes: the daemon loads its own configuration, as found. firewalld's runtime
+//! configuration may have held more, or less, than its files when found (`firewall-cmd`
+//! without `--permanent`): `mesh adopt` records each zone's ([`Zones`]) and the rollback sets
+//! back any zone that differs once firewalld has loaded its files.
 //!
 //! The daemons are the machine's: spoken to only when no `--netns` is given.
 
@@ -75,6 +78,67 @@ pub struct Daemon {
     pub which: Which,
     /// Whether its unit was enabled (started at boot) when found.
     pub enabled: bool,
+}
+
+/// firewalld's runtime settings of each of its zones (`getZoneSettings2`: services, ports, rich
+/// rules, sources, interfaces, …), by zone: the D-Bus encoding of each zone's `a{sv}`, in hex,
+/// so that what is set back is what was read, value for value.
+pub type Zones = BTreeMap<String, String>;
+
+/// One zone's settings as D-Bus carries them.
+type ZoneSettings = BTreeMap<String, zbus::wire::OwnedVariant>;
+
+/// The settings of a zone firewalld changes in its runtime configuration
+/// (`setZoneSettings2`); the others (its name, description, target, priorities) only its files
+/// hold. Each with its value when the zone has none (`getZoneSettings2` leaves those out).
+fn runtime_settings() -> [(&'static str, zbus::wire::OwnedVariant); 12] {
+    use zbus::wire::{OwnedVariant, Variant};
+    let owned = |v: Variant<'static>| OwnedVariant::try_from(v).expect("no file descriptor");
+    let names = || Variant::from(Vec::<String>::new());
+    let pairs = || Variant::from(Vec::<(String, String)>::new());
+    [
+        ("services", owned(names())),
+        ("ports", owned(pairs())),
+        ("icmp_blocks", owned(names())),
+        ("masquerade", owned(Variant::from(false))),
+        (
+            "forward_ports",
+            owned(Variant::from(Vec::<(String, String, String, String)>::new())),
+        ),
+        ("interfaces", owned(names())),
+        ("sources", owned(names())),
+        ("rules_str", owned(names())),
+        ("protocols", owned(names())),
+        ("source_ports", owned(pairs())),
+        ("icmp_block_inversion", owned(Variant::from(false))),
+        ("forward", owned(Variant::from(false))),
+    ]
+}
+
+/// Of a zone's settings, those of its runtime configuration, each there (see
+/// [`runtime_settings`]): two zones alike in force compare equal.
+fn in_force(mut settings: ZoneSettings) -> ZoneSettings {
+    runtime_settings()
+        .into_iter()
+        .map(|(key, none)| (key.to_owned(), settings.remove(key).unwrap_or(none)))
+        .collect()
+}
+
+fn wire() -> zbus::wire::serialized::Context {
+    zbus::wire::serialized::Context::new(zbus::wire::LE, 0)
+}
+
+fn encode(settings: &ZoneSettings) -> zbus::Result<String> {
+    Ok(hex::encode(zbus::wire::to_bytes(wire(), settings)?.bytes()))
+}
+
+fn decode(text: &str) -> Result<ZoneSettings, String> {
+    let bytes = hex::decode(text).map_err(|e| e.to_string())?;
+    let data = zbus::wire::serialized::Data::new(bytes, wire());
+    let (settings, _) = data
+        .deserialize::<ZoneSettings>()
+        .map_err(|e| e.to_string())?;
+    Ok(settings)
 }
 
 /// The rich rule that opens `opening` through firewalld, in the form firewalld lists it back;
@@ -291,6 +355,57 @@ impl Bus {
             .map_err(call_error("firewalld"))
     }
 
+    /// firewalld's runtime settings of every zone it has, as they are now.
+    pub fn zone_settings(&self) -> Result<Zones, FirewallError> {
+        self.runtime
+            .block_on(async {
+                let proxy = self.firewalld(ZONE).await?;
+                let names: Vec<String> = proxy.call("getZones", &()).await?;
+                let mut out = Zones::new();
+                for zone in names {
+                    let settings: ZoneSettings =
+                        proxy.call("getZoneSettings2", &(zone.as_str(),)).await?;
+                    out.insert(zone, encode(&in_force(settings))?);
+                }
+                Ok(out)
+            })
+            .map_err(call_error("firewalld"))
+    }
+
+    /// Each zone of `found` whose runtime settings differ now set back to them (firewalld's
+    /// `setZoneSettings2`, runtime only: its files are not written); the zones set back.
+    pub fn restore_zone_settings(&self, found: &Zones) -> Result<Vec<String>, FirewallError> {
+        let now = self.zone_settings()?;
+        let read = |zone: &str, text: &str| {
+            decode(text)
+                .map(in_force)
+                .map_err(|message| FirewallError::Daemon {
+                    what: "firewalld".into(),
+                    message: format!("zone {zone} as recorded: {message}"),
+                })
+        };
+        let mut differ: Vec<(&String, ZoneSettings)> = Vec::new();
+        for (zone, text) in found {
+            let want = read(zone, text)?;
+            let have = now.get(zone).map(|t| read(zone, t)).transpose()?;
+            if have.as_ref() != Some(&want) {
+                differ.push((zone, want));
+            }
+        }
+        self.runtime
+            .block_on(async {
+                let proxy = self.firewalld(ZONE).await?;
+                for (zone, settings) in &differ {
+                    let () = proxy
+                        .call("setZoneSettings2", &(zone.as_str(), settings))
+                        .await?;
+                }
+                Ok(())
+            })
+            .map_err(call_error("firewalld"))?;
+        Ok(differ.into_iter().map(|(zone, _)| zone.clone()).collect())
+    }
+
     /// The openings as rich rules of every zone firewalld puts traffic in, in its runtime
     /// configuration: the wanted ones added, the mesh's no longer wanted removed. Returns
     /// (added, removed); with `apply` false, only counts them.
@@ -385,6 +500,47 @@ mod tests {
             paths: paths.iter().copied().collect(),
             from,
         }
+    }
+
+    /// A zone's runtime settings read back from their recorded form are what was read: the
+    /// strings, lists, pairs and flags of `getZoneSettings2`, encoded as D-Bus carries them; of
+    /// them, those its runtime configuration holds are compared, a missing one as empty.
+    #[test]
+    fn a_zone_recorded_reads_back_as_it_was() {
+        use zbus::wire::{OwnedVariant, Variant};
+        let owned = |v: Variant<'_>| OwnedVariant::try_from(v).unwrap();
+        let settings: ZoneSettings = BTreeMap::from([
+            ("target".to_owned(), owned(Variant::from("default"))),
+            ("masquerade".to_owned(), owned(Variant::from(false))),
+            (
+                "services".to_owned(),
+                owned(Variant::from(vec![
+                    "ssh".to_owned(),
+                    "dhcpv6-client".to_owned(),
+                ])),
+            ),
+            (
+                "ports".to_owned(),
+                owned(Variant::from(vec![
+                    ("8081".to_owned(), "tcp".to_owned()),
+                    ("8083".to_owned(), "tcp".to_owned()),
+                ])),
+            ),
+        ]);
+        let text = encode(&settings).unwrap();
+        assert_eq!(decode(&text).unwrap(), settings);
+        assert_eq!(
+            encode(&decode(&text).unwrap()).unwrap(),
+            text,
+            "the same bytes again"
+        );
+        assert!(decode("zz").is_err() && decode("0100").is_err());
+        // What is compared and set back: the runtime's settings alone, each there.
+        let kept = in_force(settings.clone());
+        assert!(!kept.contains_key("target"), "only the files hold it");
+        assert_eq!(kept.len(), runtime_settings().len());
+        assert_eq!(kept["ports"], settings["ports"]);
+        assert_eq!(kept["sources"], runtime_settings()[6].1, "none");
     }
 
     #[test]

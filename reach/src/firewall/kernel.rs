@@ -193,9 +193,14 @@ impl Firewall for Kernel {
             }),
             _ => None,
         };
+        let firewalld_zones = match (which, &bus) {
+            (Some(daemon::Which::Firewalld), Some(bus)) => bus.zone_settings()?,
+            _ => daemon::Zones::new(),
+        };
         let mut dump = Dump {
             legacy,
             daemon,
+            firewalld_zones,
             ..Dump::default()
         };
         for (family, name) in tables {
@@ -337,6 +342,15 @@ impl Kernel {
             let unit = found.which.unit();
             if apply && !bus.unit_state(unit)?.0 {
                 bus.enable_and_start(unit, found.enabled)?;
+                ruleset = self.nft.ruleset()?;
+            }
+            // firewalld loads its files; what was in force when found had more, or less, in
+            // its runtime configuration: set back zone by zone.
+            if let (true, Some(dump)) = (
+                apply && found.which == daemon::Which::Firewalld,
+                across_flip,
+            ) {
+                bus.restore_zone_settings(&dump.firewalld_zones)?;
                 ruleset = self.nft.ruleset()?;
             }
             done.daemon_started = Some(unit.to_owned());
