@@ -410,7 +410,11 @@ pub fn switched(s: &mesh_switch::Switched) -> String {
             Step::Keep { name, start } => writeln!(o, "  keep     container {name}  (found, equal to the declared one: the module's as it is, not recreated{})", if *start { "; started" } else { "" }),
             Step::Stage { name } => writeln!(o, "  stage    container {name}  (created, not started)"),
             Step::Retire { name } => writeln!(o, "  retire   container {name}  (the found one stops, kept as {name}.found)"),
-            Step::Run { name, replace } => writeln!(o, "  run      container {name}{}", if *replace { "  (recreated: its spec changed)" } else { "" }),
+            Step::Run { name, replace, joins } => writeln!(o, "  run      container {name}{}", match (joins, replace) {
+                (Some(joined), _) => format!("  (made anew: {joined}, whose network it joins, is another container now)"),
+                (None, true) => "  (recreated: its spec changed)".to_owned(),
+                (None, false) => String::new(),
+            }),
             Step::Start { name } => writeln!(o, "  start    container {name}"),
             Step::Restore { name, start } => writeln!(o, "  restore  container {name}  (the found one, back under its name{})", if *start { ", started" } else { ", not running, as it was found" }),
             Step::Remove { name } => writeln!(o, "  remove   container {name}"),

@@ -523,6 +523,7 @@ mod tests {
                     id: id.into(),
                     labels: BTreeMap::new(),
                     running: false,
+                    network: None,
                 },
             ),
             (
@@ -531,6 +532,7 @@ mod tests {
                     id: "0123456789ab0123".into(),
                     labels: BTreeMap::new(),
                     running: true,
+                    network: None,
                 },
             ),
         ]);
@@ -572,6 +574,7 @@ mod tests {
             Step::Run {
                 name: "a".into(),
                 replace: false,
+                joins: None,
             },
             Step::Hold { name: "h".into() },
             Step::Restore {
@@ -591,6 +594,7 @@ mod tests {
                 id: "x".into(),
                 labels: BTreeMap::from([(LABEL_MODULE.to_string(), "m".to_string())]),
                 running: true,
+                network: None,
             },
         )]);
         let calls = calls_of(&steps, &present);

@@ -72,6 +72,9 @@ pub struct Present {
     pub labels: BTreeMap<String, String>,
     /// Whether it runs.
     pub running: bool,
+    /// Its network mode as the engine recorded it (`container:ID` when it joined another's
+    /// network namespace), when the listing says it.
+    pub network: Option<String>,
 }
 
 impl Present {
@@ -189,6 +192,7 @@ impl Engine {
                     id: c.id.clone().unwrap_or_default(),
                     labels: labels.clone(),
                     running,
+                    network: c.host_config.as_ref().and_then(|h| h.network_mode.clone()),
                 };
                 out.insert(name.trim_start_matches('/').to_owned(), present);
             }

@@ -61,6 +61,10 @@ pub enum Step {
         name: String,
         /// Whether the mesh's container of an older spec goes first.
         replace: bool,
+        /// The container whose network namespace it joins, when it is made anew because that
+        /// one is another container now (see [`rejoin`]), not because its own spec changed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        joins: Option<String>,
     },
     /// Start the mesh's container of the same spec that does not run.
     Start {
@@ -219,6 +223,7 @@ pub fn plan(input: &Input<'_>) -> Result<Vec<Step>, String> {
                         steps.push(Step::Run {
                             name,
                             replace: false,
+                            joins: None,
                         });
                     }
                     Some(p) if same_spec && p.running => {}
@@ -226,15 +231,18 @@ pub fn plan(input: &Input<'_>) -> Result<Vec<Step>, String> {
                     Some(_) => steps.push(Step::Run {
                         name,
                         replace: true,
+                        joins: None,
                     }),
                     None => steps.push(Step::Run {
                         name,
                         replace: false,
+                        joins: None,
                     }),
                 }
             }
         }
     }
+    rejoin(containers, present, &mut steps);
     for (name, p) in present {
         let declared = containers.keys().any(|n| n.as_str() == name);
         if p.is_owned_by(owner) && !declared && !name.ends_with(FOUND_SUFFIX) {
@@ -242,6 +250,76 @@ pub fn plan(input: &Input<'_>) -> Result<Vec<Step>, String> {
         }
     }
     Ok(steps)
+}
+
+/// The engine keeps a container's `network_mode = "container:X"` as X's id when it creates it:
+/// once X is another container (made anew, or a found one back under its name), a container
+/// that joined it would be left in a namespace no container holds. Each such declared
+/// container the generation manages that no step makes anew is made anew (after X, see
+/// [`crate::apply`]; a found one kept as the module's is taken: kept aside as `NAME.found`),
+/// joining the X there is now, or becomes in this switch — also when a switch cut short had
+/// already made X anew. (A held found container that joined X is the predecessor's as it is.)
+fn rejoin(
+    containers: &BTreeMap<ContainerName, ContainerEntry>,
+    present: &BTreeMap<String, Present>,
+    steps: &mut Vec<Step>,
+) {
+    let made_anew = |steps: &[Step], name: &str| {
+        steps
+            .iter()
+            .any(|s| s.name() == name && matches!(s, Step::Run { .. } | Step::Restore { .. }))
+    };
+    // A chain (c joins b joins a) settles in as many rounds as it is long.
+    for _ in 0..containers.len() {
+        let mut changed = false;
+        for (name, entry) in containers {
+            let name = name.as_str();
+            let Some(joined) = entry
+                .options
+                .network_mode
+                .as_deref()
+                .and_then(|m| m.strip_prefix("container:"))
+            else {
+                continue;
+            };
+            let Some(p) = present.get(name) else {
+                continue;
+            };
+            if entry.state != ContainerState::Managed || made_anew(steps, name) {
+                continue;
+            }
+            let recorded = p
+                .network
+                .as_deref()
+                .and_then(|m| m.strip_prefix("container:"));
+            let now = present.get(joined).map(|j| j.id.as_str());
+            let moved = match (recorded, now) {
+                (Some(id), Some(now)) => !now.starts_with(id) && id != joined,
+                _ => false,
+            };
+            if moved || made_anew(steps, joined) {
+                steps.retain(|s| {
+                    !(s.name() == name && matches!(s, Step::Start { .. } | Step::Keep { .. }))
+                });
+                // A found container kept as the module's is taken as any other: kept aside
+                // as `NAME.found`, the declared one made.
+                if !p.is_ours() {
+                    steps.push(Step::Retire {
+                        name: name.to_owned(),
+                    });
+                }
+                steps.push(Step::Run {
+                    name: name.to_owned(),
+                    replace: p.is_ours(),
+                    joins: Some(joined.to_owned()),
+                });
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +349,7 @@ mod tests {
             id: "id".into(),
             labels,
             running,
+            network: None,
         }
     }
 
@@ -319,6 +398,69 @@ mod tests {
         ContainerState::Held {
             original: BlobHash::of(b"the found spec"),
         }
+    }
+
+    /// A container of the mesh's that joins another's network is made anew when that one is
+    /// (its spec changed), and when a switch cut short had already made it anew (the id it
+    /// joined is gone); left alone while the one it joined is the same container.
+    #[test]
+    fn a_container_in_anothers_network_is_made_anew_with_it() {
+        let managed = entry(ContainerState::Managed);
+        let mut joins = entry(ContainerState::Managed);
+        joins.options.network_mode = Some("container:a".into());
+        let containers = BTreeMap::from([
+            (ContainerName::new("a").unwrap(), managed.clone()),
+            (ContainerName::new("b").unwrap(), joins.clone()),
+        ]);
+        let at = |id: &str, of: &ContainerEntry, network: Option<&str>| Present {
+            id: id.into(),
+            network: network.map(str::to_owned),
+            ..present(Some(of), true)
+        };
+        let plan_of = |a: Present, b: Present| {
+            let present = BTreeMap::from([("a".to_string(), a), ("b".to_string(), b)]);
+            planned(
+                &containers,
+                &present,
+                &BTreeMap::new(),
+                false,
+                "me",
+                &BTreeSet::new(),
+            )
+            .unwrap()
+        };
+        let remade = |name: &str| Step::Run {
+            name: name.into(),
+            replace: true,
+            joins: (name == "b").then(|| "a".to_owned()),
+        };
+        let joined = Some("container:aaaa1111");
+        // Nothing changed: nothing to do.
+        assert_eq!(
+            plan_of(at("aaaa1111", &managed, None), at("bbbb", &joins, joined)),
+            []
+        );
+        // `a` of another spec: made anew, and `b` after it.
+        let mut older = managed.clone();
+        older.image = "img:older".into();
+        assert_eq!(
+            plan_of(at("aaaa1111", &older, None), at("bbbb", &joins, joined)),
+            [remade("a"), remade("b")]
+        );
+        // A switch cut short made `a` anew already: `b` still joins the one gone.
+        assert_eq!(
+            plan_of(at("cccc2222", &managed, None), at("bbbb", &joins, joined)),
+            [remade("b")]
+        );
+        // Not running either: made anew, not started in the namespace gone.
+        let stopped = Present {
+            running: false,
+            ..at("bbbb", &joins, joined)
+        };
+        assert_eq!(
+            plan_of(at("cccc2222", &managed, None), stopped),
+            [remade("b")]
+        );
     }
 
     /// A take keeps a found container that already is the declared one (the spec hash
@@ -376,7 +518,8 @@ mod tests {
                 Step::Retire { name: "c".into() },
                 Step::Run {
                     name: "c".into(),
-                    replace: false
+                    replace: false,
+                    joins: None,
                 }
             ]
         );

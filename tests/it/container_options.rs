@@ -194,8 +194,6 @@ fn round_trip(f: Fixture, made: Made, family: Family) -> RoundTrip {
         family.shows.1,
         "the new value in force"
     );
-    // (Another container of the family may differ now: one on the subject's network is on the
-    // retired one's.)
     let checked = f.mesh(&["import", "--no-firewall", "--check", &decl]);
     assert!(
         checked
@@ -620,7 +618,7 @@ fn networks_round_trip() {
         &format!("10.213.{subnet}.0/24"),
         &network,
     ]);
-    round_trip(
+    let trip = round_trip(
         f,
         made,
         Family {
@@ -657,6 +655,19 @@ fn networks_round_trip() {
             shows: (address(9), address(10)),
         },
     );
+    // `b` joined `a`'s network namespace: made anew with `a` at the switch and again at the
+    // rollback, it is in the namespace of the `a` there is now, and runs.
+    let a = docker(&["inspect", "-f", "{{.Id}}", &format!("{p}-a")]);
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "-f",
+            "{{.HostConfig.NetworkMode}} {{.State.Running}}",
+            &format!("{p}-b")
+        ]),
+        format!("container:{a} true")
+    );
+    drop(trip);
 }
 
 fn strings(v: &[&str]) -> Vec<String> {

@@ -1022,6 +1022,63 @@ fn a_rollback_starts_a_found_container_after_the_one_whose_network_it_joins() {
     );
 }
 
+/// A container of the mesh's in another's network namespace (`network_mode = "container:a"`,
+/// which the engine keeps as `a`'s id) is made anew with `a`: after a switch that changes `a`
+/// and after the rollback, `b` is in the namespace of the `a` there is, and runs.
+#[test]
+fn a_container_in_anothers_network_is_made_anew_with_it() {
+    if !docker_here() {
+        return;
+    }
+    let _turn = take_turn();
+    let made = Made::new("rj");
+    let (a, b) = (format!("{}-a", made.prefix), format!("{}-b", made.prefix));
+    let declaration = |label: &str| {
+        crate::rejections::node(
+            "store = 5432, bus = 4222, registry = 5001, broker_management = 15672, hub = 51820",
+            &crate::rejections::module(
+                "pair",
+                &format!(
+                    r#"containers = [
+        {{ name = "{a}", image = "{i}", command = ["/bin/busybox", "sleep", "100000"], stop_timeout = 1, labels = {{ v = "{label}" }} }},
+        {{ name = "{b}", image = "{i}", command = ["/bin/busybox", "sleep", "100000"], stop_timeout = 1, network_mode = "container:{a}" }},
+    ]"#,
+                    i = made.image
+                ),
+            ),
+        )
+    };
+    let f = Fixture::new();
+    let joins = || {
+        let a = docker(&["inspect", "-f", "{{.Id}}", &a]);
+        assert_eq!(
+            docker(&[
+                "inspect",
+                "-f",
+                "{{.HostConfig.NetworkMode}} {{.State.Running}}",
+                &b
+            ]),
+            format!("container:{a} true"),
+            "b in the namespace of the a there is"
+        );
+    };
+    f.write_decl("n.ncl", &declaration("1"));
+    f.ok(&["switch", f.decl("n.ncl").to_str().unwrap()]);
+    joins();
+    f.write_decl("n.ncl", &declaration("2"));
+    let switched = f.ok(&["switch", f.decl("n.ncl").to_str().unwrap()]);
+    assert!(
+        switched.stdout.contains(&format!(
+            "run      container {b}  (made anew: {a}, whose network it joins, is another container now)"
+        )),
+        "{}",
+        switched.stdout
+    );
+    joins();
+    f.ok(&["rollback"]);
+    joins();
+}
+
 /// The number of staged containers in `mesh status --json` (as `[held, staged, managed]` or,
 /// named, `{ held, staged, managed }`).
 fn staged_count(containers: &serde_json::Value) -> u64 {
