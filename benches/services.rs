@@ -22,7 +22,7 @@ mod systemd_node;
 
 use std::time::Duration;
 
-use common::{median, ms};
+use common::{images_made, median, ms};
 use systemd_node::SystemdNode;
 
 const RUNS: usize = 9;

@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub mod cpu;
+#[path = "../../tests/it/images_made.rs"]
+pub mod images_made;
 
 /// A network namespace, deleted when dropped (also when the bench panics).
 pub struct Netns(pub String);
@@ -127,26 +129,7 @@ pub fn import_busybox(image: &str) {
 /// Imports `image`: a root of busybox and, with `extra`, a file `/extra` of that text (which
 /// makes the image other bytes), made with `docker import`.
 pub fn import_busybox_with(image: &str, extra: Option<&str>) {
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("bin")).unwrap();
-    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-    if let Some(text) = extra {
-        std::fs::write(root.path().join("extra"), text).unwrap();
-    }
-    let tar = Command::new("tar")
-        .arg("-C")
-        .arg(root.path())
-        .args(["-c", "."])
-        .output()
-        .unwrap();
-    let mut import = Command::new("docker")
-        .args(["import", "-", image])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
-    assert!(import.wait().unwrap().success());
+    images_made::import_busybox(image, extra.map(|text| ("extra", text)));
 }
 
 /// Removes, when dropped, the containers and volumes whose names hold `.0`, and the image `.1`.

@@ -110,16 +110,26 @@ pub(crate) fn calls_of(steps: &[Step], present: &BTreeMap<String, Present>) -> V
 /// whose volumes it mounts. The engine refuses to start it while they do not run.
 fn needs(entry: &ContainerEntry) -> Vec<&str> {
     let o = &entry.options;
-    let joined = [&o.network_mode, &o.pid, &o.ipc]
+    needed([&o.network_mode, &o.pid, &o.ipc], &o.links, &o.volumes_from)
+}
+
+/// The containers named by namespace modes (`container:X`), links (`X:alias`, or as the engine
+/// records them, `/X:/it/alias`) and volumes-from (`X:ro`): a declaration's or what the engine
+/// recorded of a container (see [`crate::engine::joined`]).
+pub(crate) fn needed<'a>(
+    modes: [&'a Option<String>; 3],
+    links: impl IntoIterator<Item = &'a String>,
+    volumes_from: impl IntoIterator<Item = &'a String>,
+) -> Vec<&'a str> {
+    let joined = modes
         .into_iter()
         .flatten()
         .filter_map(|mode| mode.strip_prefix("container:"));
-    let named = o
-        .links
-        .iter()
-        .chain(&o.volumes_from)
-        .map(|v| v.split(':').next().unwrap_or(v));
-    joined.chain(named).collect()
+    let links = links.into_iter().map(|l| l.trim_start_matches('/'));
+    let named = links
+        .chain(volumes_from.into_iter().map(String::as_str))
+        .filter_map(|v| v.split(':').next());
+    joined.chain(named).filter(|n| !n.is_empty()).collect()
 }
 
 /// The container a reference the engine recorded names (a name, with or without its

@@ -641,24 +641,12 @@ pub(crate) fn not_modified(e: DockerError) -> Result<(), DockerError> {
 /// names them (a name or an id): the one whose network, process or IPC namespace it joins
 /// (`container:X`), those it links to (`/X:/it/alias`), those whose volumes it mounts (`X:ro`).
 pub(crate) fn joined(host: &bollard::models::HostConfig) -> Vec<String> {
-    let modes = [&host.network_mode, &host.pid_mode, &host.ipc_mode]
-        .into_iter()
-        .flatten()
-        .filter_map(|mode| mode.strip_prefix("container:"));
-    let links = host.links.iter().flatten().filter_map(|link| {
-        link.split(':')
-            .next()
-            .map(|target| target.trim_start_matches('/'))
-    });
-    let volumes = host
-        .volumes_from
-        .iter()
-        .flatten()
-        .filter_map(|from| from.split(':').next());
-    modes
-        .chain(links)
-        .chain(volumes)
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
-        .collect()
+    crate::apply::needed(
+        [&host.network_mode, &host.pid_mode, &host.ipc_mode],
+        host.links.iter().flatten(),
+        host.volumes_from.iter().flatten(),
+    )
+    .into_iter()
+    .map(str::to_owned)
+    .collect()
 }

@@ -21,6 +21,7 @@ mod guide;
 mod hardening;
 mod held;
 mod images;
+mod images_made;
 mod import;
 mod import_firewall;
 mod incremental;

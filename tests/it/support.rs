@@ -289,31 +289,4 @@ impl Drop for Paused {
     }
 }
 
-/// Makes image `reference` on the engine with `docker import`: a root holding busybox as
-/// `/bin/busybox`, and `extra` (a file name, its content) when given.
-pub fn import_busybox(reference: &str, extra: Option<(&str, &str)>) {
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("bin")).unwrap();
-    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-    if let Some((name, content)) = extra {
-        std::fs::write(root.path().join(name), content).unwrap();
-    }
-    let tar = Command::new("tar")
-        .arg("-C")
-        .arg(root.path())
-        .args(["-c", "."])
-        .output()
-        .unwrap();
-    assert!(tar.status.success(), "tar of the image's root");
-    let mut import = Command::new("docker")
-        .args(["import", "-", reference])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("docker runs");
-    std::io::Write::write_all(&mut import.stdin.take().unwrap(), &tar.stdout).unwrap();
-    assert!(
-        import.wait().unwrap().success(),
-        "docker import {reference}"
-    );
-}
+pub use crate::images_made::import_busybox;

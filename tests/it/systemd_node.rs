@@ -11,7 +11,7 @@
 #![allow(dead_code)] // the bench uses a part
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// What a command inside said.
@@ -125,22 +125,7 @@ impl SystemdNode {
         let image = format!("{name}-image:1");
         let root = tempfile::tempdir().unwrap();
         rootfs(root.path());
-        let tar = Command::new("tar")
-            .arg("-C")
-            .arg(root.path())
-            .args(["-c", "."])
-            .output()
-            .unwrap();
-        assert!(tar.status.success(), "tar of the rootfs");
-        let mut import = Command::new("docker")
-            .args(["import", "-", &image])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        import.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
-        assert!(import.wait().unwrap().success(), "docker import");
+        super::images_made::docker_import(root.path(), &image);
         let dir = tempfile::tempdir().unwrap();
         let node = Self {
             name: name.clone(),

@@ -357,15 +357,24 @@ impl Bus {
 
     /// firewalld's runtime settings of every zone it has, as they are now.
     pub fn zone_settings(&self) -> Result<Zones, FirewallError> {
+        self.in_force()?
+            .iter()
+            .map(|(zone, settings)| Ok((zone.clone(), encode(settings)?)))
+            .collect::<zbus::Result<_>>()
+            .map_err(call_error("firewalld"))
+    }
+
+    /// Every zone's runtime settings, as [`in_force`] compares them.
+    fn in_force(&self) -> Result<BTreeMap<String, ZoneSettings>, FirewallError> {
         self.runtime
             .block_on(async {
                 let proxy = self.firewalld(ZONE).await?;
                 let names: Vec<String> = proxy.call("getZones", &()).await?;
-                let mut out = Zones::new();
+                let mut out = BTreeMap::new();
                 for zone in names {
                     let settings: ZoneSettings =
                         proxy.call("getZoneSettings2", &(zone.as_str(),)).await?;
-                    out.insert(zone, encode(&in_force(settings))?);
+                    out.insert(zone, in_force(settings));
                 }
                 Ok(out)
             })
@@ -375,20 +384,16 @@ impl Bus {
     /// Each zone of `found` whose runtime settings differ now set back to them (firewalld's
     /// `setZoneSettings2`, runtime only: its files are not written); the zones set back.
     pub fn restore_zone_settings(&self, found: &Zones) -> Result<Vec<String>, FirewallError> {
-        let now = self.zone_settings()?;
-        let read = |zone: &str, text: &str| {
-            decode(text)
+        let now = self.in_force()?;
+        let mut differ: Vec<(&String, ZoneSettings)> = Vec::new();
+        for (zone, text) in found {
+            let want = decode(text)
                 .map(in_force)
                 .map_err(|message| FirewallError::Daemon {
                     what: "firewalld".into(),
                     message: format!("zone {zone} as recorded: {message}"),
-                })
-        };
-        let mut differ: Vec<(&String, ZoneSettings)> = Vec::new();
-        for (zone, text) in found {
-            let want = read(zone, text)?;
-            let have = now.get(zone).map(|t| read(zone, t)).transpose()?;
-            if have.as_ref() != Some(&want) {
+                })?;
+            if now.get(zone) != Some(&want) {
                 differ.push((zone, want));
             }
         }

@@ -338,19 +338,19 @@ impl Kernel {
         // Back across the flip, a daemon that kept the found firewall is started again first
         // (enabled as found): it loads its own configuration beside the base ruleset.
         let daemon = want.daemon.filter(|_| across_flip.is_some());
-        if let (Some(found), Some(bus)) = (daemon, bus) {
+        if let (Some(found), Some(bus), Some(dump)) = (daemon, bus, across_flip) {
             let unit = found.which.unit();
+            let mut changed = false;
             if apply && !bus.unit_state(unit)?.0 {
                 bus.enable_and_start(unit, found.enabled)?;
-                ruleset = self.nft.ruleset()?;
+                changed = true;
             }
             // firewalld loads its files; what was in force when found had more, or less, in
             // its runtime configuration: set back zone by zone.
-            if let (true, Some(dump)) = (
-                apply && found.which == daemon::Which::Firewalld,
-                across_flip,
-            ) {
-                bus.restore_zone_settings(&dump.firewalld_zones)?;
+            if apply && found.which == daemon::Which::Firewalld {
+                changed |= !bus.restore_zone_settings(&dump.firewalld_zones)?.is_empty();
+            }
+            if changed {
                 ruleset = self.nft.ruleset()?;
             }
             done.daemon_started = Some(unit.to_owned());
